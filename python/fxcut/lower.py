@@ -1,0 +1,191 @@
+"""Lowering: a ``torch.fx.Graph`` to fxcut's compact graph array, in one pass.
+
+Node index = position in ``graph.nodes``.  Per-target facts come from the
+:class:`fxcut.ops.TargetFacts` cache; only per-node facts (placeholder role,
+the value in ``meta["val"]``, the recompute tag, sizes) are computed here.
+Lowering reads the graph and never writes to it.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils.checkpoint import CheckpointPolicy
+
+from . import _C
+from .ops import TargetFacts, is_cast_op
+
+KIND_OF_OP: dict[str, int] = {
+    "placeholder": _C.KIND_PLACEHOLDER,
+    "call_function": _C.KIND_CALL_FUNCTION,
+    "get_attr": _C.KIND_GET_ATTR,
+    "output": _C.KIND_OUTPUT,
+    "call_module": _C.KIND_CALL_MODULE,
+    "call_method": _C.KIND_CALL_METHOD,
+}
+
+_TAG_OF_POLICY: dict[Any, int] = {policy: int(policy.value) for policy in CheckpointPolicy}
+_FLAGS_MASK = (1 << 32) - 1
+_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+@dataclass
+class GraphArrays:
+    """The graph array of ``csrc/fxcut.h``, plus the nodes it was made from."""
+
+    nodes: list[fx.Node]
+    index: dict[fx.Node, int]
+    kind: array
+    flags: array
+    tag: array
+    ac_graph_id: array
+    nbytes: array
+    arg_ptr: array
+    arg_idx: array
+    in_ptr: array
+    in_idx: array
+    outputs: array
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+
+class LoweringError(ValueError):
+    """A node cannot be lowered; the message names it."""
+
+
+def _placeholder_flags(node: fx.Node) -> int:
+    name = str(node.target)
+    if "tangents" in name:
+        return _C.F_TANGENT
+    if "fwd_seed" in name or "fwd_base_offset" in name:
+        return _C.F_FWD_SEED
+    if "bwd_seed" in name or "bwd_base_offset" in name:
+        return _C.F_BWD_SEED
+    return _C.F_PRIMAL
+
+
+def _recompute_tag(node: fx.Node) -> int:
+    policy = node.meta.get("recompute")
+    if policy is None:
+        return _C.TAG_NONE
+    try:
+        return _TAG_OF_POLICY[policy]
+    except (KeyError, TypeError):
+        raise LoweringError(
+            f"node {node.name!r}: meta['recompute'] = {policy!r} is not a "
+            f"torch.utils.checkpoint.CheckpointPolicy"
+        ) from None
+
+
+def _ac_graph_id(node: fx.Node) -> tuple[int, int]:
+    """(value, flag) for meta['ac_graph_id']."""
+    if "ac_graph_id" not in node.meta:
+        return 0, 0
+    value = node.meta["ac_graph_id"]
+    if not isinstance(value, int) or isinstance(value, bool) or not _INT32_MIN <= value <= _INT32_MAX:
+        raise LoweringError(
+            f"node {node.name!r}: meta['ac_graph_id'] = {value!r} is not a 32-bit integer"
+        )
+    return value, _C.F_HAS_AC_ID
+
+
+def lower_structure(graph: fx.Graph, facts: TargetFacts) -> GraphArrays:
+    """The structure of ``graph`` for the ZeRO-3 walk: kinds, target flags,
+    casts and both CSRs.  Tags, ac_graph_id and sizes are left empty: the
+    walk reads no meta."""
+    return _lower(graph, facts, value_facts=None, with_meta=False)
+
+
+def _lower(
+    graph: fx.Graph, facts: TargetFacts, value_facts: Any, with_meta: bool
+) -> GraphArrays:
+    if not isinstance(graph, fx.Graph):
+        raise TypeError(f"expected a torch.fx.Graph, got {type(graph).__name__}")
+    nodes = list(graph.nodes)
+    index = {node: i for i, node in enumerate(nodes)}
+    n = len(nodes)
+    kind = array("B", bytes(n))
+    flags = array("I", [0]) * n
+    tag = array("b", bytes(n))
+    ac_graph_id = array("i", [0]) * n
+    nbytes = array("q", [0]) * n
+    arg_ptr = array("i", [0]) * (n + 1)
+    in_ptr = array("i", [0]) * (n + 1)
+    arg_idx: list[int] = []
+    in_idx: list[int] = []
+    outputs: list[int] = []
+    node_cls = fx.Node
+
+    for i, node in enumerate(nodes):
+        op = node.op
+        kind[i] = KIND_OF_OP[op]
+        bits = 0
+        if op == "call_function":
+            target = node.target
+            bits = facts.flags(target)
+            if target is torch.ops.prims.convert_element_type.default or (
+                target is torch.ops.aten._to_copy.default and is_cast_op(node)[0]
+            ):
+                bits |= _C.F_CAST
+        elif op == "placeholder":
+            bits = _placeholder_flags(node)
+        if value_facts is not None:
+            bits, nbytes[i] = value_facts(node, bits)
+        if with_meta:
+            tag[i] = _recompute_tag(node)
+            ac_value, ac_flag = _ac_graph_id(node)
+            ac_graph_id[i] = ac_value
+            bits |= ac_flag
+        else:
+            tag[i] = _C.TAG_NONE
+        flags[i] = bits & _FLAGS_MASK
+
+        for a in node.args:
+            if a.__class__ is node_cls:
+                try:
+                    arg_idx.append(index[a])
+                except KeyError:
+                    raise LoweringError(
+                        f"node {node.name!r} uses {a.name!r}, which is not in this graph"
+                    ) from None
+        arg_ptr[i + 1] = len(arg_idx)
+        for a in node._input_nodes:
+            try:
+                in_idx.append(index[a])
+            except KeyError:
+                raise LoweringError(
+                    f"node {node.name!r} uses {a.name!r}, which is not in this graph"
+                ) from None
+        in_ptr[i + 1] = len(in_idx)
+        if op == "output":
+            outputs.extend(index[a] if a.__class__ is node_cls else -1 for a in _output_leaves(node))
+
+    return GraphArrays(
+        nodes=nodes,
+        index=index,
+        kind=kind,
+        flags=flags,
+        tag=tag,
+        ac_graph_id=ac_graph_id,
+        nbytes=nbytes,
+        arg_ptr=arg_ptr,
+        arg_idx=array("i", arg_idx),
+        in_ptr=in_ptr,
+        in_idx=array("i", in_idx),
+        outputs=array("i", outputs),
+    )
+
+
+def _output_leaves(output: fx.Node) -> list[Any]:
+    """The leaves of the output node's value, in order, as torch's partitioner
+    sees them (``pytree.arg_tree_leaves`` over the output's args).  Leaves
+    that are not nodes (``None`` gradients) are lowered as -1."""
+    import torch.utils._pytree as pytree
+
+    return list(pytree.arg_tree_leaves(*output.args))
+

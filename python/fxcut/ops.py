@@ -1,0 +1,213 @@
+"""Facts about operators, computed once per distinct target and cached.
+
+A joint graph of 50,000 nodes has a few hundred distinct targets, so every
+per-target question (is it a view, is it fusible, does it alias its input) is
+answered here once and stamped into the graph array's ``flags`` by
+:mod:`fxcut.lower`.  The partitioner's op lists are the installed torch's own
+(``torch._functorch.partitioners.get_default_op_list``), so fxcut follows
+torch wherever a release changes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from . import _C
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+F_NO_COPY: int = _C.F_NO_COPY
+F_CAST: int = _C.F_CAST
+F_VIEW: int = _C.F_VIEW
+F_FUSIBLE: int = _C.F_FUSIBLE
+F_RECOMPUTABLE: int = _C.F_RECOMPUTABLE
+F_RANDOM: int = _C.F_RANDOM
+F_COMPUTE_INTENSIVE: int = _C.F_COMPUTE_INTENSIVE
+F_NON_BUILTIN: int = _C.F_NON_BUILTIN
+F_GETITEM: int = _C.F_GETITEM
+F_IMPURE: int = _C.F_IMPURE
+F_COLLECTIVE: int = _C.F_COLLECTIVE
+F_CAT: int = _C.F_CAT
+F_LIFT_FRESH: int = _C.F_LIFT_FRESH
+F_WITH_EFFECTS: int = _C.F_WITH_EFFECTS
+
+#: Flags that depend on the target alone (everything else is per node).
+_MUTABLE = 1 << 40  # python-side only: the target's schema is mutable
+
+
+def _wait_allgather_op() -> Any | None:
+    """DeepSpeed's ``torch.ops.dc.wait_allgather.default``, when registered."""
+    try:
+        return torch.ops.dc.wait_allgather.default
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _returns_aliased_tensor(op: torch._ops.OpOverload) -> bool:
+    try:
+        schema = op._schema
+    except (AttributeError, RuntimeError):
+        return True  # DeepCompile counts every overload without a schema
+    return any(
+        isinstance(ret.type, torch.TensorType) and ret.alias_info is not None
+        for ret in schema.returns
+    )
+
+
+@functools.cache
+def _aten_no_copy_ops() -> frozenset[Any]:
+    # The dispatcher's full list, not ``dir(torch.ops.aten)``: the latter only
+    # holds packets already touched, which would make the set depend on import
+    # order.  Any op that appears in a graph is in both.
+    names = sorted(
+        {
+            qualified.split("::", 1)[1].split(".", 1)[0]
+            for qualified in torch._C._dispatch_get_all_op_names()
+            if qualified.startswith("aten::")
+        }
+    )
+    found: set[Any] = set()
+    for name in names:
+        try:
+            packet = getattr(aten, name)
+        except (AttributeError, RuntimeError):
+            continue
+        for overload_name in packet.overloads():
+            op = getattr(packet, overload_name)
+            if _returns_aliased_tensor(op):
+                found.add(op)
+    return frozenset(found)
+
+
+def get_no_copy_ops(extra: Iterable[Any] = ()) -> frozenset[Any]:
+    """Ops whose output may alias an input, as DeepCompile defines them.
+
+    Every ``torch.ops.aten`` overload with a Tensor-typed return that carries
+    alias info (views and in-place ops; list returns such as ``split`` are not
+    Tensor-typed), every overload without a schema, DeepSpeed's
+    ``dc.wait_allgather`` when registered, and ``extra``.
+    """
+    ops = set(_aten_no_copy_ops())
+    wait = _wait_allgather_op()
+    if wait is not None:
+        ops.add(wait)
+    ops.update(extra)
+    return frozenset(ops)
+
+
+def is_cast_op(node: fx.Node) -> tuple[bool, torch.dtype | None]:
+    """``(True, dtype)`` when ``node`` casts in DeepCompile's sense.
+
+    Two forms count, both ``call_function``: ``prims.convert_element_type``
+    (dtype is ``args[1]``) and ``aten._to_copy`` with exactly the keyword
+    ``dtype``.  Everything else is ``(False, None)``.
+    """
+    if node.op != "call_function":
+        return False, None
+    if node.target is prims.convert_element_type.default:
+        return True, node.args[1]  # type: ignore[return-value]
+    if node.target is aten._to_copy.default and set(node.kwargs) == {"dtype"}:
+        return True, node.kwargs["dtype"]  # type: ignore[return-value]
+    return False, None
+
+
+def aten_target(target: Any) -> Any:
+    """The key torch's op lists use: the overload packet where there is one."""
+    return getattr(target, "overloadpacket", target)
+
+
+class TargetFacts:
+    """Per-target flag bits, computed on first sight and cached.
+
+    One instance per (no-copy set, op lists) combination; the partitioner's
+    op lists come from the installed torch.  Thread-safe: a racing insert
+    writes the same value.
+    """
+
+    def __init__(self, no_copy_ops: frozenset[Any] | None = None) -> None:
+        self._no_copy = no_copy_ops
+        self._cache: dict[Any, int] = {}
+        self._lock = threading.Lock()
+
+    @functools.cached_property
+    def _op_lists(self) -> Any:
+        from torch._functorch.partitioners import get_default_op_list
+
+        return get_default_op_list()
+
+    def flags(self, target: Any) -> int:
+        try:
+            return self._cache[target]
+        except (KeyError, TypeError):
+            pass
+        bits = self._compute(target)
+        try:
+            with self._lock:
+                self._cache[target] = bits
+        except TypeError:  # unhashable target: not cached
+            pass
+        return bits
+
+    def _compute(self, target: Any) -> int:
+        bits = 0
+        if self._no_copy is not None:
+            try:
+                if target in self._no_copy:
+                    bits |= F_NO_COPY
+            except TypeError:
+                pass
+        lists = self._op_lists
+        key = aten_target(target)
+        try:
+            if key in lists.view_ops:
+                bits |= F_VIEW
+            if key in lists.fusible_ops:
+                bits |= F_FUSIBLE
+            if key in lists.recomputable_ops:
+                bits |= F_RECOMPUTABLE
+            if key in lists.random_ops:
+                bits |= F_RANDOM
+            if key in lists.compute_intensive_ops:
+                bits |= F_COMPUTE_INTENSIVE
+        except TypeError:
+            pass
+        if target is operator.getitem:
+            bits |= F_GETITEM
+        if key == aten.cat:
+            bits |= F_CAT
+        if target in (aten.lift_fresh_copy.default, aten.lift_fresh.default):
+            bits |= F_LIFT_FRESH
+        if target is torch.ops.higher_order.with_effects:
+            bits |= F_WITH_EFFECTS
+        if isinstance(target, torch._ops.OpOverload):
+            from torch._library.utils import is_builtin
+
+            if target.namespace == "_c10d_functional":
+                bits |= F_COLLECTIVE
+            if not is_builtin(target):
+                bits |= F_NON_BUILTIN
+            if target._schema.is_mutable:
+                bits |= _MUTABLE
+        if target is torch.ops.higher_order.triton_kernel_wrapper_functional:
+            bits |= F_NON_BUILTIN
+        return bits
+
+
+@functools.cache
+def default_facts() -> TargetFacts:
+    """The facts the partitioner uses (no-copy set unused there)."""
+    return TargetFacts()
+
+
+@functools.cache
+def zero3_facts() -> TargetFacts:
+    """The facts the ZeRO-3 walk uses, with DeepCompile's no-copy set."""
+    return TargetFacts(get_no_copy_ops())
