@@ -57,7 +57,10 @@ enum fxcut_flag {
     FXCUT_F_BW_HOOK = 1u << 24,        /* meta["has_backward_hook"] */
     FXCUT_F_VAL_IS_SEQ = 1u << 25,     /* meta["val"] is a tuple / list */
     FXCUT_F_HAS_AC_ID = 1u << 26,      /* meta has "ac_graph_id" */
-    FXCUT_F_IS_BACKWARD_TAG = 1u << 27 /* partitioner_tag == "is_backward" */
+    FXCUT_F_IS_BACKWARD_TAG = 1u << 27, /* partitioner_tag == "is_backward" */
+    FXCUT_F_MUTABLE_HOP = 1u << 28     /* auto_functionalized / user triton
+                                          kernel: fusible with the inputs it
+                                          mutates (see fuse pairs) */
 };
 
 /* meta["recompute"] as torch's CheckpointPolicy values; -1 when absent. */
@@ -116,7 +119,8 @@ enum fxcut_status {
     FXCUT_E_NOMEM = 3,      /* allocation failed (MemoryError) */
     FXCUT_E_UNBOUNDED = 4,  /* source and sink joined by infinite edges */
     FXCUT_E_OVERFLOW = 5,   /* a quantity does not fit the integer type */
-    FXCUT_E_SIZE = 6        /* a node's size was needed but is unknown */
+    FXCUT_E_SIZE = 6,       /* a node's size was needed but is unknown */
+    FXCUT_E_UNSUPPORTED = 7 /* a graph shape the core does not decide */
 };
 
 typedef struct {
@@ -131,6 +135,12 @@ int fxcut_fail(fxcut_error *err, int code, int64_t node, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)))
 #endif
     ;
+
+/* An exact unsigned 128-bit quantity (cut values can exceed 2^63). */
+typedef struct {
+    uint64_t hi;
+    uint64_t lo;
+} fxcut_u128;
 
 /* ---- graph.c ----------------------------------------------------------- */
 
@@ -154,5 +164,114 @@ int fxcut_graph_users(const fxcut_graph *g, int32_t **user_ptr,
 int fxcut_param_alias_walk(const fxcut_graph *g, const int32_t *params,
                            int32_t n_params, uint8_t *recompute,
                            fxcut_error *err);
+
+/* ---- the partition decision (tags.c, classify.c, bans.c, decide.c) ---- */
+
+/* Per-node class bits reported in fxcut_partition_result.node_class. */
+enum fxcut_node_class {
+    FXCUT_C_REQUIRED_FW = 1u << 0,
+    FXCUT_C_REQUIRED_BW = 1u << 1,
+    FXCUT_C_TANGENTS_CLOSURE = 1u << 2,
+    FXCUT_C_INPUT = 1u << 3,        /* primal or forward seed / offset */
+    FXCUT_C_BANNED = 1u << 4,       /* source -> X_in is infinite */
+    FXCUT_C_SAVED = 1u << 5,        /* X_in -> X_out is in the cut */
+    FXCUT_C_SINK_SIDE = 1u << 6,    /* X_in can reach the sink: recomputed
+                                       (or computed) in backward */
+    FXCUT_C_MUST_RECOMPUTE = 1u << 7 /* X_in -> sink is infinite */
+};
+
+/* Why a node was banned from recomputation (ban_reason). */
+enum fxcut_ban_reason {
+    FXCUT_BAN_NONE = 0,
+    FXCUT_BAN_PRIMAL = 1,
+    FXCUT_BAN_FWD_SEED = 2,
+    FXCUT_BAN_MUST_SAVE = 3,
+    FXCUT_BAN_NOT_IN_ALLOWLIST = 4,
+    FXCUT_BAN_RANDOM = 5,
+    FXCUT_BAN_COMPUTE_INTENSIVE = 6,
+    FXCUT_BAN_NON_BUILTIN = 7,
+    FXCUT_BAN_MATERIALIZED_BACKWARD = 8,
+    FXCUT_BAN_FAR_FROM_BACKWARD = 9,
+    FXCUT_BAN_REDUCTION = 10,
+    FXCUT_BAN_USED_FAR_APART = 11,
+    FXCUT_BAN_LONG_FUSIBLE_CHAIN = 12
+};
+
+/* Capacity of an infinite edge in fxcut_partition_result.weight. */
+#define FXCUT_WEIGHT_INF ((int64_t)-1)
+/* No X_in -> X_out edge for this node. */
+#define FXCUT_WEIGHT_NONE ((int64_t)-2)
+
+/*
+ * The options of torch's min-cut partitioner (MinCutOptions and the
+ * torch._functorch.config values it reads), read by Python at call time.
+ */
+typedef struct {
+    int32_t num_fwd_outputs;        /* outputs[0 .. num_fwd_outputs) */
+    uint8_t ban_if_used_far_apart;
+    uint8_t ban_if_long_fusible_chains;
+    uint8_t ban_if_materialized_backward;
+    uint8_t ban_if_not_in_allowlist;
+    uint8_t ban_if_reduction;
+    uint8_t recompute_views;
+    uint8_t treat_parameters_as_free_to_save;
+    uint8_t is_non_builtin_to_include;
+    uint8_t unsafe_allow_optimization_of_collectives;
+    int64_t max_dist_from_bw;
+    /* n entries or NULL: primals whose lifetime is static (parameters) */
+    const uint8_t *static_lifetime;
+    /* n entries or NULL: nodes the memory-budget pass un-bans */
+    const uint8_t *dont_ban;
+    /* Nodes forced MUST_SAVE after the other tag passes (the sources of
+     * mutations that happen both in forward and backward). */
+    const int32_t *force_save;
+    int32_t n_force_save;
+    /* (a, b) pairs where b is a MUTABLE_HOP node that mutates a: fusible. */
+    const int32_t *fuse_pair_a;
+    const int32_t *fuse_pair_b;
+    int32_t n_fuse_pairs;
+    /* 1: hand the flow network back in the result (net_*); 2: build it and
+     * hand it back without solving (saved stays empty). */
+    uint8_t keep_network;
+} fxcut_partition_options;
+
+/*
+ * What the decision produced.  Arrays of n entries are allocated by the
+ * caller; saved must have room for n entries, chain for n + 2.
+ */
+typedef struct {
+    int8_t *tag;            /* tags after clean-up and forced saves */
+    uint8_t *node_class;    /* enum fxcut_node_class bits */
+    uint8_t *ban_reason;    /* enum fxcut_ban_reason */
+    int64_t *dist_from_bw;
+    int64_t *weight;        /* X_in -> X_out capacity, or WEIGHT_INF/NONE */
+    int32_t *saved;         /* saved node indices, in graph order */
+    int32_t n_saved;
+    int32_t n_required_bw;  /* 0: torch hands the graph to default_partition */
+    int32_t *chain;         /* on FXCUT_E_UNBOUNDED: the nodes of one infinite
+                               source -> sink path, in order */
+    int32_t n_chain;
+    fxcut_u128 cut_value;
+    /* With opt->keep_network: the flow network (2n + 2 vertices: X_in = 2i,
+     * X_out = 2i + 1, source 2n, sink 2n + 1; capacity -1 = infinite).
+     * Owned by the result: release with fxcut_partition_result_release. */
+    int32_t *net_tail;
+    int32_t *net_head;
+    int64_t *net_cap;
+    int64_t net_len;
+} fxcut_partition_result;
+
+void fxcut_partition_result_release(fxcut_partition_result *res);
+
+/*
+ * The whole decision of torch's min_cut_rematerialization_partition at
+ * memory budget 1: tag clean-up and forced saves, classification,
+ * dist_from_bw, the ban rules, the weights, the split-node network, the
+ * max-flow and the saved set.  When no node is required for backward it
+ * stops after classification with n_required_bw == 0.
+ */
+int fxcut_partition_decide(const fxcut_graph *g,
+                           const fxcut_partition_options *opt,
+                           fxcut_partition_result *res, fxcut_error *err);
 
 #endif /* FXCUT_H */

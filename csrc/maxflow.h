@@ -23,12 +23,6 @@ typedef struct {
     const int64_t *cap;
 } fxcut_network;
 
-/* An exact unsigned 128-bit quantity (cut values can exceed 2^63). */
-typedef struct {
-    uint64_t hi;
-    uint64_t lo;
-} fxcut_u128;
-
 enum fxcut_maxflow_algorithm {
     FXCUT_MAXFLOW_DEFAULT = 0,
     FXCUT_MAXFLOW_PUSH_RELABEL = 1,

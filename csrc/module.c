@@ -46,6 +46,9 @@ PyObject *fxcut_raise(PyObject *module, const fxcut_error *err)
     case FXCUT_E_SIZE:
         type = PyExc_RuntimeError;
         break;
+    case FXCUT_E_UNSUPPORTED:
+        type = PyExc_NotImplementedError;
+        break;
     default:
         type = PyExc_ValueError;
         break;
@@ -317,7 +320,31 @@ static int module_exec(PyObject *module)
         {"KIND_OUTPUT", FXCUT_OUTPUT},
         {"KIND_CALL_MODULE", FXCUT_CALL_MODULE},
         {"KIND_CALL_METHOD", FXCUT_CALL_METHOD},
+        {"F_MUTABLE_HOP", FXCUT_F_MUTABLE_HOP},
         {"TAG_NONE", FXCUT_TAG_NONE},
+        {"C_REQUIRED_FW", FXCUT_C_REQUIRED_FW},
+        {"C_REQUIRED_BW", FXCUT_C_REQUIRED_BW},
+        {"C_TANGENTS_CLOSURE", FXCUT_C_TANGENTS_CLOSURE},
+        {"C_INPUT", FXCUT_C_INPUT},
+        {"C_BANNED", FXCUT_C_BANNED},
+        {"C_SAVED", FXCUT_C_SAVED},
+        {"C_SINK_SIDE", FXCUT_C_SINK_SIDE},
+        {"C_MUST_RECOMPUTE", FXCUT_C_MUST_RECOMPUTE},
+        {"BAN_NONE", FXCUT_BAN_NONE},
+        {"BAN_PRIMAL", FXCUT_BAN_PRIMAL},
+        {"BAN_FWD_SEED", FXCUT_BAN_FWD_SEED},
+        {"BAN_MUST_SAVE", FXCUT_BAN_MUST_SAVE},
+        {"BAN_NOT_IN_ALLOWLIST", FXCUT_BAN_NOT_IN_ALLOWLIST},
+        {"BAN_RANDOM", FXCUT_BAN_RANDOM},
+        {"BAN_COMPUTE_INTENSIVE", FXCUT_BAN_COMPUTE_INTENSIVE},
+        {"BAN_NON_BUILTIN", FXCUT_BAN_NON_BUILTIN},
+        {"BAN_MATERIALIZED_BACKWARD", FXCUT_BAN_MATERIALIZED_BACKWARD},
+        {"BAN_FAR_FROM_BACKWARD", FXCUT_BAN_FAR_FROM_BACKWARD},
+        {"BAN_REDUCTION", FXCUT_BAN_REDUCTION},
+        {"BAN_USED_FAR_APART", FXCUT_BAN_USED_FAR_APART},
+        {"BAN_LONG_FUSIBLE_CHAIN", FXCUT_BAN_LONG_FUSIBLE_CHAIN},
+        {"WEIGHT_INF", (long)FXCUT_WEIGHT_INF},
+        {"WEIGHT_NONE", (long)FXCUT_WEIGHT_NONE},
         {"SIZE_UNKNOWN", (long)FXCUT_SIZE_UNKNOWN},
     };
     for (size_t k = 0; k < sizeof constants / sizeof constants[0]; k++)

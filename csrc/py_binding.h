@@ -36,9 +36,13 @@ PyObject *fxcut_raise(PyObject *module, const fxcut_error *err);
 /* Entry points defined in other binding files. */
 PyObject *fxcut_py_min_cut(PyObject *module, PyObject *args);
 extern const char fxcut_py_min_cut_doc[];
+PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args);
+extern const char fxcut_py_partition_decide_doc[];
 
 #define FXCUT_EXTRA_METHODS                                                   \
     {"min_cut", (PyCFunction)fxcut_py_min_cut, METH_VARARGS,                  \
-     fxcut_py_min_cut_doc},
+     fxcut_py_min_cut_doc},                                                   \
+    {"partition_decide", (PyCFunction)fxcut_py_partition_decide,              \
+     METH_VARARGS, fxcut_py_partition_decide_doc},
 
 #endif /* FXCUT_PY_BINDING_H */

@@ -189,3 +189,105 @@ def _output_leaves(output: fx.Node) -> list[Any]:
 
     return list(pytree.arg_tree_leaves(*output.args))
 
+
+
+def _tensor_nbytes(val: torch.Tensor) -> int:
+    numel = val.numel()
+    if type(numel) is not int:
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+        numel = optimization_hint(numel, fallback=4096)
+    return int(numel) * val.dtype.itemsize
+
+
+def _object_nbytes(x: object) -> int:
+    return _tensor_nbytes(x) if isinstance(x, torch.Tensor) else 0
+
+
+class _ValueFacts:
+    """Per-node facts of the value a node produces, for the partitioner:
+    the flag bits torch's checks on ``meta["val"]`` give, and the byte size
+    torch's ``_size_of`` computes (SIZE_UNKNOWN where it would raise)."""
+
+    def __init__(self, facts: TargetFacts, impure_random: bool) -> None:
+        from torch._functorch import config
+        from torch._library.fake_class_registry import FakeScriptObject
+        from torch.fx.experimental._backward_state import BackwardState
+        from torch.fx.experimental.proxy_tensor import py_sym_types
+
+        self.facts = facts
+        self.impure_random = impure_random
+        self.sym_types = py_sym_types
+        self.free_types = (BackwardState, FakeScriptObject)
+        self.script_types = (torch.ScriptObject, FakeScriptObject)
+        self.script_objects_free = bool(config.unsafe_treat_script_objects_as_zero_size)
+        self.triton_hop = getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None)
+
+    def __call__(self, node: fx.Node, bits: int) -> tuple[int, int]:
+        meta = node.meta
+        nbytes = _C.SIZE_UNKNOWN
+        if "val" in meta:
+            val = meta["val"]
+            if isinstance(val, torch.Tensor):
+                nbytes = _tensor_nbytes(val)
+            else:
+                bits |= _C.F_NON_TENSOR
+                if isinstance(val, self.sym_types):
+                    bits |= _C.F_SYM
+                    if isinstance(val, torch.SymFloat):
+                        bits |= _C.F_SYMFLOAT
+                    nbytes = 1
+                elif isinstance(val, (list, tuple)):
+                    bits |= _C.F_VAL_IS_SEQ
+                    nbytes = sum(_object_nbytes(x) for x in val)
+                elif isinstance(val, dict):
+                    nbytes = sum(_object_nbytes(x) for x in val.values())
+                elif isinstance(val, self.script_types) and self.script_objects_free:
+                    nbytes = 0
+                if isinstance(val, self.free_types) or _is_opaque(node):
+                    bits |= _C.F_FREE_OBJECT
+        else:
+            if "tensor_meta" not in meta:
+                bits |= _C.F_NON_TENSOR
+            target = node.target
+            if node.op == "get_attr" or (
+                isinstance(target, torch._ops.OpOverload) and len(target._schema.returns) == 0
+            ):
+                nbytes = 0
+        if node.op == "call_function":
+            bits = self._call_function_bits(node, bits)
+        return bits, nbytes
+
+    def _call_function_bits(self, node: fx.Node, bits: int) -> int:
+        from .ops import _MUTABLE, is_impure
+
+        meta = node.meta
+        if is_impure(node, self.facts, self.impure_random):
+            bits |= _C.F_IMPURE
+        tag = meta.get("partitioner_tag")
+        if tag is not None:
+            if tag == "is_backward":
+                bits |= _C.F_IS_BACKWARD_TAG
+            if tag == "must_be_in_backward" or (
+                tag == "is_backward" and self.facts.flags(node.target) & _MUTABLE
+            ):
+                bits |= _C.F_MUST_BE_IN_BW
+        if meta.get("has_backward_hook", False):
+            bits |= _C.F_BW_HOOK
+        if bits & _C.F_GETITEM and self.triton_hop is not None:
+            producer = node.args[0]
+            if isinstance(producer, fx.Node) and producer.target is self.triton_hop:
+                bits |= _C.F_NO_FUSE_OUT
+        return bits
+
+
+def _is_opaque(node: fx.Node) -> bool:
+    from torch._functorch._aot_autograd.graph_compile import is_opaque_node
+
+    return bool(is_opaque_node(node))
+
+
+def lower_for_partition(graph: fx.Graph, facts: TargetFacts, *, impure_random: bool) -> GraphArrays:
+    """Everything the partition decision reads: structure, target flags,
+    per-node value facts, tags, ac_graph_id and byte sizes."""
+    return _lower(graph, facts, value_facts=_ValueFacts(facts, impure_random), with_meta=True)

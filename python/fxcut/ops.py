@@ -143,6 +143,24 @@ class TargetFacts:
 
         return get_default_op_list()
 
+    def impure(self, target: Any, impure_random: bool) -> bool:
+        """torch's purity test for a call_function target (not a
+        higher-order op, whose purity depends on its arguments)."""
+        key = ("impure", target, impure_random)
+        try:
+            return bool(self._cache[key])
+        except (KeyError, TypeError):
+            pass
+        from torch._library.utils import is_impure as torch_is_impure
+
+        value = bool(torch_is_impure(target, impure_random=impure_random))  # type: ignore[arg-type]
+        try:
+            with self._lock:
+                self._cache[key] = int(value)
+        except TypeError:
+            pass
+        return value
+
     def flags(self, target: Any) -> int:
         try:
             return self._cache[target]
@@ -185,8 +203,12 @@ class TargetFacts:
             bits |= F_CAT
         if target in (aten.lift_fresh_copy.default, aten.lift_fresh.default):
             bits |= F_LIFT_FRESH
-        if target is torch.ops.higher_order.with_effects:
+        if target is torch.ops.higher_order.with_effects or target is getattr(
+            torch.ops.higher_order, "invoke_subgraph", None
+        ):
             bits |= F_WITH_EFFECTS
+        if target in _mutable_hop_targets():
+            bits |= _C.F_MUTABLE_HOP
         if isinstance(target, torch._ops.OpOverload):
             from torch._library.utils import is_builtin
 
@@ -196,7 +218,7 @@ class TargetFacts:
                 bits |= F_NON_BUILTIN
             if target._schema.is_mutable:
                 bits |= _MUTABLE
-        if target is torch.ops.higher_order.triton_kernel_wrapper_functional:
+        if target is getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None):
             bits |= F_NON_BUILTIN
         return bits
 
@@ -211,3 +233,48 @@ def default_facts() -> TargetFacts:
 def zero3_facts() -> TargetFacts:
     """The facts the ZeRO-3 walk uses, with DeepCompile's no-copy set."""
     return TargetFacts(get_no_copy_ops())
+
+
+def _mutable_hop_targets() -> tuple[Any, ...]:
+    hops = torch.ops.higher_order
+    return tuple(
+        getattr(hops, name)
+        for name in ("auto_functionalized", "triton_kernel_wrapper_functional")
+        if hasattr(hops, name)
+    )
+
+
+def mutated_inputs(node: fx.Node) -> list[fx.Node]:
+    """The inputs a functionalized mutable op (auto_functionalized, a user
+    triton kernel) mutates: torch lets those fuse into the op."""
+    hops = torch.ops.higher_order
+    found: list[fx.Node] = []
+    if node.target is getattr(hops, "auto_functionalized", None):
+        from torch._higher_order_ops.auto_functionalize import get_mutable_args
+
+        names, _ = get_mutable_args(node.args[0])  # type: ignore[arg-type]
+        for name in names:
+            arg = node.kwargs[name]
+            if isinstance(arg, fx.Node):
+                found.append(arg)
+            elif isinstance(arg, list):
+                found.extend(a for a in arg if isinstance(a, fx.Node))
+    elif node.target is getattr(hops, "triton_kernel_wrapper_functional", None):
+        kwargs: Any = node.kwargs["kwargs"]
+        for name in node.kwargs["tensors_to_clone"]:  # type: ignore[union-attr]
+            arg = kwargs[name]
+            if isinstance(arg, fx.Node):
+                found.append(arg)
+    return found
+
+
+def is_impure(node: fx.Node, facts: TargetFacts, impure_random: bool) -> bool:
+    """Whether dead-code elimination keeps ``node`` (a call_function)."""
+    target = node.target
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        from torch._library.utils import is_impure as torch_is_impure
+
+        return bool(
+            torch_is_impure(target, args=node.args, kwargs=node.kwargs, impure_random=impure_random)
+        )
+    return facts.impure(target, impure_random)

@@ -1,0 +1,67 @@
+/*
+ * partition_internal.h -- state shared by the stages of the partition
+ * decision (tags.c, classify.c, bans.c, decide.c).  Not part of the API.
+ */
+#ifndef FXCUT_PARTITION_INTERNAL_H
+#define FXCUT_PARTITION_INTERNAL_H
+
+#include "fxcut.h"
+#include "maxflow.h"
+
+/* One decision's working state.  Everything here is owned by decide.c. */
+typedef struct {
+    const fxcut_graph *g;
+    const fxcut_partition_options *opt;
+    fxcut_partition_result *res;
+    int32_t *user_ptr;      /* users CSR (fxcut_graph_users) */
+    int32_t *user_idx;
+    int32_t *fw_order;      /* rank among required-forward nodes, or -1 */
+    int32_t *fw_nodes;      /* fw_nodes[rank] = node index */
+    int32_t n_fw;
+    int64_t *fuse_keys;     /* sorted (b << 32 | a) of the fuse pairs */
+    int32_t n_fuse_keys;
+    /* scratch for the walks in bans.c */
+    int32_t *stack;         /* n + 1 entries */
+    int64_t *heap;          /* 2 * (n + E) + 2 entries */
+    uint32_t *stamp;        /* stamp_len entries; == epoch: seen this walk */
+    size_t stamp_len;       /* 2 * n + 2 */
+    uint32_t epoch;
+} fxcut_ctx;
+
+/* Exact sums of many int64 sizes. */
+#if defined(__SIZEOF_INT128__)
+__extension__ typedef __int128 fxcut_wide;
+#else
+typedef long double fxcut_wide;
+#endif
+
+static inline int fxcut_must_recompute(int8_t tag)
+{
+    return tag == FXCUT_TAG_MUST_RECOMPUTE ||
+           tag == FXCUT_TAG_PREFER_RECOMPUTE;
+}
+
+static inline int fxcut_is_fw(const fxcut_ctx *c, int32_t i)
+{
+    return (c->res->node_class[i] & FXCUT_C_REQUIRED_FW) != 0;
+}
+
+/* torch's is_fusible(a, b): can b be fused with its producer a? */
+int fxcut_is_fusible(const fxcut_ctx *c, int32_t a, int32_t b);
+
+/* tags.c: recompute-tag clean-up at ac_graph_id boundaries and the forced
+ * saves (collectives, effectful ops, backward-mutation sources). */
+int fxcut_apply_tag_passes(fxcut_ctx *c, fxcut_error *err);
+
+/* classify.c: required-backward (and the tangents closure), inputs,
+ * required-forward (the forward-only graph after dead-code elimination),
+ * fw_order and dist_from_bw. */
+int fxcut_classify(fxcut_ctx *c, fxcut_error *err);
+
+/* bans.c */
+int fxcut_should_ban(fxcut_ctx *c, int32_t i, fxcut_error *err);
+int fxcut_ban_if_allowed(fxcut_ctx *c, int32_t i, int reason);
+int fxcut_ban_used_far_apart(fxcut_ctx *c, fxcut_error *err);
+int fxcut_ban_long_fusible_chains(fxcut_ctx *c, fxcut_error *err);
+
+#endif /* FXCUT_PARTITION_INTERNAL_H */
