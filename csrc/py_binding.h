@@ -34,14 +34,15 @@ void fxcut_release_graph(fxcut_graph_buffers *gb);
 PyObject *fxcut_raise(PyObject *module, const fxcut_error *err);
 
 /* Entry points defined in other binding files. */
-PyObject *fxcut_py_min_cut(PyObject *module, PyObject *args);
+PyObject *fxcut_py_min_cut(PyObject *module, PyObject *args,
+                           PyObject *kwargs);
 extern const char fxcut_py_min_cut_doc[];
 PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args);
 extern const char fxcut_py_partition_decide_doc[];
 
 #define FXCUT_EXTRA_METHODS                                                   \
-    {"min_cut", (PyCFunction)fxcut_py_min_cut, METH_VARARGS,                  \
-     fxcut_py_min_cut_doc},                                                   \
+    {"min_cut", (PyCFunction)(void (*)(void))fxcut_py_min_cut,                \
+     METH_VARARGS | METH_KEYWORDS, fxcut_py_min_cut_doc},                     \
     {"partition_decide", (PyCFunction)fxcut_py_partition_decide,              \
      METH_VARARGS, fxcut_py_partition_decide_doc},
 

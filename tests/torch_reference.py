@@ -1,0 +1,71 @@
+"""torch's own decision, step by step, as the reference fxcut must equal.
+
+Calls the installed torch's partitioner functions in the order its
+``min_cut_rematerialization_partition`` does (tag passes, classification,
+dist_from_bw, ``solve_min_cut``), on a graph module the caller owns (torch's
+passes write tags into it).  Dead-code elimination and CSE are left to the
+caller so both sides can start from the same graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.fx as fx
+from torch._functorch import config
+from torch._functorch import partitioners as tp
+
+
+@dataclass
+class TorchDecision:
+    saved: list[str]
+    banned: set[str]
+    required_fw: set[str]
+    required_bw: set[str]
+    n_required_bw: int
+
+
+def torch_decision(
+    gm: fx.GraphModule, num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None
+) -> TorchDecision:
+    if tp.has_recomputable_ops(gm):
+        tp.cleanup_recompute_tags(gm, is_default_partition=False)
+    if not config.unsafe_allow_optimization_of_collectives:
+        tp.force_save_collectives(gm)
+    tp.force_save_effectful_ops(gm)
+    tp.force_save_bw_mutation_src(gm)
+    info = tp.classify_nodes(gm, static_lifetime_input_indices or [], num_fwd_outputs)
+    if len(info.required_bw_nodes) == 0:
+        return TorchDecision([], set(), set(), set(), 0)
+    for node in reversed(gm.graph.nodes):
+        if node.op == "output":
+            node.dist_from_bw = int(1e9)
+        elif not info.is_required_fw(node):
+            node.dist_from_bw = 0
+        else:
+            node.dist_from_bw = int(1e9)
+            for user in node.users:
+                node.dist_from_bw = min(node.dist_from_bw, user.dist_from_bw + 1)
+    options = tp.MinCutOptions(
+        ban_if_used_far_apart=config.ban_recompute_used_far_apart,
+        ban_if_long_fusible_chains=config.ban_recompute_long_fusible_chains,
+        ban_if_materialized_backward=config.ban_recompute_materialized_backward,
+        ban_if_not_in_allowlist=config.ban_recompute_not_in_allowlist,
+        ban_if_reduction=config.ban_recompute_reductions,
+    )
+    if config.aggressive_recomputation:
+        options = tp.MinCutOptions(
+            ban_if_used_far_apart=False,
+            ban_if_long_fusible_chains=False,
+            ban_if_materialized_backward=False,
+            ban_if_not_in_allowlist=False,
+            ban_if_reduction=config.ban_recompute_reductions,
+        )
+    saved, banned = tp.solve_min_cut(gm.graph, info, options)
+    return TorchDecision(
+        saved=[n.name for n in saved],
+        banned={n.name for n in banned},
+        required_fw={n.name for n in info.required_fw_nodes},
+        required_bw={n.name for n in info.required_bw_nodes},
+        n_required_bw=len(info.required_bw_nodes),
+    )
