@@ -1,0 +1,304 @@
+"""The ``fxcut`` command.
+
+    fxcut partition --model llama --layers 4 --zero3     # fxcut vs torch, side by side
+    fxcut partition --module pkg.mod:factory --input 8,128:float32
+    fxcut explain --model gpt2 VALUE                     # why VALUE was saved / recomputed
+    python -m fxcut                                      # the main job (see DEFAULT_ARGS)
+
+Models are traced with fake tensors, so a model of billions of parameters is
+traced without allocating it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+#: ``python -m fxcut`` with no arguments: a Llama-style model under bf16
+#: autocast, its parameters treated as ZeRO-3 parameters.
+DEFAULT_ARGS = ["partition", "--model", "llama", "--layers", "4", "--dtype", "bfloat16", "--zero3"]
+
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "int64": torch.int64,
+    "long": torch.int64,
+    "int32": torch.int32,
+}
+
+
+class UsageError(Exception):
+    """Bad command-line input; main() prints it on one line and exits 2."""
+
+
+def _dtype(name: str | None) -> torch.dtype | None:
+    if name is None or name in ("none", "fp32", "float32"):
+        return None
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise UsageError(f"unknown dtype {name!r} (choose from {', '.join(sorted(DTYPES))})") from None
+
+
+def _parse_input_spec(spec: str) -> tuple[tuple[int, ...], torch.dtype]:
+    shape_text, _, dtype_text = spec.partition(":")
+    try:
+        shape = tuple(int(s) for s in shape_text.replace("x", ",").split(",") if s.strip())
+    except ValueError:
+        raise UsageError(f"malformed --input {spec!r}: expected 'd0,d1,...:dtype', e.g. '8,128:float32'") from None
+    if not shape or any(d <= 0 for d in shape):
+        raise UsageError(f"malformed --input {spec!r}: dimensions must be positive integers")
+    dtype = DTYPES.get(dtype_text or "float32")
+    if dtype is None:
+        raise UsageError(f"malformed --input {spec!r}: unknown dtype {dtype_text!r}")
+    return shape, dtype
+
+
+def _model_config(args: argparse.Namespace) -> dict[str, Any]:
+    cfg: dict[str, Any] = {}
+    for key in ("layers", "seq", "batch", "hidden", "heads"):
+        value = getattr(args, key, None)
+        if value is not None:
+            cfg[key] = value
+    return cfg
+
+
+def _capture(args: argparse.Namespace) -> Any:
+    from . import capture as cap
+    from .models import MODELS
+
+    autocast = _dtype(args.dtype)
+    if args.module:
+        return _capture_user_module(args, autocast)
+    if args.model not in MODELS:
+        raise UsageError(f"unknown model {args.model!r} (choose from {', '.join(sorted(MODELS))})")
+    try:
+        return cap.capture_model(
+            args.model,
+            autocast_dtype=autocast,
+            checkpoint=args.checkpoint,
+            fake=not args.real,
+            **_model_config(args),
+        )
+    except TypeError as e:
+        raise UsageError(f"model {args.model!r} does not take that option: {e}") from None
+
+
+def _capture_user_module(args: argparse.Namespace, autocast: torch.dtype | None) -> Any:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from . import capture as cap
+
+    path, _, attr = args.module.partition(":")
+    if not attr:
+        raise UsageError(f"--module {args.module!r}: expected 'package.module:factory'")
+    try:
+        factory = getattr(importlib.import_module(path), attr)
+    except (ImportError, AttributeError) as e:
+        raise UsageError(f"--module {args.module!r} does not import: {e}") from None
+    if not args.input:
+        raise UsageError("--module needs at least one --input 'shape:dtype'")
+    specs = [_parse_input_spec(s) for s in args.input]
+    with FakeTensorMode() if not args.real else _null():
+        model = factory()
+        inputs = [
+            torch.randn(shape, dtype=dtype) if dtype.is_floating_point else torch.zeros(shape, dtype=dtype)
+            for shape, dtype in specs
+        ]
+
+    def loss_fn(out: Any, _inputs: Any) -> torch.Tensor:
+        leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        return sum(t.float().sum() for t in leaves if t.is_floating_point())  # type: ignore[return-value]
+
+    return cap.capture(model, inputs, loss_fn, autocast_dtype=autocast, checkpoint=args.checkpoint, fake=not args.real)
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def run_partition(args: argparse.Namespace) -> Any:
+    """Trace, then partition with fxcut and with torch on copies of the same
+    joint graph; returns a :class:`fxcut.report.Comparison`."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
+
+    from .partition import min_cut_rematerialization_partition as fxcut_partition
+    from .report import Comparison, Zero3Summary, summarize, value_nbytes
+    from .zero3 import recompute_param_aliases
+
+    captured = _capture(args)
+    budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
+
+    def run(fn: Any, walk: bool) -> tuple[Any, Any, float, list[Any]]:
+        gm = captured.fresh()
+        tagged = recompute_param_aliases(gm.graph, captured.param_indices) if walk else []
+        start = time.perf_counter()
+        with functorch_config.patch(activation_memory_budget=budget):
+            fw, bw = fn(gm, captured.joint_inputs, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
+        return fw, bw, time.perf_counter() - start, tagged
+
+    fw, bw, seconds, tagged = run(fxcut_partition, args.zero3)
+    ours = summarize(fw, bw, captured.num_fwd_outputs, seconds)
+    theirs = same_saved = same_graphs = None
+    if not args.no_torch:
+        tfw, tbw, tseconds, _ = run(torch_partition, args.zero3)
+        theirs = summarize(tfw, tbw, captured.num_fwd_outputs, tseconds)
+        same_saved = ours.saved == theirs.saved
+        same_graphs = fw.code == tfw.code and bw.code == tbw.code
+    zero3 = None
+    if args.zero3:
+        pfw, pbw, _, _ = run(fxcut_partition, False)
+        plain = summarize(pfw, pbw, captured.num_fwd_outputs)
+        tagged_names = {n.name for n in tagged}
+        nodes = {n.name: n for n in captured.gm.graph.nodes}
+        aliases = [name for name in plain.saved if name in tagged_names]
+        from collections import Counter
+
+        from .report import _op_name
+
+        zero3 = Zero3Summary(
+            tagged=[n.name for n in tagged],
+            tagged_ops=dict(Counter(_op_name(n) for n in tagged).most_common()),
+            aliases_saved_without_walk=aliases,
+            alias_bytes_saved_without_walk=sum(value_nbytes(nodes[a]) for a in aliases),
+            saved_bytes_without_walk=plain.saved_bytes,
+            saved_bytes_with_walk=ours.saved_bytes,
+        )
+    return Comparison(
+        fxcut=ours,
+        torch=theirs,
+        same_saved=same_saved,
+        same_graphs=same_graphs,
+        zero3=zero3,
+        joint_nodes=captured.num_nodes,
+        extra={"model": args.module or args.model, "parameters": len(captured.param_indices)},
+    )
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def print_comparison(cmp: Any, out: Any = sys.stdout) -> None:
+    w = out.write
+    w(f"model: {cmp.extra.get('model')}  joint graph: {cmp.joint_nodes} nodes, "
+      f"{cmp.extra.get('parameters')} parameters\n")
+    if cmp.zero3 is not None:
+        z = cmp.zero3
+        w(f"\nZeRO-3 walk: {len(z.tagged)} parameter aliases / casts tagged MUST_RECOMPUTE\n")
+        for op, count in z.tagged_ops.items():
+            w(f"  {count:5d}  {op}\n")
+        w(f"  without the walk the forward saves {len(z.aliases_saved_without_walk)} parameter "
+          f"aliases ({_mib(z.alias_bytes_saved_without_walk)})\n")
+        w(f"  saved for backward: {_mib(z.saved_bytes_without_walk)} without the walk, "
+          f"{_mib(z.saved_bytes_with_walk)} with it: the forward no longer saves "
+          f"{_mib(max(0, z.saved_bytes_without_walk - z.saved_bytes_with_walk))} of parameter aliases "
+          f"(net change {_mib(z.saved_bytes_with_walk - z.saved_bytes_without_walk)})\n")
+    rows = [("fxcut", cmp.fxcut)] + ([("torch", cmp.torch)] if cmp.torch else [])
+    w(f"\n{'':8s}{'saved':>8s}{'saved bytes':>16s}{'recomputed':>12s}{'fw nodes':>10s}{'bw nodes':>10s}{'time':>10s}\n")
+    for name, s in rows:
+        w(f"{name:8s}{len(s.saved):8d}{_mib(s.saved_bytes):>16s}{len(s.recomputed):12d}"
+          f"{s.fw_nodes:10d}{s.bw_nodes:10d}{s.seconds * 1e3:8.1f}ms\n")
+    if cmp.fxcut.recomputed_ops:
+        top = ", ".join(f"{op} x{c}" for op, c in list(cmp.fxcut.recomputed_ops.items())[:8])
+        w(f"recomputed in backward: {top}\n")
+    if cmp.torch is not None:
+        verdict = "identical" if cmp.same_saved and cmp.same_graphs else "DIFFERENT"
+        w(f"fxcut vs torch: saved values and graphs {verdict}; "
+          f"partition_fn {cmp.speedup:.2f}x torch's speed\n")
+
+
+def run_explain(args: argparse.Namespace) -> dict[str, Any]:
+    from .explain import explain_value
+
+    captured = _capture(args)
+    gm = captured.fresh()
+    if args.zero3:
+        from .zero3 import recompute_param_aliases
+
+        recompute_param_aliases(gm.graph, captured.param_indices)
+    return explain_value(gm, args.value, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="llama", help="built-in model (default: llama)")
+    p.add_argument("--module", help="your own model: 'package.module:factory' (a callable returning nn.Module)")
+    p.add_argument("--input", action="append", help="an input of --module as 'd0,d1,...:dtype' (repeatable)")
+    p.add_argument("--layers", type=int)
+    p.add_argument("--seq", type=int)
+    p.add_argument("--batch", type=int)
+    p.add_argument("--hidden", type=int)
+    p.add_argument("--heads", type=int)
+    p.add_argument("--dtype", default=None, help="autocast dtype, e.g. bfloat16 (default: none)")
+    p.add_argument("--checkpoint", action="store_true", help="wrap each block in torch.utils.checkpoint")
+    p.add_argument("--zero3", action="store_true", help="treat parameters as ZeRO-3 parameters (DeepCompile's walk)")
+    p.add_argument("--real", action="store_true", help="trace with real tensors instead of fake ones")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fxcut", description="fxcut: AOT Autograd's min-cut partition decision, in C")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log at INFO (-v) or DEBUG (-vv)")
+    sub = parser.add_subparsers(dest="command")
+    p = sub.add_parser("partition", help="partition a model with fxcut and torch, side by side")
+    _add_model_args(p)
+    p.add_argument("--budget", type=float, default=None, help="activation_memory_budget (default: config's)")
+    p.add_argument("--no-torch", action="store_true", help="skip torch's partitioner")
+    p.add_argument("--json", action="store_true", help="print JSON for machines")
+    e = sub.add_parser("explain", help="why a value was saved or recomputed")
+    _add_model_args(e)
+    e.add_argument("value", help="node name in the joint graph, e.g. addmm_3")
+    e.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        argv = list(DEFAULT_ARGS)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO, format="%(name)s: %(message)s")
+    try:
+        if args.command == "partition":
+            cmp = run_partition(args)
+            if args.json:
+                json.dump(cmp.as_dict(), sys.stdout, indent=2)
+                sys.stdout.write("\n")
+            else:
+                print_comparison(cmp)
+            return 0 if cmp.same_saved in (None, True) else 1
+        if args.command == "explain":
+            result = run_explain(args)
+            if args.json:
+                json.dump(result, sys.stdout, indent=2)
+                sys.stdout.write("\n")
+            else:
+                sys.stdout.write(result["text"] + "\n")
+            return 0
+        parser.print_help()
+        return 2
+    except UsageError as e:
+        sys.stderr.write(f"fxcut: error: {e}\n")
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""What a partition decided, in terms a person can read: saved values and
+their bytes, recomputed ops, and how two partitions compare."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+
+def value_nbytes(node: fx.Node) -> int:
+    """Bytes of the value a node holds (0 for non-tensors, as torch's
+    partitioner sizes symbolic values at 1 byte)."""
+    from .lower import _object_nbytes, _tensor_nbytes
+
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return _tensor_nbytes(val)
+    if isinstance(val, (list, tuple)):
+        return sum(_object_nbytes(x) for x in val)
+    return 1 if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) else 0
+
+
+def _op_name(node: fx.Node) -> str:
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    if packet is not None:
+        return str(packet)
+    return getattr(target, "__name__", str(target))
+
+
+@dataclass
+class PartitionSummary:
+    """One partition: the saved values (forward outputs past the user's)
+    and the ops computed in both forward and backward."""
+
+    saved: list[str]
+    saved_bytes: int
+    recomputed: list[str]
+    recomputed_ops: dict[str, int]
+    fw_nodes: int
+    bw_nodes: int
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(
+    fw_module: fx.GraphModule, bw_module: fx.GraphModule, num_fwd_outputs: int, seconds: float = 0.0
+) -> PartitionSummary:
+    output = next(iter(reversed(fw_module.graph.nodes)))
+    leaves = output.args[0] if isinstance(output.args[0], (tuple, list)) else (output.args[0],)
+    saved_nodes = [n for n in leaves[num_fwd_outputs:] if isinstance(n, fx.Node)]
+    fw_names = {n.name for n in fw_module.graph.nodes if n.op == "call_function"}
+    recomputed = [
+        n for n in bw_module.graph.nodes if n.op == "call_function" and n.name in fw_names
+    ]
+    return PartitionSummary(
+        saved=[n.name for n in saved_nodes],
+        saved_bytes=sum(value_nbytes(n) for n in saved_nodes),
+        recomputed=[n.name for n in recomputed],
+        recomputed_ops=dict(Counter(_op_name(n) for n in recomputed).most_common()),
+        fw_nodes=len(fw_module.graph.nodes),
+        bw_nodes=len(bw_module.graph.nodes),
+        seconds=seconds,
+    )
+
+
+@dataclass
+class Zero3Summary:
+    """The ZeRO-3 walk's effect: which parameter aliases and casts were
+    tagged MUST_RECOMPUTE, and what the forward no longer saves."""
+
+    tagged: list[str]
+    tagged_ops: dict[str, int]
+    aliases_saved_without_walk: list[str]
+    alias_bytes_saved_without_walk: int
+    saved_bytes_without_walk: int
+    saved_bytes_with_walk: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Comparison:
+    fxcut: PartitionSummary
+    torch: PartitionSummary | None
+    same_saved: bool | None
+    same_graphs: bool | None
+    zero3: Zero3Summary | None = None
+    joint_nodes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.torch is None or self.fxcut.seconds <= 0:
+            return None
+        return self.torch.seconds / self.fxcut.seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {
+            "joint_nodes": self.joint_nodes,
+            "fxcut": self.fxcut.as_dict(),
+            "torch": self.torch.as_dict() if self.torch else None,
+            "same_saved": self.same_saved,
+            "same_graphs": self.same_graphs,
+            "speedup": self.speedup,
+            "zero3": self.zero3.as_dict() if self.zero3 else None,
+        }
+        out.update(self.extra)
+        return out
