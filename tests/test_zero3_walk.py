@@ -51,10 +51,6 @@ def assert_unchanged(graph: fx.Graph, before: tuple[list[fx.Node], list[dict[str
     assert str(graph) == text
 
 
-def by_name(graph: fx.Graph) -> dict[str, fx.Node]:
-    return {node.name: node for node in graph.nodes}
-
-
 # ---------------------------------------------------------------------------
 # differential test against the reference walk on random graphs
 
