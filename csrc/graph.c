@@ -19,18 +19,22 @@ int fxcut_fail(fxcut_error *err, int code, int64_t node, const char *fmt, ...)
 }
 
 /* One CSR (ptr[0..n], idx[0..ptr[n])): monotone, in range, and every
- * referenced node precedes its referrer (graph order is topological). */
+ * referenced node precedes its referrer (graph order is topological).
+ * The caller guarantees idx has ptr[n] entries.  ptr is checked whole before
+ * idx is read: a ptr[i] above ptr[n] is only caught by a later decrease, and
+ * reading idx up to it first would run past the end of idx. */
 static int validate_csr(int32_t n, const int32_t *ptr, const int32_t *idx,
                         const char *name, fxcut_error *err)
 {
     if (ptr[0] != 0)
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "%s_ptr[0] must be 0, got %d", name, (int)ptr[0]);
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < n; i++)
         if (ptr[i + 1] < ptr[i])
             return fxcut_fail(err, FXCUT_E_INVALID, i,
                               "%s_ptr decreases at node %d (%d > %d)", name,
                               (int)i, (int)ptr[i], (int)ptr[i + 1]);
+    for (int32_t i = 0; i < n; i++) {
         for (int32_t e = ptr[i]; e < ptr[i + 1]; e++) {
             int32_t j = idx[e];
             if (j < 0 || j >= n)

@@ -74,9 +74,18 @@ int fxcut_get_buffer(PyObject *obj, const char *name, Py_ssize_t itemsize,
                      Py_ssize_t expected_len, Py_buffer *view)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s must support the buffer protocol (array.array, "
-                     "numpy array), got %.100s", name, Py_TYPE(obj)->tp_name);
+        /* An object with the buffer protocol fails here only when its data
+         * is not contiguous (a strided numpy view): say that, not that it
+         * lacks the protocol. */
+        if (PyObject_CheckBuffer(obj))
+            PyErr_Format(PyExc_TypeError,
+                         "%s must be a C-contiguous buffer, got a "
+                         "non-contiguous %.100s", name, Py_TYPE(obj)->tp_name);
+        else
+            PyErr_Format(PyExc_TypeError,
+                         "%s must support the buffer protocol (array.array, "
+                         "numpy array), got %.100s", name,
+                         Py_TYPE(obj)->tp_name);
         return -1;
     }
     const char *fmt = view->format != NULL ? view->format : "B";

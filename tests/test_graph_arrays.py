@@ -1,0 +1,400 @@
+"""The C core's checks of a graph array, through fxcut._C.validate and
+fxcut._C.param_alias_walk.
+
+A well-formed array comes from fxcut.lower.lower_structure; each test breaks
+one thing in it and asserts the exception type, that the message names the
+culprit, and (for errors found by the core) the exception's ``node``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from array import array
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.fx as fx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fxcut import _C
+from fxcut.lower import GraphArrays, lower_structure
+from fxcut.ops import zero3_facts
+
+aten = torch.ops.aten
+
+FIELDS = ["kind", "flags", "tag", "ac_graph_id", "nbytes", "arg_ptr", "arg_idx", "in_ptr", "in_idx", "outputs"]
+TYPECODES = {"kind": "B", "flags": "I", "tag": "b", "ac_graph_id": "i", "nbytes": "q",
+             "arg_ptr": "i", "arg_idx": "i", "in_ptr": "i", "in_idx": "i", "outputs": "i"}
+N = 6  # nodes in base()
+
+
+def base() -> GraphArrays:
+    """primals_1, primals_2, view(primals_1), neg(view), add(view, other=primals_2), output."""
+    graph = fx.Graph()
+    p1 = graph.placeholder("primals_1")
+    p2 = graph.placeholder("primals_2")
+    view = graph.call_function(aten.view.default, (p1, [4]))
+    neg = graph.call_function(aten.neg.default, (view,))
+    add = graph.call_function(aten.add.Tensor, (view,), {"other": p2})
+    graph.output((neg, add))
+    return lower_structure(graph, zero3_facts())
+
+
+def with_(arrays: GraphArrays, **changes: Any) -> GraphArrays:
+    return dataclasses.replace(arrays, **changes)
+
+
+def changed(field: str, index: int, value: int) -> GraphArrays:
+    arrays = base()
+    buf = array(TYPECODES[field], getattr(arrays, field))
+    buf[index] = value
+    return with_(arrays, **{field: buf})
+
+
+def raises(exc: type[BaseException], arrays: Any, params: Any = None) -> BaseException:
+    with pytest.raises(exc) as info:
+        if params is None:
+            _C.validate(arrays)
+        else:
+            _C.param_alias_walk(arrays, params)
+    assert type(info.value) is exc
+    return info.value
+
+
+# ---------------------------------------------------------------------------
+# the well-formed array
+
+
+def test_lowering_of_the_base_graph() -> None:
+    a = base()
+    assert list(a.kind) == [_C.KIND_PLACEHOLDER] * 2 + [_C.KIND_CALL_FUNCTION] * 3 + [_C.KIND_OUTPUT]
+    assert [bool(f & _C.F_PRIMAL) for f in a.flags] == [True, True, False, False, False, False]
+    assert [bool(f & _C.F_NO_COPY) for f in a.flags] == [False, False, True, False, False, False]
+    assert list(a.tag) == [_C.TAG_NONE] * N
+    assert list(a.arg_ptr) == [0, 0, 0, 1, 2, 3, 3] and list(a.arg_idx) == [0, 2, 2]
+    assert list(a.in_ptr) == [0, 0, 0, 1, 2, 4, 6] and list(a.in_idx) == [0, 2, 2, 1, 3, 4]
+    assert list(a.outputs) == [3, 4]
+
+
+def test_well_formed_array_validates_and_walks() -> None:
+    a = base()
+    assert _C.validate(a) is None
+    assert _C.param_alias_walk(a, array("i", [0])) == bytes([0, 0, 1, 0, 0, 0])
+    assert _C.param_alias_walk(a, array("i", [1])) == bytes(N)  # primals_2 reaches add only via kwargs
+    assert _C.param_alias_walk(a, array("i", [])) == bytes(N)
+    assert _C.param_alias_walk(a, array("i", [0, 0, 1])) == bytes([0, 0, 1, 0, 0, 0])
+
+
+def test_numpy_buffers_and_boundary_values_are_accepted() -> None:
+    a = base()
+    numpy_arrays = with_(a, **{f: np.frombuffer(bytes(getattr(a, f)), dtype=getattr(a, f).typecode) for f in FIELDS})
+    assert _C.validate(numpy_arrays) is None
+    edge = with_(a, nbytes=array("q", [_C.SIZE_UNKNOWN] * N), tag=array("b", [-1, 0, 1, 2, 3, 5]),
+                 kind=array("B", [0, 0, 1, 1, 5, 3]), outputs=array("i", [-1, 5]))
+    assert _C.validate(edge) is None
+    assert _C.param_alias_walk(edge, np.array([0], dtype=np.int32)) == bytes([0, 0, 1, 0, 0, 0])
+
+
+def test_empty_graph_array_is_valid() -> None:
+    empty = types.SimpleNamespace(**{f: array(TYPECODES[f]) for f in FIELDS})
+    empty.arg_ptr = array("i", [0])
+    empty.in_ptr = array("i", [0])
+    assert _C.validate(empty) is None
+    assert _C.param_alias_walk(empty, array("i")) == b""
+
+
+# ---------------------------------------------------------------------------
+# lengths and CSR ends (checked by the binding)
+
+
+@pytest.mark.parametrize("field", ["flags", "tag", "ac_graph_id", "nbytes", "arg_ptr", "in_ptr"])
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_wrong_length_raises_value_error_naming_the_array(field: str, delta: int) -> None:
+    a = base()
+    buf = array(TYPECODES[field], getattr(a, field))
+    if delta < 0:
+        buf.pop()
+    else:
+        buf.append(buf[-1])
+    expected = N + 1 if field.endswith("_ptr") else N
+    for params in (None, array("i", [0])):
+        exc = raises(ValueError, with_(a, **{field: buf}), params)
+        assert f"{field} has {expected + delta} entries, expected {expected}" in str(exc)
+
+
+@pytest.mark.parametrize("csr", ["arg", "in"])
+def test_csr_end_must_match_the_index_array(csr: str) -> None:
+    a = base()
+    longer = array("i", getattr(a, f"{csr}_idx")) + array("i", [0])
+    exc = raises(ValueError, with_(a, **{f"{csr}_idx": longer}))
+    assert "CSR ends do not match" in str(exc) and f"{csr}_ptr[{N}]" in str(exc)
+    exc = raises(ValueError, changed(f"{csr}_ptr", N, getattr(a, f"{csr}_ptr")[N] - 1))
+    assert "CSR ends do not match" in str(exc)
+
+
+# ---------------------------------------------------------------------------
+# contents (checked by the core; the exception carries .node)
+
+
+@pytest.mark.parametrize("csr", ["arg", "in"])
+def test_ptr_must_start_at_zero(csr: str) -> None:
+    exc = raises(ValueError, changed(f"{csr}_ptr", 0, 1))
+    assert f"{csr}_ptr[0] must be 0, got 1" in str(exc)
+    assert exc.node == -1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("csr", ["arg", "in"])
+def test_decreasing_ptr_names_the_node(csr: str) -> None:
+    # ptr[3] raised above ptr[4]: node 3's range ends before it starts
+    ptr = getattr(base(), f"{csr}_ptr")
+    exc = raises(ValueError, changed(f"{csr}_ptr", 3, ptr[4] + 1))
+    assert f"{csr}_ptr decreases at node 3" in str(exc)
+    assert exc.node == 3  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("csr", ["arg", "in"])
+def test_ptr_far_beyond_the_end_is_caught_before_idx_is_read(csr: str) -> None:
+    # ptr[2] points a million entries past the end of idx; the decrease at
+    # node 2 must be reported without reading idx there (regression: the
+    # check used to walk idx node by node and read past its end first).
+    exc = raises(ValueError, changed(f"{csr}_ptr", 2, 1_000_000))
+    assert f"{csr}_ptr decreases at node 2 (1000000 >" in str(exc)
+    assert exc.node == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("csr, edge, node", [("arg", 1, 3), ("in", 3, 4)])
+@pytest.mark.parametrize("value", [N, 1000, -1, -(2**31)])
+def test_index_out_of_range_raises_index_error(csr: str, edge: int, node: int, value: int) -> None:
+    exc = raises(IndexError, changed(f"{csr}_idx", edge, value))
+    assert f"{csr}_idx[{edge}] = {value} of node {node} is outside [0, {N})" in str(exc)
+    assert exc.node == node  # type: ignore[attr-defined]
+    exc = raises(IndexError, changed(f"{csr}_idx", edge, value), array("i", [0]))
+    assert exc.node == node  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("csr, edge, node", [("arg", 1, 3), ("in", 3, 4)])
+@pytest.mark.parametrize("target", ["self", "later"])
+def test_forward_reference_or_cycle_raises_value_error(csr: str, edge: int, node: int, target: str) -> None:
+    used = node if target == "self" else node + 1
+    exc = raises(ValueError, changed(f"{csr}_idx", edge, used))
+    assert f"node {node} uses node {used}" in str(exc) and "cycle" in str(exc)
+    assert exc.node == node  # type: ignore[attr-defined]
+    exc = raises(ValueError, changed(f"{csr}_idx", edge, used), array("i", [0]))
+    assert "cycle" in str(exc) and exc.node == node  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", [_C.KIND_CALL_METHOD + 1, 255])
+def test_bad_kind_raises_value_error(value: int) -> None:
+    exc = raises(ValueError, changed("kind", 2, value))
+    assert f"kind[2] = {value} is not a node kind" in str(exc)
+    assert exc.node == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", [6, 127, -2, -128])
+def test_bad_tag_raises_value_error(value: int) -> None:
+    exc = raises(ValueError, changed("tag", 4, value))
+    assert f"tag[4] = {value} is not a recompute policy" in str(exc)
+    assert exc.node == 4  # type: ignore[attr-defined]
+
+
+def test_negative_nbytes_raises_value_error() -> None:
+    exc = raises(ValueError, changed("nbytes", 1, -2))
+    assert "nbytes[1] = -2" in str(exc)
+    assert exc.node == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", [N, -2, 2**31 - 1])
+def test_output_out_of_range_raises_index_error(value: int) -> None:
+    exc = raises(IndexError, changed("outputs", 1, value))
+    assert f"outputs[1] = {value} is outside [-1, {N})" in str(exc)
+    assert exc.node == -1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("node", [2, 3, 5])
+def test_param_that_is_not_a_placeholder_raises_value_error(node: int) -> None:
+    exc = raises(ValueError, base(), array("i", [0, node]))
+    assert f"params[1] = node {node} is not a placeholder" in str(exc)
+    assert exc.node == node  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", [N, -1, 2**31 - 1])
+def test_param_out_of_range_raises_index_error(value: int) -> None:
+    exc = raises(IndexError, base(), array("i", [1, value]))
+    assert f"params[1] = {value} is outside [0, {N})" in str(exc)
+
+
+# ---------------------------------------------------------------------------
+# buffer types and missing attributes
+
+
+def _numpy_2d(a: GraphArrays, field: str) -> Any:
+    return np.asarray(getattr(a, field)).reshape(-1, 1)
+
+
+def _numpy_strided(a: GraphArrays, field: str) -> Any:
+    doubled = np.repeat(np.asarray(getattr(a, field)), 2)
+    return doubled[::2]
+
+
+@pytest.mark.parametrize(
+    "field, make",
+    [
+        ("kind", lambda a, f: array("i", getattr(a, f))),
+        ("flags", lambda a, f: array("H", getattr(a, f))),
+        ("flags", lambda a, f: array("f", getattr(a, f))),
+        ("tag", lambda a, f: array("h", getattr(a, f))),
+        ("ac_graph_id", lambda a, f: array("q", getattr(a, f))),
+        ("nbytes", lambda a, f: array("d", getattr(a, f))),
+        ("nbytes", lambda a, f: array("i", getattr(a, f))),
+        ("arg_ptr", lambda a, f: list(getattr(a, f))),
+        ("arg_idx", lambda a, f: array("q", getattr(a, f))),
+        ("in_ptr", _numpy_2d),
+        ("in_idx", _numpy_strided),
+        ("outputs", lambda a, f: "3,4"),
+        ("outputs", lambda a, f: np.asarray(getattr(a, f), dtype=np.float32)),
+        ("kind", lambda a, f: np.asarray(getattr(a, f), dtype=np.bool_)),
+    ],
+)
+def test_wrong_buffer_type_raises_type_error_naming_the_array(field: str, make: Any) -> None:
+    a = base()
+    bad = with_(a, **{field: make(a, field)})
+    for params in (None, array("i", [0])):
+        exc = raises(TypeError, bad, params)
+        assert str(exc).startswith(f"{field} must ")
+
+
+def test_strided_buffer_is_reported_as_not_contiguous() -> None:
+    a = base()
+    for params in (None, array("i", [0])):
+        exc = raises(TypeError, with_(a, in_idx=_numpy_strided(a, "in_idx")), params)
+        assert "in_idx must be a C-contiguous buffer" in str(exc)
+    with pytest.raises(TypeError, match="params must be a C-contiguous buffer"):
+        _C.param_alias_walk(a, np.array([0, 1, 0, 1], dtype=np.int32)[::2])
+
+
+@pytest.mark.parametrize("params", [array("q", [0]), array("h", [0]), [0], np.array([0.0], dtype=np.float32), None])
+def test_wrong_params_buffer_raises_type_error(params: Any) -> None:
+    with pytest.raises(TypeError, match="params must "):
+        _C.param_alias_walk(base(), params)
+
+
+@pytest.mark.parametrize("missing", FIELDS)
+def test_missing_attribute_raises_type_error_naming_it(missing: str) -> None:
+    a = base()
+    partial = types.SimpleNamespace(**{f: getattr(a, f) for f in FIELDS if f != missing})
+    for params in (None, array("i", [0])):
+        exc = raises(TypeError, partial, params)
+        assert f"no attribute '{missing}'" in str(exc)
+
+
+def test_entry_points_check_their_arity() -> None:
+    with pytest.raises(TypeError):
+        _C.param_alias_walk(base())  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        _C.validate(None)
+
+
+# ---------------------------------------------------------------------------
+# random garbage never crashes
+
+_RANGE = {"b": (-(2**7), 2**7 - 1), "B": (0, 2**8 - 1), "h": (-(2**15), 2**15 - 1), "H": (0, 2**16 - 1),
+          "i": (-(2**31), 2**31 - 1), "I": (0, 2**32 - 1), "q": (-(2**63), 2**63 - 1), "Q": (0, 2**64 - 1),
+          "f": (-(2**24), 2**24)}
+
+
+def _plausible_csr(draw: st.DrawFn, n: int) -> tuple[list[int], list[int]]:
+    """ptr, idx with every index an earlier node (a valid CSR)."""
+    ptr, idx = [0], []
+    for i in range(n):
+        idx.extend(draw(st.lists(st.integers(0, i - 1), max_size=3)) if i else [])
+        ptr.append(len(idx))
+    return ptr, idx
+
+
+@st.composite
+def garbage(draw: st.DrawFn) -> tuple[Any, Any]:
+    """A plausible graph array (mostly valid), then a few corruptions: a
+    value anywhere in any type's range, a wrong length, a wrong item type,
+    a missing attribute."""
+    n = draw(st.integers(0, 12))
+    values: dict[str, list[Any]] = {
+        "kind": draw(st.lists(st.sampled_from([_C.KIND_PLACEHOLDER, _C.KIND_CALL_FUNCTION, _C.KIND_CALL_FUNCTION,
+                                               _C.KIND_GET_ATTR, _C.KIND_OUTPUT, _C.KIND_CALL_METHOD]),
+                              min_size=n, max_size=n)),
+        "flags": draw(st.lists(st.integers(0, 2**32 - 1), min_size=n, max_size=n)),
+        "tag": draw(st.lists(st.integers(-1, 5), min_size=n, max_size=n)),
+        "ac_graph_id": draw(st.lists(st.integers(-(2**31), 2**31 - 1), min_size=n, max_size=n)),
+        "nbytes": draw(st.lists(st.integers(-1, 2**63 - 1), min_size=n, max_size=n)),
+        "outputs": draw(st.lists(st.integers(-1, n - 1), max_size=4)) if n else [],
+    }
+    values["arg_ptr"], values["arg_idx"] = _plausible_csr(draw, n)
+    values["in_ptr"], values["in_idx"] = _plausible_csr(draw, n)
+    typecodes = dict(TYPECODES)
+    placeholders = [i for i, k in enumerate(values["kind"]) if k == _C.KIND_PLACEHOLDER]
+    params = draw(st.lists(st.sampled_from(placeholders), max_size=3)) if placeholders else []
+    params_code = "i"
+    missing: set[str] = set()
+
+    for _ in range(draw(st.integers(0, 4))):
+        field = draw(st.sampled_from([*FIELDS, "params"]))
+        current = params if field == "params" else values[field]
+        how = draw(st.sampled_from(["value"] * 5 + ["length", "type", "missing"]))
+        if how == "value":
+            lo, hi = _RANGE[typecodes.get(field, "i")]
+            value = draw(st.one_of(st.integers(-2, n + 2), st.sampled_from([lo, hi, lo + 1, hi - 1])))
+            value = min(max(value, lo), hi)
+            if current:
+                current[draw(st.integers(0, len(current) - 1))] = value
+            else:
+                current.append(value)
+        elif how == "length":
+            if current and draw(st.booleans()):
+                current.pop(draw(st.integers(0, len(current) - 1)))
+            else:
+                current.append(draw(st.integers(-1, n)))
+        elif how == "type":
+            code = draw(st.sampled_from("bBhHiIqQf"))
+            if field == "params":
+                params_code = code
+            else:
+                typecodes[field] = code
+        else:
+            missing.add(field)
+
+    def make(code: str, items: list[Any]) -> array:
+        lo, hi = _RANGE[code]
+        return array(code, [float(v) if code == "f" else min(max(v, lo), hi) for v in items])
+
+    fields = {f: make(typecodes[f], values[f]) for f in FIELDS if f not in missing}
+    return types.SimpleNamespace(**fields), (None if "params" in missing else make(params_code, params))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(garbage())
+def test_random_garbage_never_crashes(case: tuple[Any, Any]) -> None:
+    arrays, params = case
+    for call in (lambda: _C.validate(arrays), lambda: _C.param_alias_walk(arrays, params)):
+        try:
+            result = call()
+        except (ValueError, IndexError, TypeError) as exc:
+            assert str(exc)
+        else:
+            assert result is None or result == _walk_in_python(arrays, params)
+
+
+def _walk_in_python(arrays: Any, params: Any) -> bytes:
+    """The walk over a (valid) graph array, for the cases the core accepts."""
+    aliasing = _C.F_NO_COPY | _C.F_CAST
+    reached = set(params)
+    marks = bytearray(len(arrays.kind))
+    for i, kind in enumerate(arrays.kind):
+        if kind != _C.KIND_CALL_FUNCTION or not arrays.flags[i] & aliasing:
+            continue
+        if any(arrays.arg_idx[e] in reached for e in range(arrays.arg_ptr[i], arrays.arg_ptr[i + 1])):
+            marks[i] = 1
+            reached.add(i)
+    return bytes(marks)
