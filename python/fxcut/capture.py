@@ -1,0 +1,409 @@
+"""Capture the joint forward+backward graph that AOT Autograd hands its partitioner.
+
+:func:`capture` compiles ``loss_fn(model(*inputs), inputs)`` with
+``torch.compile(backend=aot_autograd(..., partition_fn=recorder))``.  Dynamo
+is in the loop on purpose: activation checkpointing and selective
+checkpointing only reach the joint graph as ``meta["recompute"]`` /
+``meta["ac_graph_id"]`` tags when dynamo traces ``torch.utils.checkpoint``.
+The recorder keeps a private copy of everything the partitioner received,
+then delegates (to torch's ``min_cut_rematerialization_partition`` by
+default) so compilation completes.
+
+Fake capture (``fake=True``): the model is built under a
+``FakeTensorMode`` (:func:`capture_model` does it), so its parameters are
+fake tensors that claim ``device="cpu"`` but own no storage; compiling and
+running the forward inside that mode gives exactly the joint graph of the
+real CPU model -- CPU autocast included -- for any parameter count.  (A
+model on the ``meta`` device is no substitute: CPU autocast does not apply to
+meta tensors, and its joint graph comes out without a backward.)
+
+Where dynamo's graph inputs land: AOT Autograd's primal placeholders are the
+traced module's own parameters and buffers (none when dynamo lifts them,
+which is the default), followed by dynamo's graph inputs in order.  So the
+graph input ``k`` that is an ``nn.Parameter`` is primal ``offset + k``; the
+recorder checks that every such placeholder has the parameter's shape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.utils.checkpoint
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.compilers import nop
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from .models import BlockStack, LossFn, build_model
+
+#: DeepCompile's parameter record: (position among the primal placeholders, ds_id, full shape)
+ParamIndex = tuple[int, int, torch.Size]
+PartitionFn = Callable[..., tuple[fx.GraphModule, fx.GraphModule]]
+
+aten = torch.ops.aten
+
+
+class CaptureError(RuntimeError):
+    """The compiled model did not produce exactly one joint graph, or its inputs cannot be mapped."""
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """How the model is compiled.
+
+    - ``autocast_dtype``: run under ``torch.autocast("cpu", dtype=...)``.
+    - ``checkpoint``: wrap each block in non-reentrant ``torch.utils.checkpoint``.
+    - ``sac``: like ``checkpoint``, with :func:`sac_policy` (implies ``checkpoint``).
+    - ``dynamic``: ``torch.compile(dynamic=True)``: symbolic input sizes.
+    - ``fake``: the model's parameters are fake tensors (see :func:`capture_model`).
+    """
+
+    autocast_dtype: torch.dtype | None = None
+    checkpoint: bool = False
+    sac: bool = False
+    dynamic: bool = False
+    fake: bool = False
+
+
+def torch_min_cut_partition(*args: Any, **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """The installed torch's ``min_cut_rematerialization_partition``."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    return min_cut_rematerialization_partition(*args, **kwargs)
+
+
+_SAVED_BY_SAC = frozenset({aten.mm, aten.bmm, aten.addmm})
+
+
+def sac_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> torch.utils.checkpoint.CheckpointPolicy:
+    """Selective checkpointing: save matmul outputs, prefer recomputing everything else."""
+    if getattr(op, "overloadpacket", None) in _SAVED_BY_SAC:
+        return torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE
+    return torch.utils.checkpoint.CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def sac_context_fn() -> Any:
+    return torch.utils.checkpoint.create_selective_checkpoint_contexts(sac_policy)
+
+
+# --------------------------------------------------------------------------- copies
+
+
+_SHARED_META = frozenset({"val", "tensor_meta"})
+
+
+def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
+    """An independent copy of ``gm``: same node names and order, own meta dicts.
+
+    Each node's ``meta`` is a new dict, and so is every dict or list directly
+    inside it except ``val`` (fake tensors, or lists of them, are shared like
+    every other value).  Attributes that ``get_attr`` nodes reach are shared.
+    """
+    graph = fx.Graph(tracer_cls=gm.graph._tracer_cls)
+    graph._codegen = copy.copy(gm.graph._codegen)
+    remap: dict[fx.Node, fx.Node] = {}
+    for node in gm.graph.nodes:
+        new = graph.node_copy(node, remap.__getitem__)
+        new.meta = {k: (copy.copy(v) if k not in _SHARED_META and isinstance(v, (dict, list)) else v)
+                    for k, v in node.meta.items()}
+        if new.name != node.name:
+            raise CaptureError(f"copying renamed node {node.name!r} to {new.name!r}")
+        remap[node] = new
+    out = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    out.meta = dict(gm.meta)
+    return out
+
+
+# --------------------------------------------------------------------------- the capture
+
+
+@dataclass
+class JointCapture:
+    """What AOT Autograd handed the partitioner, kept pristine.
+
+    ``gm`` is never given to a partitioner: call :meth:`fresh` for a copy that
+    may be mutated, or :meth:`partition` to run a partitioner on one.
+    """
+
+    gm: fx.GraphModule
+    joint_inputs: Any
+    num_fwd_outputs: int
+    partition_kwargs: dict[str, Any]
+    param_indices: list[ParamIndex]
+    param_names: list[str]
+    options: CaptureOptions = field(default_factory=CaptureOptions)
+    partition_args: tuple[Any, ...] = ()
+
+    @property
+    def graph(self) -> fx.Graph:
+        return self.gm.graph
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.gm.graph.nodes)
+
+    def primals(self) -> list[fx.Node]:
+        """The primal placeholders, in graph order."""
+        n = len(self.joint_inputs[0])
+        return [node for node in self.gm.graph.nodes if node.op == "placeholder"][:n]
+
+    def tangents(self) -> list[fx.Node]:
+        n = len(self.joint_inputs[0])
+        return [node for node in self.gm.graph.nodes if node.op == "placeholder"][n:]
+
+    def fresh(self) -> fx.GraphModule:
+        """A copy of the joint graph module that a partitioner may mutate freely."""
+        return copy_graph_module(self.gm)
+
+    def partition(self, partition_fn: PartitionFn | None = None) -> tuple[fx.GraphModule, fx.GraphModule]:
+        """Run ``partition_fn`` (torch's min-cut when None) on a fresh copy, as AOT Autograd calls it."""
+        fn = partition_fn if partition_fn is not None else torch_min_cut_partition
+        return fn(self.fresh(), self.joint_inputs, *self.partition_args,
+                  num_fwd_outputs=self.num_fwd_outputs, **self.partition_kwargs)
+
+
+def _compile_options(model: nn.Module, opts: CaptureOptions) -> contextlib.ExitStack:
+    stack = contextlib.ExitStack()
+    if opts.checkpoint or opts.sac:
+        if not isinstance(model, BlockStack):
+            raise TypeError(f"checkpoint/sac need a model made of blocks (fxcut.models.BlockStack), "
+                            f"got {type(model).__name__}")
+        stack.enter_context(model.checkpointing(sac_context_fn if opts.sac else None))
+    if opts.autocast_dtype is not None:
+        stack.enter_context(torch.autocast("cpu", dtype=opts.autocast_dtype))
+    return stack
+
+
+def _fake_mode_of(model: nn.Module) -> FakeTensorMode | None:
+    modes = {id(t.fake_mode): t.fake_mode for t in [*model.parameters(), *model.buffers()]
+             if isinstance(t, FakeTensor)}
+    if len(modes) > 1:
+        raise CaptureError("the model's tensors belong to more than one FakeTensorMode")
+    return next(iter(modes.values()), None)
+
+
+def _param_indices(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                   names: dict[int, str], ds_ids: dict[int, int]) -> tuple[list[ParamIndex], list[str]]:
+    # aot_module_simplified puts the traced module's own parameters and buffers
+    # first, then the graph inputs.
+    own = [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
+    indices: list[ParamIndex] = []
+    found: list[str] = []
+    for position, (name, t) in enumerate(own):
+        if isinstance(t, nn.Parameter):
+            indices.append((position, ds_ids.get(id(t), -1), t.shape))
+            found.append(names.get(id(t), name))
+    for k, t in enumerate(example_inputs):
+        if isinstance(t, nn.Parameter):
+            if id(t) not in names:
+                raise CaptureError(f"graph input {k} is a parameter the model does not own")
+            indices.append((len(own) + k, ds_ids[id(t)], t.shape))
+            found.append(names[id(t)])
+    return indices, found
+
+
+class PartitionRecorder:
+    """A ``partition_fn`` that keeps a copy of its arguments, then delegates."""
+
+    def __init__(self, delegate: PartitionFn = torch_min_cut_partition) -> None:
+        self.delegate = delegate
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, joint_module: fx.GraphModule, joint_inputs: Any, *args: Any,
+                 num_fwd_outputs: int, **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
+        self.calls.append(dict(gm=copy_graph_module(joint_module), joint_inputs=joint_inputs,
+                               args=args, num_fwd_outputs=num_fwd_outputs, kwargs=dict(kwargs)))
+        return self.delegate(joint_module, joint_inputs, *args, num_fwd_outputs=num_fwd_outputs, **kwargs)
+
+
+def _aot_backend(partition_fn: PartitionFn) -> Callable[..., Any]:
+    def backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        return aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=partition_fn)(gm, example_inputs)
+
+    return backend
+
+
+Grads = dict[str, torch.Tensor | None]
+
+
+def _run_step(model: nn.Module, step: Callable[..., torch.Tensor], inputs: Sequence[Any], seed: int,
+              backward: bool) -> tuple[torch.Tensor, Grads]:
+    """``step(*inputs)`` (and its backward) with the global RNG seeded, then restored."""
+    for p in model.parameters():
+        p.grad = None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        loss = step(*inputs)
+        if backward:
+            loss.backward()
+    grads: Grads = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            grads[name] = p.grad
+            p.grad = None
+    return loss.detach(), grads
+
+
+def _compile_and_run(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn,
+                     backend: Callable[..., Any], opts: CaptureOptions, seed: int,
+                     backward: bool) -> tuple[torch.Tensor, Grads]:
+    def step(*args: Any) -> torch.Tensor:
+        return loss_fn(model(*args), args)
+
+    # Dynamo's caches are keyed by code object, not backend: start clean, leave clean.
+    # specialize_float: with dynamic=True dynamo first traces float constants
+    # (eps, dropout p) as tensors, fails to keep them so and retraces with them
+    # specialised; specialising up front gives the same graph in half the time.
+    torch._dynamo.reset()
+    try:
+        with _compile_options(model, opts), torch._dynamo.config.patch(specialize_float=True):
+            compiled = torch.compile(step, backend=backend, fullgraph=True, dynamic=opts.dynamic)
+            return _run_step(model, compiled, inputs, seed, backward)
+    finally:
+        torch._dynamo.reset()
+
+
+def _capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, opts: CaptureOptions,
+             delegate: PartitionFn, seed: int, backward: bool
+             ) -> tuple[JointCapture, tuple[torch.Tensor, Grads]]:
+    fake_mode = _fake_mode_of(model)
+    if opts.fake and fake_mode is None:
+        raise ValueError("fake=True needs a model whose parameters are fake tensors: "
+                         "build it under a FakeTensorMode (see capture_model)")
+    if not opts.fake and fake_mode is not None:
+        raise ValueError("the model's parameters are fake tensors: pass fake=True")
+
+    named = list(model.named_parameters())
+    names = {id(p): name for name, p in named}
+    ds_ids = {id(p): k for k, (_, p) in enumerate(named)}
+    recorder = PartitionRecorder(delegate)
+    aot_backend = _aot_backend(recorder)
+    # per compiled dynamo graph: (param_indices, param_names, number of graph inputs, recorder calls)
+    graphs: list[tuple[list[ParamIndex], list[str], int, list[dict[str, Any]]]] = []
+
+    def backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        first_call = len(recorder.calls)
+        compiled = aot_backend(gm, example_inputs)
+        # Dynamo may throw a graph away and retrace (with dynamic=True it first
+        # tries unspecialised floats); only a graph whose compilation returned counts.
+        indices, found = _param_indices(gm, example_inputs, names, ds_ids)
+        n_own = len(list(gm.named_parameters(remove_duplicate=False)))
+        n_own += len(list(gm.named_buffers(remove_duplicate=False)))
+        graphs.append((indices, found, n_own + len(example_inputs), recorder.calls[first_call:]))
+        return compiled
+
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        if fake_mode is not None:
+            inputs = [fake_mode.from_tensor(t)
+                      if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) else t
+                      for t in inputs]
+        step_result = _compile_and_run(model, inputs, loss_fn, backend, opts, seed, backward)
+
+    if len(graphs) != 1 or len(graphs[0][3]) != 1:
+        raise CaptureError(f"expected one joint graph, got {len(graphs)} compiled dynamo graphs "
+                           f"and {len(recorder.calls)} partitioner calls")
+    indices, found, n_graph_inputs, (call,) = graphs[0]
+    result = JointCapture(gm=call["gm"], joint_inputs=call["joint_inputs"],
+                          num_fwd_outputs=call["num_fwd_outputs"], partition_kwargs=call["kwargs"],
+                          param_indices=indices, param_names=found, options=opts,
+                          partition_args=call["args"])
+    _check_param_indices(result, n_graph_inputs)
+    return result, step_result
+
+
+def _check_param_indices(cap: JointCapture, n_graph_inputs: int) -> None:
+    primals = cap.primals()
+    if len(primals) != n_graph_inputs:
+        raise CaptureError(f"the joint graph has {len(primals)} primal placeholders for "
+                           f"{n_graph_inputs} graph inputs; cannot map parameters to primals")
+    for (position, _, shape), name in zip(cap.param_indices, cap.param_names):
+        val = primals[position].meta.get("val")
+        if not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(shape):
+            raise CaptureError(f"parameter {name} {tuple(shape)} maps to primal {position} "
+                               f"({primals[position].name}) whose value is {val!r}")
+
+
+def capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
+            autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
+            dynamic: bool = False, fake: bool = False,
+            delegate: PartitionFn = torch_min_cut_partition) -> JointCapture:
+    """Compile ``loss_fn(model(*inputs), inputs)`` and return the joint graph it produced.
+
+    Only the forward runs (the partition happens when the forward is
+    compiled).  ``delegate`` is the partitioner that finishes the
+    compilation.  ``ds_id`` of a parameter is its position in
+    ``model.named_parameters()``.  With ``fake=True`` every parameter must be
+    a fake tensor (build the model with :func:`capture_model` or under a
+    ``FakeTensorMode``); real tensor inputs are converted to that mode.
+    Raises :class:`CaptureError` unless exactly one joint graph was made.
+    """
+    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic, fake)
+    return _capture(model, inputs, loss_fn, opts, delegate, seed=0, backward=False)[0]
+
+
+def capture_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
+                 autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
+                 dynamic: bool = False, delegate: PartitionFn = torch_min_cut_partition,
+                 seed: int = 0) -> tuple[JointCapture, tuple[torch.Tensor, Grads]]:
+    """:func:`capture` and run the backward too: the capture and :func:`train_step`'s result.
+
+    The recorder only copies its arguments, so the returned step is exactly
+    ``train_step(model, inputs, loss_fn, delegate, ..., seed=seed)``: one
+    compilation serves both.
+    """
+    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic)
+    return _capture(model, inputs, loss_fn, opts, delegate, seed=seed, backward=True)
+
+
+def capture_model(name: str, *, autocast_dtype: torch.dtype | None = None, checkpoint: bool = False,
+                  sac: bool = False, dynamic: bool = False, fake: bool = False,
+                  delegate: PartitionFn = torch_min_cut_partition, **cfg: Any) -> JointCapture:
+    """Build ``fxcut.models.MODELS[name](**cfg)`` and :func:`capture` it.
+
+    With ``fake=True`` the model is built under a fresh ``FakeTensorMode``,
+    so no parameter is allocated whatever its size.
+    """
+    with FakeTensorMode() if fake else contextlib.nullcontext():
+        model, make_inputs, loss_fn = build_model(name, **cfg)
+        inputs = make_inputs()
+    return capture(model, inputs, loss_fn, autocast_dtype=autocast_dtype, checkpoint=checkpoint,
+                   sac=sac, dynamic=dynamic, fake=fake, delegate=delegate)
+
+
+# --------------------------------------------------------------------------- training steps
+
+
+def train_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, partition_fn: PartitionFn, *,
+               autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
+               dynamic: bool = False, seed: int = 0) -> tuple[torch.Tensor, Grads]:
+    """One forward+backward of ``loss_fn(model(*inputs), inputs)``, compiled with ``partition_fn``.
+
+    The backend is ``aot_autograd`` with no-op compilers (CPU eager kernels).
+    The global RNG is seeded with ``seed`` for the run and restored after.
+    Returns ``(loss, {name: grad})`` for every parameter that requires grad
+    (``None`` where it got none); the model's ``.grad`` fields are left cleared.
+    """
+    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic)
+    return _compile_and_run(model, inputs, loss_fn, _aot_backend(partition_fn), opts, seed, backward=True)
+
+
+def eager_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
+               autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
+               dynamic: bool = False, seed: int = 0) -> tuple[torch.Tensor, Grads]:
+    """:func:`train_step` without compiling (``dynamic`` is accepted and ignored)."""
+    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic)
+    with _compile_options(model, opts):
+        return _run_step(model, lambda *a: loss_fn(model(*a), a), inputs, seed, backward=True)
+
+
+__all__ = [
+    "CaptureError", "CaptureOptions", "Grads", "JointCapture", "ParamIndex", "PartitionFn",
+    "PartitionRecorder", "capture", "capture_model", "capture_step", "copy_graph_module",
+    "eager_step", "sac_context_fn", "sac_policy", "torch_min_cut_partition", "train_step",
+]
