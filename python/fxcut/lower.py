@@ -94,15 +94,16 @@ def _ac_graph_id(node: fx.Node) -> tuple[int, int]:
     return value, _C.F_HAS_AC_ID
 
 
-def lower_structure(graph: fx.Graph, facts: TargetFacts) -> GraphArrays:
-    """The structure of ``graph`` for the ZeRO-3 walk: kinds, target flags,
-    casts and both CSRs.  Tags, ac_graph_id and sizes are left empty: the
-    walk reads no meta."""
-    return _lower(graph, facts, value_facts=None, with_meta=False)
+def lower_structure(graph: fx.Graph, facts: TargetFacts, *, with_inputs: bool = True) -> GraphArrays:
+    """The structure of ``graph``: kinds, target flags, casts, the CSR of
+    positional args and (``with_inputs``) the CSR of all inputs.  Tags,
+    ac_graph_id and sizes are left empty: the ZeRO-3 walk reads no meta and
+    no input beyond the positional args, so it skips both."""
+    return _lower(graph, facts, value_facts=None, with_meta=False, with_inputs=with_inputs)
 
 
 def _lower(
-    graph: fx.Graph, facts: TargetFacts, value_facts: Any, with_meta: bool
+    graph: fx.Graph, facts: TargetFacts, value_facts: Any, with_meta: bool, with_inputs: bool = True
 ) -> GraphArrays:
     if not isinstance(graph, fx.Graph):
         raise TypeError(f"expected a torch.fx.Graph, got {type(graph).__name__}")
@@ -111,56 +112,60 @@ def _lower(
     n = len(nodes)
     kind = array("B", bytes(n))
     flags = array("I", [0]) * n
-    tag = array("b", bytes(n))
+    tag = array("b", [_C.TAG_NONE]) * n
     ac_graph_id = array("i", [0]) * n
     nbytes = array("q", [0]) * n
     arg_ptr = array("i", [0]) * (n + 1)
     in_ptr = array("i", [0]) * (n + 1)
-    arg_idx: list[int] = []
-    in_idx: list[int] = []
-    outputs: list[int] = []
+    arg_idx = array("i")
+    in_idx = array("i")
+    outputs = array("i")
     node_cls = fx.Node
+    arg_append = arg_idx.append
+    in_append = in_idx.append
+    target_flags = facts.flags
+    kind_of_op = KIND_OF_OP
+    convert = torch.ops.prims.convert_element_type.default
+    to_copy = torch.ops.aten._to_copy.default
+    cast_bit = _C.F_CAST
+    mask = _FLAGS_MASK
 
     for i, node in enumerate(nodes):
         op = node.op
-        kind[i] = KIND_OF_OP[op]
-        bits = 0
+        kind[i] = kind_of_op[op]
         if op == "call_function":
             target = node.target
-            bits = facts.flags(target)
-            if target is torch.ops.prims.convert_element_type.default or (
-                target is torch.ops.aten._to_copy.default and is_cast_op(node)[0]
-            ):
-                bits |= _C.F_CAST
+            bits = target_flags(target)
+            if target is convert or (target is to_copy and is_cast_op(node)[0]):
+                bits |= cast_bit
         elif op == "placeholder":
             bits = _placeholder_flags(node)
+        else:
+            bits = 0
         if value_facts is not None:
             bits, nbytes[i] = value_facts(node, bits)
         if with_meta:
-            tag[i] = _recompute_tag(node)
-            ac_value, ac_flag = _ac_graph_id(node)
-            ac_graph_id[i] = ac_value
-            bits |= ac_flag
-        else:
-            tag[i] = _C.TAG_NONE
-        flags[i] = bits & _FLAGS_MASK
+            meta = node.meta
+            if "recompute" in meta:
+                tag[i] = _recompute_tag(node)
+            if "ac_graph_id" in meta:
+                ac_value, ac_flag = _ac_graph_id(node)
+                ac_graph_id[i] = ac_value
+                bits |= ac_flag
+        flags[i] = bits & mask
 
-        for a in node.args:
-            if a.__class__ is node_cls:
-                try:
-                    arg_idx.append(index[a])
-                except KeyError:
-                    raise LoweringError(
-                        f"node {node.name!r} uses {a.name!r}, which is not in this graph"
-                    ) from None
+        try:
+            for a in node.args:
+                if a.__class__ is node_cls:
+                    arg_append(index[a])
+            if with_inputs:
+                for a in node._input_nodes:
+                    in_append(index[a])
+        except KeyError as e:
+            raise LoweringError(
+                f"node {node.name!r} uses {e.args[0].name!r}, which is not in this graph"
+            ) from None
         arg_ptr[i + 1] = len(arg_idx)
-        for a in node._input_nodes:
-            try:
-                in_idx.append(index[a])
-            except KeyError:
-                raise LoweringError(
-                    f"node {node.name!r} uses {a.name!r}, which is not in this graph"
-                ) from None
         in_ptr[i + 1] = len(in_idx)
         if op == "output":
             outputs.extend(index[a] if a.__class__ is node_cls else -1 for a in _output_leaves(node))
@@ -174,10 +179,10 @@ def _lower(
         ac_graph_id=ac_graph_id,
         nbytes=nbytes,
         arg_ptr=arg_ptr,
-        arg_idx=array("i", arg_idx),
+        arg_idx=arg_idx,
         in_ptr=in_ptr,
-        in_idx=array("i", in_idx),
-        outputs=array("i", outputs),
+        in_idx=in_idx,
+        outputs=outputs,
     )
 
 

@@ -1,0 +1,12 @@
+"""Test-wide fixtures."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _run_in_tmp_dir(tmp_path, monkeypatch):
+    """torch's solve_min_cut writes min_cut_failed_graph_*.txt into the
+    working directory when a cut is unbounded; keep those out of the tree."""
+    monkeypatch.chdir(tmp_path)
