@@ -323,12 +323,8 @@ static int cut_capacity(const fxcut_network *net, const uint8_t *sink_side,
     return FXCUT_OK;
 }
 
-/*
- * The one entry point (see maxflow.h).  Memory, for n vertices and m edges
- * of nonzero capacity: first (4n) + head, rev (16m) + residuals (16m, or
- * 32m on the __int128 path) + the algorithm's per-vertex arrays
- * (push-relabel: 36n, or 44n; Dinic: 16n).  Nothing is kept after return.
- */
+/* The one entry point; see maxflow.h for the contract and the memory.
+ * sink_side doubles as the R mask between steps 3 and 6. */
 int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
                   int algorithm, fxcut_u128 *cut_value, uint8_t *sink_side,
                   fxcut_error *err)
