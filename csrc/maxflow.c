@@ -288,8 +288,7 @@ static int solve_i128(residual *r, int algorithm, fxcut_u128 inf,
         return fxcut_fail(err, FXCUT_E_NOMEM, -1,
                           "min_cut: out of memory for %lld 128-bit residual "
                           "capacities", (long long)n_arcs);
-    const fxcut_i128 inf128 =
-        (fxcut_i128)(((unsigned __int128)inf.hi << 64) | inf.lo);
+    const fxcut_i128 inf128 = (fxcut_i128)inf.hi << 64 | (fxcut_i128)inf.lo;
     for (size_t a = 0; a < n_arcs; a++)
         res[a] = r->res64[a] == FXCUT_CAP_INF ? inf128
                                               : (fxcut_i128)r->res64[a];
