@@ -288,8 +288,7 @@ static int solve_i128(residual *r, int algorithm, fxcut_u128 inf,
         return fxcut_fail(err, FXCUT_E_NOMEM, -1,
                           "min_cut: out of memory for %lld 128-bit residual "
                           "capacities", (long long)n_arcs);
-    const fxcut_i128 inf128 =
-        (fxcut_i128)(((unsigned __int128)inf.hi << 64) | inf.lo);
+    const fxcut_i128 inf128 = (fxcut_i128)inf.hi << 64 | (fxcut_i128)inf.lo;
     for (size_t a = 0; a < n_arcs; a++)
         res[a] = r->res64[a] == FXCUT_CAP_INF ? inf128
                                               : (fxcut_i128)r->res64[a];
@@ -323,12 +322,8 @@ static int cut_capacity(const fxcut_network *net, const uint8_t *sink_side,
     return FXCUT_OK;
 }
 
-/*
- * The one entry point (see maxflow.h).  Memory, for n vertices and m edges
- * of nonzero capacity: first (4n) + head, rev (16m) + residuals (16m, or
- * 32m on the __int128 path) + the algorithm's per-vertex arrays
- * (push-relabel: 36n, or 44n; Dinic: 16n).  Nothing is kept after return.
- */
+/* The one entry point; see maxflow.h for the contract and the memory.
+ * sink_side doubles as the R mask between steps 3 and 6. */
 int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
                   int algorithm, fxcut_u128 *cut_value, uint8_t *sink_side,
                   fxcut_error *err)

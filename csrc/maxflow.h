@@ -23,9 +23,12 @@ typedef struct {
     const int64_t *cap;
 } fxcut_network;
 
+/* fxcut_u128 (fxcut.h) carries the exact cut value.
+ * FXCUT_MAXFLOW_DEFAULT is push-relabel.  Both give the same cut (the
+ * smallest sink side is unique); they differ only in speed. */
 enum fxcut_maxflow_algorithm {
     FXCUT_MAXFLOW_DEFAULT = 0,
-    FXCUT_MAXFLOW_PUSH_RELABEL = 1,
+    FXCUT_MAXFLOW_PUSH_RELABEL = 1, /* highest label, global relabel, gap */
     FXCUT_MAXFLOW_DINIC = 2
 };
 
@@ -33,9 +36,25 @@ enum fxcut_maxflow_algorithm {
  * Solves max-flow from source to sink and reports the minimum cut that
  * networkx's minimum_cut reports: sink_side[v] = 1 exactly for the vertices
  * that can still reach the sink in the residual network of a maximum flow
- * (the smallest sink side), 0 elsewhere.  *cut_value is the cut's exact
- * capacity.  Returns FXCUT_E_UNBOUNDED (naming a vertex on the path) when
- * source and sink are joined by a path of infinite edges.
+ * (the smallest sink side), 0 elsewhere; so a vertex no edge touches is 0
+ * unless it is the sink.  sink_side has n_vertices entries.  *cut_value is
+ * the cut's exact capacity (it can exceed 2^64 in principle: up to 2^30
+ * edges of up to 2^63 each).
+ *
+ * Errors: FXCUT_E_UNBOUNDED when source and sink are joined by a path of
+ * infinite edges (the message names its first vertices, err->node the one
+ * after the source); FXCUT_E_INDEX for a source, sink, tail or head outside
+ * [0, n_vertices); FXCUT_E_INVALID for n_vertices < 1, n_edges < 0, source
+ * == sink, a capacity below 0 other than FXCUT_CAP_INF, an unknown
+ * algorithm; FXCUT_E_NOMEM; FXCUT_E_OVERFLOW for more than 2^30 - 1 edges
+ * of nonzero capacity, or when the capacity leaving the source's infinite
+ * closure passes 2^63 - 2 and the compiler has no __int128.
+ *
+ * Memory while it runs, for n vertices and m edges of nonzero capacity:
+ * 32m bytes of arcs (48m when 128-bit flows are needed, 64m for a moment
+ * while switching) and 36n bytes of
+ * vertex state for push-relabel (44n), 20n for Dinic.  Thread-safe; no
+ * state is kept between calls.
  */
 int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
                   int algorithm, fxcut_u128 *cut_value, uint8_t *sink_side,

@@ -4,6 +4,10 @@
 #include "maxflow_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
+#ifdef FXCUT_MAXFLOW_STATS
+#include <stdio.h>
+#endif
 
 #define FLOW_T int64_t
 #define FN(name) name##_i64

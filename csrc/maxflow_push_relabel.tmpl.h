@@ -32,6 +32,10 @@
  * discharged, no vertex above k is active; a relabel that empties label k
  * therefore cuts everything above k off from the sink (the gap), and all of
  * it goes to label n at once.
+ *
+ * Built with -DFXCUT_MAXFLOW_STATS, each call prints its operation counts
+ * (discharges, pushes, relabels, global relabellings, gaps) to stderr, for
+ * tuning; the extension is never built that way.
  */
 
 #ifndef FLOW_T
@@ -51,6 +55,9 @@ typedef struct {
     int32_t a_max;
     int32_t d_max;
     int64_t work;       /* relabel work since the last global relabel */
+#ifdef FXCUT_MAXFLOW_STATS
+    int64_t n_push, n_relabel, n_global, n_gap, n_gap_vertices, n_discharge;
+#endif
 } FN(pr_state);
 
 static inline void FN(add_active)(FN(pr_state) *st, int32_t v)
@@ -90,47 +97,57 @@ static inline void FN(remove_inactive)(FN(pr_state) *st, int32_t v)
 
 /*
  * Sets every label to the exact residual distance to the sink (n where
- * there is none) by a breadth-first search backwards from the sink, and
- * rebuilds the buckets.  The search needs no queue: the vertices at
- * distance k are exactly the bucket lists at label k, complete before
- * label k is scanned.
+ * there is none) by a breadth-first search backwards from the sink.  With
+ * rebuild, also refills the buckets and resets the current arcs; without,
+ * only the labels are wanted (the final reachability).
+ *
+ * The search queue lives in cur[], which is reset afterwards anyway: a
+ * queue keeps the scan sequential, where walking the bucket lists level by
+ * level would chase one pointer per vertex.
  */
-static void FN(global_relabel)(FN(pr_state) *st)
+static void FN(global_relabel)(FN(pr_state) *st, int rebuild)
 {
     const fxcut_arcs *g = st->g;
     const int32_t n = g->n;
     const int32_t *first = g->first, *head = g->head, *rev = g->rev;
     const FLOW_T *res = st->res;
-    int32_t *d = st->d;
+    int32_t *d = st->d, *queue = st->cur;
 
-    for (int32_t k = 0; k <= st->d_max; k++)
-        st->active[k] = st->inactive[k] = FXCUT_NONE;
     for (int32_t v = 0; v < n; v++)
         d[v] = n;
-    st->a_max = st->d_max = 0;
     d[g->sink] = 0;
-    FN(add_inactive)(st, g->sink);
-
-    for (int32_t k = 0; k <= st->d_max; k++) {
-        for (int list = 0; list < 2; list++) {
-            int32_t w = list == 0 ? st->active[k] : st->inactive[k];
-            for (; w != FXCUT_NONE; w = st->next[w]) {
-                for (int32_t a = first[w]; a < first[w + 1]; a++) {
-                    int32_t u = head[a];
-                    /* u -> w is rev[a]. */
-                    if (d[u] == n && res[rev[a]] > 0) {
-                        d[u] = k + 1;
-                        st->cur[u] = first[u];
-                        if (st->excess[u] > 0)
-                            FN(add_active)(st, u);
-                        else
-                            FN(add_inactive)(st, u);
-                    }
-                }
+    queue[0] = g->sink;
+    int32_t q_end = 1;
+    for (int32_t q = 0; q < q_end; q++) {
+        int32_t w = queue[q];
+        int32_t label = d[w] + 1;
+        for (int32_t a = first[w]; a < first[w + 1]; a++) {
+            int32_t u = head[a];
+            /* u -> w is rev[a]. */
+            if (d[u] == n && res[rev[a]] > 0) {
+                d[u] = label;
+                queue[q_end++] = u;
             }
         }
     }
+    if (!rebuild)
+        return;
+
+    for (int32_t k = 0; k <= st->d_max; k++)
+        st->active[k] = st->inactive[k] = FXCUT_NONE;
+    st->a_max = st->d_max = 0;
+    for (int32_t q = 0; q < q_end; q++) {
+        int32_t v = queue[q];
+        if (st->excess[v] > 0 && v != g->sink)
+            FN(add_active)(st, v);
+        else
+            FN(add_inactive)(st, v);
+    }
+    memcpy(st->cur, first, (size_t)n * sizeof *st->cur);
     st->work = 0;
+#ifdef FXCUT_MAXFLOW_STATS
+    st->n_global++;
+#endif
 }
 
 /* Label k has just become empty: every vertex above it goes to n. */
@@ -143,7 +160,13 @@ static void FN(gap)(FN(pr_state) *st, int32_t k)
         for (int32_t v = st->inactive[j]; v != FXCUT_NONE; v = st->next[v])
             st->d[v] = n;
         st->active[j] = st->inactive[j] = FXCUT_NONE;
+#ifdef FXCUT_MAXFLOW_STATS
+        st->n_gap_vertices++;
+#endif
     }
+#ifdef FXCUT_MAXFLOW_STATS
+    st->n_gap++;
+#endif
     if (st->d_max > k - 1)
         st->d_max = k - 1;
     if (st->a_max > k - 1)
@@ -165,6 +188,9 @@ static void FN(relabel)(FN(pr_state) *st, int32_t v)
         }
     }
     st->work += 12 + (end - begin);
+#ifdef FXCUT_MAXFLOW_STATS
+    st->n_relabel++;
+#endif
     st->d[v] = label;
     if (label < n) {
         st->cur[v] = arc;
@@ -200,6 +226,9 @@ static void FN(discharge)(FN(pr_state) *st, int32_t v)
                 FN(remove_inactive)(st, w);
                 FN(add_active)(st, w);
             }
+#ifdef FXCUT_MAXFLOW_STATS
+            st->n_push++;
+#endif
             res[a] -= delta;
             res[rev[a]] += delta;
             excess[w] += delta;
@@ -264,7 +293,7 @@ int FN(fxcut_push_relabel)(const fxcut_arcs *g, FLOW_T *res, uint8_t *side,
      * the cost of one global relabelling, so neither dominates. */
     const int64_t work_limit = 6 * (int64_t)n + (int64_t)first[n] / 2;
     st.d_max = n - 1;
-    FN(global_relabel)(&st);
+    FN(global_relabel)(&st, 1);
     for (;;) {
         while (st.a_max > 0 && st.active[st.a_max] == FXCUT_NONE)
             st.a_max--;
@@ -273,13 +302,23 @@ int FN(fxcut_push_relabel)(const fxcut_arcs *g, FLOW_T *res, uint8_t *side,
         int32_t v = st.active[st.a_max];
         st.active[st.a_max] = st.next[v];
         FN(discharge)(&st, v);
+#ifdef FXCUT_MAXFLOW_STATS
+        st.n_discharge++;
+#endif
         if (st.work > work_limit)
-            FN(global_relabel)(&st);
+            FN(global_relabel)(&st, 1);
     }
 
     /* No live vertex has excess: the preflow is maximum.  One more exact
      * relabelling gives the vertices that reach the sink. */
-    FN(global_relabel)(&st);
+    FN(global_relabel)(&st, 0);
+#ifdef FXCUT_MAXFLOW_STATS
+    fprintf(stderr, "push-relabel: n %d arcs %d discharges %lld pushes %lld "
+            "relabels %lld global %lld gaps %lld (labels %lld)\n", (int)n,
+            (int)first[n], (long long)st.n_discharge, (long long)st.n_push,
+            (long long)st.n_relabel, (long long)st.n_global,
+            (long long)st.n_gap, (long long)st.n_gap_vertices);
+#endif
     for (int32_t v = 0; v < n; v++)
         side[v] = st.d[v] < n;
     *flow = FXCUT_FLOW_TO_U128(st.excess[g->sink]);

@@ -454,3 +454,56 @@ def test_long_chain_with_a_user_per_node(algorithm: str) -> None:
     # Saving the first node's output is the only finite cut.
     assert value == 4
     assert mask.count(1) == 2 * k  # all but the source and the first node's in
+
+
+# ---- torch's own networks ---------------------------------------------------
+
+
+@functools.cache
+def _torch_networks() -> list[nx.DiGraph]:
+    """The networks the installed torch's min-cut partitioner hands to
+    networkx for two small functions (recorded, then solved as usual)."""
+    torch = pytest.importorskip("torch")
+    from functorch.compile import aot_function, make_boxed_func, min_cut_rematerialization_partition
+
+    recorded: list[nx.DiGraph] = []
+    real_minimum_cut = nx.minimum_cut
+
+    def recording_minimum_cut(g, s, t, *args, **kwargs):  # type: ignore[no-untyped-def]
+        recorded.append(g.copy())
+        return real_minimum_cut(g, s, t, *args, **kwargs)
+
+    def mlp(x, w1, w2):  # type: ignore[no-untyped-def]
+        h = torch.nn.functional.layer_norm(torch.nn.functional.gelu(x @ w1), (16,))
+        return (torch.softmax(h @ w2, -1) * h.sum()).sin().sum()
+
+    def chain(x, w1, w2):  # type: ignore[no-untyped-def]
+        for _ in range(6):
+            x = (x @ w1).relu().cos() * x.sigmoid() + (x @ w2).exp().t().t()
+        return x.sum()
+
+    def compiler(gm, _):  # type: ignore[no-untyped-def]
+        return make_boxed_func(gm)
+
+    nx.minimum_cut = recording_minimum_cut
+    try:
+        for fn in (mlp, chain):
+            args = [torch.randn(16, 16, requires_grad=True) for _ in range(3)]
+            compiled = aot_function(fn, fw_compiler=compiler, bw_compiler=compiler,
+                                    partition_fn=min_cut_rematerialization_partition)
+            compiled(*args).backward()
+    finally:
+        nx.minimum_cut = real_minimum_cut
+    assert len(recorded) == 2
+    return recorded
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_torch_partitioner_networks_match_networkx(algorithm: str) -> None:
+    for g in _torch_networks():
+        index = {name: i for i, name in enumerate(g.nodes)}
+        edges = [(index[u], index[v], d["capacity"]) for u, v, d in g.edges(data=True)]
+        value, side = minimum_cut(len(index), edges, index["source"], index["sink"], algorithm=algorithm)
+        nx_value, (_, nx_side) = nx.minimum_cut(g, "source", "sink")
+        assert value == nx_value
+        assert side == {index[name] for name in nx_side}
