@@ -19,7 +19,7 @@ from torch._functorch import config
 import fxcut
 from fxcut.partition import decide
 from random_joint import random_joint
-from torch_reference import torch_decision
+from fxcut.torch_reference import torch_decision
 
 CONFIG_VARIANTS = [
     {},

@@ -189,15 +189,23 @@ def decide(
             mask[arrays.index[node]] = 1
         dont_ban_mask = bytes(mask)
     fuse_a, fuse_b = _fuse_pairs(arrays)
-    out = _C.partition_decide(
-        arrays,
-        option_values,
-        _static_lifetime_mask(arrays, list(static_lifetime_input_indices or [])),
-        dont_ban_mask,
-        array("i", _bw_mutation_sources(arrays)),
-        fuse_a,
-        fuse_b,
-    )
+    try:
+        out = _C.partition_decide(
+            arrays,
+            option_values,
+            _static_lifetime_mask(arrays, list(static_lifetime_input_indices or [])),
+            dont_ban_mask,
+            array("i", _bw_mutation_sources(arrays)),
+            fuse_a,
+            fuse_b,
+        )
+    except _C.InfiniteCutError as e:
+        raise _conflict_error(arrays, list(getattr(e, "chain", []))) from None
+    except (RuntimeError, ValueError, IndexError) as e:
+        node = getattr(e, "node", -1)
+        if isinstance(node, int) and 0 <= node < len(arrays):
+            raise type(e)(f"{e} [node {node} is {arrays.nodes[node].name!r}]") from None
+        raise
     t2 = time.perf_counter()
     network = None
     if "net_tail" in out:
@@ -219,6 +227,29 @@ def decide(
         network=network,
         seconds={"lower": t1 - t0, "core": t2 - t1},
     )
+
+
+def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutError":
+    """An InfiniteCutError naming the chain of nodes that joins source and
+    sink by infinite edges, with what pins each end."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    parts = []
+    for i in chain:
+        node = arrays.nodes[i]
+        policy = node.meta.get("recompute")
+        label = f"{node.name} ({node.op} {node.target})"
+        if isinstance(policy, CheckpointPolicy):
+            label += f" [{policy.name}]"
+        parts.append(label)
+    message = (
+        "fxcut: a value is needed in backward but can be neither saved nor recomputed "
+        "(conflicting recompute tags or bans); the chain of nodes is: " + " -> ".join(parts)
+    )
+    err = _C.InfiniteCutError(message)
+    err.chain = [arrays.nodes[i].name for i in chain]  # type: ignore[attr-defined]
+    err.nodes = [arrays.nodes[i] for i in chain]  # type: ignore[attr-defined]
+    return err
 
 
 def _impure_random() -> bool:
@@ -294,17 +325,37 @@ def min_cut_rematerialization_partition(
             "use torch's partitioner for memory budgets"
         )
 
+    original_graph = joint_module.graph
     joint_module.graph.eliminate_dead_code()
     joint_module.recompile()
     if config.cse:
         joint_module.graph = tp.fx_graph_cse(joint_module.graph)
     joint_graph = joint_module.graph
 
-    decision = decide(
-        joint_graph,
-        num_fwd_outputs=num_fwd_outputs,
-        static_lifetime_input_indices=static_lifetime_input_indices,
-    )
+    try:
+        decision = decide(
+            joint_graph,
+            num_fwd_outputs=num_fwd_outputs,
+            static_lifetime_input_indices=static_lifetime_input_indices,
+        )
+    except NotImplementedError as e:
+        # A graph shape the C classification does not model (a forward
+        # output that needs a backward value): torch decides it.
+        log.info("fxcut: %s; using torch's partitioner for this graph", e)
+        if joint_module.graph is not original_graph:
+            joint_module.graph = original_graph
+        return tp.min_cut_rematerialization_partition(
+            joint_module,
+            _joint_inputs,
+            compiler,
+            num_fwd_outputs=num_fwd_outputs,
+            static_lifetime_input_indices=static_lifetime_input_indices,
+        )
+    except Exception:
+        # Leave the module with the graph it came with (dead code removed).
+        if joint_module.graph is not original_graph:
+            joint_module.graph = original_graph
+        raise
     arrays = decision.arrays
     tags = arrays.tag.tobytes()
     has_recomputable = any(t in (2, 3) for t in tags)

@@ -1,4 +1,5 @@
-"""torch's own decision, step by step, as the reference fxcut must equal.
+"""torch's own decision, step by step: the reference fxcut must equal, and
+the baseline its benchmarks time.
 
 Calls the installed torch's partitioner functions in the order its
 ``min_cut_rematerialization_partition`` does (tag passes, classification,
