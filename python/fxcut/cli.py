@@ -24,7 +24,8 @@ import torch
 
 #: ``python -m fxcut`` with no arguments: a Llama-style model under bf16
 #: autocast, its parameters treated as ZeRO-3 parameters.
-DEFAULT_ARGS = ["partition", "--model", "llama", "--layers", "4", "--dtype", "bfloat16", "--zero3"]
+DEFAULT_ARGS = ["partition", "--model", "llama", "--layers", "4", "--hidden", "1024", "--heads", "16",
+                "--seq", "512", "--dtype", "bfloat16", "--zero3"]
 
 DTYPES = {
     "float32": torch.float32,
@@ -173,11 +174,13 @@ def run_partition(args: argparse.Namespace) -> Any:
 
         from .report import _op_name
 
+        still_saved = [name for name in ours.saved if name in tagged_names]
         zero3 = Zero3Summary(
             tagged=[n.name for n in tagged],
             tagged_ops=dict(Counter(_op_name(n) for n in tagged).most_common()),
             aliases_saved_without_walk=aliases,
             alias_bytes_saved_without_walk=sum(value_nbytes(nodes[a]) for a in aliases),
+            aliases_saved_with_walk=still_saved,
             saved_bytes_without_walk=plain.saved_bytes,
             saved_bytes_with_walk=ours.saved_bytes,
         )
@@ -205,17 +208,21 @@ def print_comparison(cmp: Any, out: Any = sys.stdout) -> None:
         w(f"\nZeRO-3 walk: {len(z.tagged)} parameter aliases / casts tagged MUST_RECOMPUTE\n")
         for op, count in z.tagged_ops.items():
             w(f"  {count:5d}  {op}\n")
-        w(f"  without the walk the forward saves {len(z.aliases_saved_without_walk)} parameter "
-          f"aliases ({_mib(z.alias_bytes_saved_without_walk)})\n")
-        w(f"  saved for backward: {_mib(z.saved_bytes_without_walk)} without the walk, "
-          f"{_mib(z.saved_bytes_with_walk)} with it: the forward no longer saves "
-          f"{_mib(max(0, z.saved_bytes_without_walk - z.saved_bytes_with_walk))} of parameter aliases "
-          f"(net change {_mib(z.saved_bytes_with_walk - z.saved_bytes_without_walk)})\n")
+        w(f"  parameter aliases saved for backward: {len(z.aliases_saved_without_walk)} "
+          f"({_mib(z.alias_bytes_saved_without_walk)}) without the walk, "
+          f"{len(z.aliases_saved_with_walk)} with it: the forward no longer saves "
+          f"{_mib(z.alias_bytes_saved_without_walk)} of parameter aliases\n")
+        w(f"  all values saved for backward: {_mib(z.saved_bytes_without_walk)} without the walk, "
+          f"{_mib(z.saved_bytes_with_walk)} with it (the backward recomputes the aliases from the "
+          f"parameters, which ZeRO-3 gathers again)\n")
     rows = [("fxcut", cmp.fxcut)] + ([("torch", cmp.torch)] if cmp.torch else [])
-    w(f"\n{'':8s}{'saved':>8s}{'saved bytes':>16s}{'recomputed':>12s}{'fw nodes':>10s}{'bw nodes':>10s}{'time':>10s}\n")
+    w(f"\n{'':8s}{'saved':>8s}{'activations':>16s}{'inputs':>14s}{'recomputed':>12s}"
+      f"{'fw nodes':>10s}{'bw nodes':>10s}{'time':>12s}\n")
     for name, s in rows:
-        w(f"{name:8s}{len(s.saved):8d}{_mib(s.saved_bytes):>16s}{len(s.recomputed):12d}"
-          f"{s.fw_nodes:10d}{s.bw_nodes:10d}{s.seconds * 1e3:8.1f}ms\n")
+        w(f"{name:8s}{len(s.saved):8d}{_mib(s.saved_bytes - s.saved_input_bytes):>16s}"
+          f"{_mib(s.saved_input_bytes):>14s}{len(s.recomputed):12d}"
+          f"{s.fw_nodes:10d}{s.bw_nodes:10d}{s.seconds * 1e3:10.1f}ms\n")
+    w("(saved: values the forward keeps for backward; inputs: parameters and other graph inputs among them)\n")
     if cmp.fxcut.recomputed_ops:
         top = ", ".join(f"{op} x{c}" for op, c in list(cmp.fxcut.recomputed_ops.items())[:8])
         w(f"recomputed in backward: {top}\n")

@@ -34,11 +34,13 @@ def _op_name(node: fx.Node) -> str:
 
 @dataclass
 class PartitionSummary:
-    """One partition: the saved values (forward outputs past the user's)
-    and the ops computed in both forward and backward."""
+    """One partition: the saved values (forward outputs past the user's;
+    ``saved_input_bytes`` of them are graph inputs such as parameters, the
+    rest activations) and the ops computed in both forward and backward."""
 
     saved: list[str]
     saved_bytes: int
+    saved_input_bytes: int
     recomputed: list[str]
     recomputed_ops: dict[str, int]
     fw_nodes: int
@@ -62,6 +64,7 @@ def summarize(
     return PartitionSummary(
         saved=[n.name for n in saved_nodes],
         saved_bytes=sum(value_nbytes(n) for n in saved_nodes),
+        saved_input_bytes=sum(value_nbytes(n) for n in saved_nodes if n.op == "placeholder"),
         recomputed=[n.name for n in recomputed],
         recomputed_ops=dict(Counter(_op_name(n) for n in recomputed).most_common()),
         fw_nodes=len(fw_module.graph.nodes),
@@ -79,6 +82,7 @@ class Zero3Summary:
     tagged_ops: dict[str, int]
     aliases_saved_without_walk: list[str]
     alias_bytes_saved_without_walk: int
+    aliases_saved_with_walk: list[str]
     saved_bytes_without_walk: int
     saved_bytes_with_walk: int
 
