@@ -327,9 +327,12 @@ def min_cut_rematerialization_partition(
 
     original_graph = joint_module.graph
     joint_module.graph.eliminate_dead_code()
-    joint_module.recompile()
     if config.cse:
+        # The graph setter recompiles, so the recompile torch runs right
+        # after dead-code elimination would be overwritten unused.
         joint_module.graph = tp.fx_graph_cse(joint_module.graph)
+    else:
+        joint_module.recompile()
     joint_graph = joint_module.graph
 
     try:
