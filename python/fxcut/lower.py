@@ -103,11 +103,29 @@ def lower_structure(graph: fx.Graph, facts: TargetFacts, *, with_inputs: bool = 
 
 
 def _lower(
-    graph: fx.Graph, facts: TargetFacts, value_facts: Any, with_meta: bool, with_inputs: bool = True
+    graph: fx.Graph,
+    facts: TargetFacts,
+    value_facts: Any,
+    with_meta: bool,
+    with_inputs: bool = True,
+    removed: set[fx.Node] | None = None,
+    replace: dict[fx.Node, fx.Node] | None = None,
+    edges: bool = True,
 ) -> GraphArrays:
+    """One pass over ``graph.nodes``.  ``removed`` nodes are left out and
+    every use of a ``replace`` key is lowered as a use of its value: the
+    graph as dead-code elimination and CSE will leave it (fxcut.prepare)."""
     if not isinstance(graph, fx.Graph):
         raise TypeError(f"expected a torch.fx.Graph, got {type(graph).__name__}")
-    nodes = list(graph.nodes)
+    nodes = [n for n in graph.nodes if n not in removed] if removed else list(graph.nodes)
+    if replace:
+        return _lower_replaced(nodes, facts, value_facts, with_meta, replace)
+    return _lower_nodes(nodes, facts, value_facts, with_meta, with_inputs, edges)
+
+
+def _lower_nodes(
+    nodes: list[fx.Node], facts: TargetFacts, value_facts: Any, with_meta: bool, with_inputs: bool, edges: bool
+) -> GraphArrays:
     index = {node: i for i, node in enumerate(nodes)}
     n = len(nodes)
     kind = array("B", bytes(n))
@@ -154,6 +172,8 @@ def _lower(
                 bits |= ac_flag
         flags[i] = bits & mask
 
+        if not edges:
+            continue
         try:
             for a in node.args:
                 if a.__class__ is node_cls:
@@ -184,6 +204,39 @@ def _lower(
         in_idx=in_idx,
         outputs=outputs,
     )
+
+
+def _lower_replaced(
+    nodes: list[fx.Node], facts: TargetFacts, value_facts: Any, with_meta: bool, replace: dict[fx.Node, fx.Node]
+) -> GraphArrays:
+    """``_lower`` of the graph with uses redirected by ``replace``: lower the
+    structure without edges, then rebuild both CSRs through the map (inputs
+    deduplicated in first-use order, as a rebuilt node's would be)."""
+    base = _lower_nodes(nodes, facts, value_facts, with_meta, with_inputs=False, edges=False)
+    index = base.index
+    node_cls = fx.Node
+    arg_idx, in_idx, outputs = array("i"), array("i"), array("i")
+    arg_ptr = array("i", [0]) * (len(nodes) + 1)
+    in_ptr = array("i", [0]) * (len(nodes) + 1)
+    try:
+        for i, node in enumerate(nodes):
+            for a in node.args:
+                if a.__class__ is node_cls:
+                    arg_idx.append(index[replace.get(a, a)])
+            seen: dict[int, None] = {}
+            for a in node._input_nodes:
+                seen[index[replace.get(a, a)]] = None
+            in_idx.extend(seen)
+            arg_ptr[i + 1] = len(arg_idx)
+            in_ptr[i + 1] = len(in_idx)
+            if node.op == "output":
+                outputs.extend(
+                    index[replace.get(a, a)] if a.__class__ is node_cls else -1 for a in _output_leaves(node)
+                )
+    except KeyError as e:
+        raise LoweringError(f"a node uses {e.args[0].name!r}, which is not in this graph") from None
+    base.arg_ptr, base.arg_idx, base.in_ptr, base.in_idx, base.outputs = arg_ptr, arg_idx, in_ptr, in_idx, outputs
+    return base
 
 
 def _output_leaves(output: fx.Node) -> list[Any]:
@@ -292,7 +345,18 @@ def _is_opaque(node: fx.Node) -> bool:
     return bool(is_opaque_node(node))
 
 
-def lower_for_partition(graph: fx.Graph, facts: TargetFacts, *, impure_random: bool) -> GraphArrays:
+def lower_for_partition(
+    graph: fx.Graph,
+    facts: TargetFacts,
+    *,
+    impure_random: bool,
+    removed: set[fx.Node] | None = None,
+    replace: dict[fx.Node, fx.Node] | None = None,
+) -> GraphArrays:
     """Everything the partition decision reads: structure, target flags,
-    per-node value facts, tags, ac_graph_id and byte sizes."""
-    return _lower(graph, facts, value_facts=_ValueFacts(facts, impure_random), with_meta=True)
+    per-node value facts, tags, ac_graph_id and byte sizes -- of the graph
+    as it will be once ``removed`` nodes are gone and ``replace`` applied."""
+    return _lower(
+        graph, facts, value_facts=_ValueFacts(facts, impure_random), with_meta=True,
+        removed=removed, replace=replace,
+    )

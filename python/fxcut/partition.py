@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import _C
+from . import _C, prepare
 from .lower import GraphArrays, lower_for_partition
 from .ops import default_facts, mutated_inputs
 
@@ -325,28 +325,27 @@ def min_cut_rematerialization_partition(
             "use torch's partitioner for memory budgets"
         )
 
-    original_graph = joint_module.graph
-    joint_module.graph.eliminate_dead_code()
-    if config.cse:
-        # The graph setter recompiles, so the recompile torch runs right
-        # after dead-code elimination would be overwritten unused.
-        joint_module.graph = tp.fx_graph_cse(joint_module.graph)
-    else:
-        joint_module.recompile()
-    joint_graph = joint_module.graph
-
+    graph = joint_module.graph
+    facts = default_facts()
+    impure_random = _impure_random()
+    # Plan dead-code elimination and CSE, lower the graph as they will leave
+    # it, and decide -- all before touching the user's graph, so a bad input
+    # or an unsatisfiable decision leaves it exactly as it was.
+    prep = prepare.plan(graph, facts, cse=bool(config.cse), impure_random=impure_random)
+    arrays = lower_for_partition(
+        graph, facts, impure_random=impure_random, removed=prep.removed, replace=prep.replace
+    )
     try:
         decision = decide(
-            joint_graph,
+            graph,
             num_fwd_outputs=num_fwd_outputs,
             static_lifetime_input_indices=static_lifetime_input_indices,
+            arrays=arrays,
         )
     except NotImplementedError as e:
         # A graph shape the C classification does not model (a forward
         # output that needs a backward value): torch decides it.
         log.info("fxcut: %s; using torch's partitioner for this graph", e)
-        if joint_module.graph is not original_graph:
-            joint_module.graph = original_graph
         return tp.min_cut_rematerialization_partition(
             joint_module,
             _joint_inputs,
@@ -354,11 +353,16 @@ def min_cut_rematerialization_partition(
             num_fwd_outputs=num_fwd_outputs,
             static_lifetime_input_indices=static_lifetime_input_indices,
         )
-    except Exception:
-        # Leave the module with the graph it came with (dead code removed).
-        if joint_module.graph is not original_graph:
-            joint_module.graph = original_graph
-        raise
+    try:
+        prepare.apply(joint_module, prep, arrays.nodes)
+    except prepare.PreparationMismatch:
+        log.error("fxcut: DCE/CSE plan diverged from the graph; deciding again on the graph as it is")
+        decision = decide(
+            joint_module.graph,
+            num_fwd_outputs=num_fwd_outputs,
+            static_lifetime_input_indices=static_lifetime_input_indices,
+        )
+    joint_graph = joint_module.graph
     arrays = decision.arrays
     tags = arrays.tag.tobytes()
     has_recomputable = any(t in (2, 3) for t in tags)

@@ -1,0 +1,108 @@
+"""fxcut's planned dead-code elimination and in-place CSE leave exactly the
+graph torch's partitioner builds with ``eliminate_dead_code`` and
+``fx_graph_cse``: same nodes, names, order, arguments, users and meta."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.fx as fx
+from torch._functorch.compile_utils import fx_graph_cse
+
+from fxcut import prepare
+from fxcut.ops import default_facts
+from fxcut.partition import _impure_random
+
+import zoo
+from random_joint import random_joint
+
+
+def _torch_prepared(gm: fx.GraphModule) -> fx.GraphModule:
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    gm.graph = fx_graph_cse(gm.graph)
+    return gm
+
+
+def _fxcut_prepared(gm: fx.GraphModule) -> tuple[fx.GraphModule, prepare.Preparation]:
+    prep = prepare.plan(gm.graph, default_facts(), cse=True, impure_random=_impure_random())
+    expected = [n for n in gm.graph.nodes if n not in prep.removed]
+    prepare.apply(gm, prep, expected)
+    return gm, prep
+
+
+def _assert_same_graph(a: fx.GraphModule, b: fx.GraphModule) -> None:
+    assert a.code == b.code
+    na, nb = list(a.graph.nodes), list(b.graph.nodes)
+    assert [n.name for n in na] == [n.name for n in nb]
+    for x, y in zip(na, nb):
+        assert [u.name for u in x.users] == [u.name for u in y.users], x.name
+        assert [u.name for u in x.all_input_nodes] == [u.name for u in y.all_input_nodes], x.name
+        assert set(x.meta) == set(y.meta), x.name
+        assert x.meta.get("mutation_region_id") == y.meta.get("mutation_region_id"), x.name
+
+
+@pytest.mark.parametrize("name", sorted(zoo.CASES))
+def test_zoo_graph_prepares_like_torch(name: str) -> None:
+    cap = zoo.capture(name)
+    a = _torch_prepared(cap.fresh())
+    b, _ = _fxcut_prepared(cap.fresh())
+    _assert_same_graph(a, b)
+
+
+def _with_duplicates_and_dead_code() -> fx.GraphModule:
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    x.meta["val"] = torch.empty(4, device="meta")
+    t = g.placeholder("tangents_1")
+    t.meta["val"] = torch.empty(4, device="meta")
+    a1 = g.call_function(torch.ops.aten.sin.default, (x,))
+    a2 = g.call_function(torch.ops.aten.sin.default, (x,))  # duplicate of a1
+    dead = g.call_function(torch.ops.aten.cos.default, (x,))  # no users: dead
+    b1 = g.call_function(torch.ops.aten.mul.Tensor, (a1, a2))
+    b2 = g.call_function(torch.ops.aten.mul.Tensor, (a2, a1))  # mul(a1, a1) once a2 -> a1
+    b3 = g.call_function(torch.ops.aten.mul.Tensor, (a2, a2))  # likewise
+    r = g.call_function(torch.ops.aten.rand_like.default, (x,))
+    r2 = g.call_function(torch.ops.aten.rand_like.default, (x,))  # random: never merged
+    s = g.call_function(torch.ops.aten.add.Tensor, (b1, b2))
+    s2 = g.call_function(torch.ops.aten.add.Tensor, (s, b3))
+    s3 = g.call_function(torch.ops.aten.add.Tensor, (r, r2))
+    grad = g.call_function(torch.ops.aten.mul.Tensor, (t, s2))
+    g.output((s2, s3, grad))
+    for n in g.nodes:
+        if n.op != "output" and "val" not in n.meta:
+            n.meta["val"] = torch.empty(4, device="meta")
+    del dead
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def test_planned_preparation_merges_and_removes_what_torch_does() -> None:
+    a = _torch_prepared(_with_duplicates_and_dead_code())
+    b, prep = _fxcut_prepared(_with_duplicates_and_dead_code())
+    _assert_same_graph(a, b)
+    assert {n.name for n in prep.dead} == {"cos_default"}
+    assert {d.name: r.name for d, r in prep.replace.items()} == {
+        "sin_default_1": "sin_default",
+        "mul_tensor_1": "mul_tensor",
+        "mul_tensor_2": "mul_tensor",
+    }
+    # Random ops are never merged.
+    assert not any(n.name.startswith("rand_like") for n in prep.replace)
+
+
+def test_plan_does_not_touch_the_graph() -> None:
+    gm = _with_duplicates_and_dead_code()
+    before = (gm.code, [n.name for n in gm.graph.nodes], [dict(n.meta) for n in gm.graph.nodes])
+    prepare.plan(gm.graph, default_facts(), cse=True, impure_random=True)
+    after = (gm.code, [n.name for n in gm.graph.nodes], [dict(n.meta) for n in gm.graph.nodes])
+    assert before == after
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_graph_prepares_like_torch(seed: int) -> None:
+    rj = random_joint(seed)
+    a = _torch_prepared(copy.deepcopy(rj.module))
+    b, _ = _fxcut_prepared(copy.deepcopy(rj.module))
+    _assert_same_graph(a, b)
