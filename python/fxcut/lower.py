@@ -17,7 +17,7 @@ import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C
-from .ops import TargetFacts, is_cast_op
+from .ops import _HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, is_cast_op, is_impure
 
 KIND_OF_OP: dict[str, int] = {
     "placeholder": _C.KIND_PLACEHOLDER,
@@ -30,6 +30,12 @@ KIND_OF_OP: dict[str, int] = {
 
 _TAG_OF_POLICY: dict[Any, int] = {policy: int(policy.value) for policy in CheckpointPolicy}
 _FLAGS_MASK = (1 << 32) - 1
+_F_IMPURE = _C.F_IMPURE
+_F_IS_BACKWARD_TAG = _C.F_IS_BACKWARD_TAG
+_F_MUST_BE_IN_BW = _C.F_MUST_BE_IN_BW
+_F_BW_HOOK = _C.F_BW_HOOK
+_F_GETITEM = _C.F_GETITEM
+_F_NO_FUSE_OUT = _C.F_NO_FUSE_OUT
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -280,6 +286,7 @@ class _ValueFacts:
         self.script_types = (torch.ScriptObject, FakeScriptObject)
         self.script_objects_free = bool(config.unsafe_treat_script_objects_as_zero_size)
         self.triton_hop = getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None)
+        self.impure_bit = _IMPURE_RANDOM if impure_random else _IMPURE
 
     def __call__(self, node: fx.Node, bits: int) -> tuple[int, int]:
         meta = node.meta
@@ -317,25 +324,25 @@ class _ValueFacts:
         return bits, nbytes
 
     def _call_function_bits(self, node: fx.Node, bits: int) -> int:
-        from .ops import _MUTABLE, is_impure
-
+        """``bits`` carries the target's Python-only bits (fxcut.ops)."""
+        if bits & _HOP:
+            if is_impure(node, self.facts, self.impure_random):
+                bits |= _F_IMPURE
+        elif bits & self.impure_bit:
+            bits |= _F_IMPURE
         meta = node.meta
-        if is_impure(node, self.facts, self.impure_random):
-            bits |= _C.F_IMPURE
         tag = meta.get("partitioner_tag")
         if tag is not None:
             if tag == "is_backward":
-                bits |= _C.F_IS_BACKWARD_TAG
-            if tag == "must_be_in_backward" or (
-                tag == "is_backward" and self.facts.flags(node.target) & _MUTABLE
-            ):
-                bits |= _C.F_MUST_BE_IN_BW
+                bits |= _F_IS_BACKWARD_TAG
+            if tag == "must_be_in_backward" or (tag == "is_backward" and bits & _MUTABLE):
+                bits |= _F_MUST_BE_IN_BW
         if meta.get("has_backward_hook", False):
-            bits |= _C.F_BW_HOOK
-        if bits & _C.F_GETITEM and self.triton_hop is not None:
+            bits |= _F_BW_HOOK
+        if bits & _F_GETITEM and self.triton_hop is not None:
             producer = node.args[0]
             if isinstance(producer, fx.Node) and producer.target is self.triton_hop:
-                bits |= _C.F_NO_FUSE_OUT
+                bits |= _F_NO_FUSE_OUT
         return bits
 
 

@@ -39,8 +39,11 @@ F_CAT: int = _C.F_CAT
 F_LIFT_FRESH: int = _C.F_LIFT_FRESH
 F_WITH_EFFECTS: int = _C.F_WITH_EFFECTS
 
-#: Flags that depend on the target alone (everything else is per node).
-_MUTABLE = 1 << 40  # python-side only: the target's schema is mutable
+# Python-only target bits, above the 32 the graph array keeps.
+_MUTABLE = 1 << 40  # the target's schema is mutable
+_IMPURE = 1 << 41  # dead-code elimination keeps it (impure_random=False)
+_IMPURE_RANDOM = 1 << 42  # likewise with impure_random=True
+_HOP = 1 << 43  # a higher-order op: purity depends on the node's arguments
 
 
 def _wait_allgather_op() -> Any | None:
@@ -134,7 +137,9 @@ class TargetFacts:
 
     def __init__(self, no_copy_ops: frozenset[Any] | None = None) -> None:
         self._no_copy = no_copy_ops
-        self._cache: dict[Any, int] = {}
+        # Keyed by id(target): OpOverload hashes in Python, ints do not.  The
+        # target is kept alongside so its id cannot be reused while cached.
+        self._cache: dict[int, tuple[Any, int]] = {}
         self._lock = threading.Lock()
 
     @functools.cached_property
@@ -146,32 +151,17 @@ class TargetFacts:
     def impure(self, target: Any, impure_random: bool) -> bool:
         """torch's purity test for a call_function target (not a
         higher-order op, whose purity depends on its arguments)."""
-        key = ("impure", target, impure_random)
-        try:
-            return bool(self._cache[key])
-        except (KeyError, TypeError):
-            pass
-        from torch._library.utils import is_impure as torch_is_impure
-
-        value = bool(torch_is_impure(target, impure_random=impure_random))  # type: ignore[arg-type]
-        try:
-            with self._lock:
-                self._cache[key] = int(value)
-        except TypeError:
-            pass
-        return value
+        return bool(self.flags(target) & (_IMPURE_RANDOM if impure_random else _IMPURE))
 
     def flags(self, target: Any) -> int:
-        try:
-            return self._cache[target]
-        except (KeyError, TypeError):
-            pass
+        """The target's flag bits, including the Python-only high bits
+        (_MUTABLE, _IMPURE, _IMPURE_RANDOM, _HOP) that lowering masks off."""
+        hit = self._cache.get(id(target))
+        if hit is not None and hit[0] is target:
+            return hit[1]
         bits = self._compute(target)
-        try:
-            with self._lock:
-                self._cache[target] = bits
-        except TypeError:  # unhashable target: not cached
-            pass
+        with self._lock:
+            self._cache[id(target)] = (target, bits)
         return bits
 
     def _compute(self, target: Any) -> int:
@@ -220,6 +210,18 @@ class TargetFacts:
                 bits |= _MUTABLE
         if target is getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None):
             bits |= F_NON_BUILTIN
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            bits |= _HOP
+        else:
+            from torch._library.utils import is_impure as torch_is_impure
+
+            try:
+                if torch_is_impure(target, impure_random=False):
+                    bits |= _IMPURE
+                if torch_is_impure(target, impure_random=True):
+                    bits |= _IMPURE_RANDOM
+            except Exception:  # an exotic callable torch cannot classify: keep it
+                bits |= _IMPURE | _IMPURE_RANDOM
         return bits
 
 
@@ -271,10 +273,11 @@ def mutated_inputs(node: fx.Node) -> list[fx.Node]:
 def is_impure(node: fx.Node, facts: TargetFacts, impure_random: bool) -> bool:
     """Whether dead-code elimination keeps ``node`` (a call_function)."""
     target = node.target
-    if isinstance(target, torch._ops.HigherOrderOperator):
+    bits = facts.flags(target)
+    if bits & _HOP:
         from torch._library.utils import is_impure as torch_is_impure
 
         return bool(
             torch_is_impure(target, args=node.args, kwargs=node.kwargs, impure_random=impure_random)
         )
-    return facts.impure(target, impure_random)
+    return bool(bits & (_IMPURE_RANDOM if impure_random else _IMPURE))
