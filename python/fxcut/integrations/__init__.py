@@ -2,8 +2,10 @@
 
 - :mod:`.torch_compile`: ``torch.compile`` backends (inductor, AOT Autograd)
   that partition with fxcut (:func:`inductor_backend`, :func:`aot_backend`).
+- :mod:`.deepspeed`: makes DeepSpeed DeepCompile's backend use fxcut's
+  ZeRO-3 walk and partitioner (``install()`` / ``uninstall()``).
 
-Imported on first use: ``import fxcut`` does not import inductor.
+Imported on first use: ``import fxcut`` does not import inductor or DeepSpeed.
 """
 
 from __future__ import annotations
