@@ -154,10 +154,14 @@ def run_partition(args: argparse.Namespace) -> Any:
             fw, bw = fn(gm, captured.joint_inputs, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
         return fw, bw, time.perf_counter() - start, tagged
 
+    # Each partitioner runs once untimed first: both pay one-time costs on
+    # their first call (fxcut computes per-op facts on first sight).
+    run(fxcut_partition, args.zero3)
     fw, bw, seconds, tagged = run(fxcut_partition, args.zero3)
     ours = summarize(fw, bw, captured.num_fwd_outputs, seconds)
     theirs = same_saved = same_graphs = None
     if not args.no_torch:
+        run(torch_partition, args.zero3)
         tfw, tbw, tseconds, _ = run(torch_partition, args.zero3)
         theirs = summarize(tfw, tbw, captured.num_fwd_outputs, tseconds)
         same_saved = ours.saved == theirs.saved
@@ -178,6 +182,7 @@ def run_partition(args: argparse.Namespace) -> Any:
             tagged_ops=dict(Counter(_op_name(n) for n in tagged).most_common()),
             aliases_saved_without_walk=aliases,
             alias_bytes_saved_without_walk=sum(value_nbytes(nodes[a]) for a in aliases),
+            aliases_saved_with_walk=[name for name in ours.saved if name in tagged_names],
             saved_bytes_without_walk=plain.saved_bytes,
             saved_bytes_with_walk=ours.saved_bytes,
         )
@@ -196,8 +201,8 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.2f} MiB"
 
 
-def print_comparison(cmp: Any, out: Any = sys.stdout) -> None:
-    w = out.write
+def print_comparison(cmp: Any, out: Any = None) -> None:
+    w = (out if out is not None else sys.stdout).write
     w(f"model: {cmp.extra.get('model')}  joint graph: {cmp.joint_nodes} nodes, "
       f"{cmp.extra.get('parameters')} parameters\n")
     if cmp.zero3 is not None:
@@ -205,12 +210,12 @@ def print_comparison(cmp: Any, out: Any = sys.stdout) -> None:
         w(f"\nZeRO-3 walk: {len(z.tagged)} parameter aliases / casts tagged MUST_RECOMPUTE\n")
         for op, count in z.tagged_ops.items():
             w(f"  {count:5d}  {op}\n")
-        w(f"  without the walk the forward saves {len(z.aliases_saved_without_walk)} parameter "
-          f"aliases ({_mib(z.alias_bytes_saved_without_walk)})\n")
-        w(f"  saved for backward: {_mib(z.saved_bytes_without_walk)} without the walk, "
-          f"{_mib(z.saved_bytes_with_walk)} with it: the forward no longer saves "
-          f"{_mib(max(0, z.saved_bytes_without_walk - z.saved_bytes_with_walk))} of parameter aliases "
-          f"(net change {_mib(z.saved_bytes_with_walk - z.saved_bytes_without_walk)})\n")
+        w(f"  parameter aliases saved for backward: {len(z.aliases_saved_without_walk)} "
+          f"({_mib(z.alias_bytes_saved_without_walk)}) without the walk, "
+          f"{len(z.aliases_saved_with_walk)} with it\n")
+        change = z.saved_bytes_with_walk - z.saved_bytes_without_walk
+        w(f"  everything saved for backward: {_mib(z.saved_bytes_without_walk)} without the walk, "
+          f"{_mib(z.saved_bytes_with_walk)} with it ({'+' if change >= 0 else '-'}{_mib(abs(change))})\n")
     rows = [("fxcut", cmp.fxcut)] + ([("torch", cmp.torch)] if cmp.torch else [])
     w(f"\n{'':8s}{'saved':>8s}{'saved bytes':>16s}{'recomputed':>12s}{'fw nodes':>10s}{'bw nodes':>10s}{'time':>10s}\n")
     for name, s in rows:
@@ -221,8 +226,8 @@ def print_comparison(cmp: Any, out: Any = sys.stdout) -> None:
         w(f"recomputed in backward: {top}\n")
     if cmp.torch is not None:
         verdict = "identical" if cmp.same_saved and cmp.same_graphs else "DIFFERENT"
-        w(f"fxcut vs torch: saved values and graphs {verdict}; "
-          f"partition_fn {cmp.speedup:.2f}x torch's speed\n")
+        speed = f"; partition_fn {cmp.speedup:.2f}x torch's speed" if cmp.speedup is not None else ""
+        w(f"fxcut vs torch: saved values and graphs {verdict}{speed}\n")
 
 
 def run_explain(args: argparse.Namespace) -> dict[str, Any]:

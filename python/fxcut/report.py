@@ -79,6 +79,7 @@ class Zero3Summary:
     tagged_ops: dict[str, int]
     aliases_saved_without_walk: list[str]
     alias_bytes_saved_without_walk: int
+    aliases_saved_with_walk: list[str]
     saved_bytes_without_walk: int
     saved_bytes_with_walk: int
 
