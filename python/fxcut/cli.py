@@ -367,8 +367,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         sys.stderr.write(f"fxcut: error: {e}\n")
         return 2
-    if args.verbose:
-        logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO, format="%(name)s: %(message)s")
+    with _logging(args.verbose):
+        return _run(parser, args)
+
+
+@contextlib.contextmanager
+def _logging(verbose: int) -> Iterator[None]:
+    """-v: fxcut's log (INFO: one line per decision; -vv DEBUG: bans per
+    rule) on stderr, for this command only."""
+    if not verbose:
+        yield
+        return
+    logger = logging.getLogger("fxcut")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         if args.command == "partition":
             cmp = run_partition(args)
