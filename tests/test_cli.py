@@ -134,8 +134,9 @@ def test_subprocess_bad_input_exits_2_with_one_line():
 # --------------------------------------------------------------------------- --module
 
 
-def test_module_factory_with_input_spec(capsys):
-    argv = ["partition", "--module", "cli_models:factory", "--input", "4,16:float32", "--json"]
+@pytest.mark.parametrize("spec", ["4,16:float32", "4x16"])
+def test_module_factory_with_input_spec(capsys, spec):
+    argv = ["partition", "--module", "cli_models:factory", "--input", spec, "--json"]
     assert cli.main(argv) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["model"] == "cli_models:factory" and data["parameters"] == 4
