@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
+# DeepSpeed for tests/test_deepspeed.py: its Python code only (DS_BUILD_OPS=0: no
+# CUDA ops), built against the venv's torch, which stays pinned on the same line.
+DS_BUILD_OPS=0 .venv/bin/python -m pip install -q --no-build-isolation "deepspeed==0.19.8" "torch==2.13.0"
 # The C core must build warning-free under -Wall -Wextra (setup.sh builds with -Werror).
 set +e
 .venv/bin/python -m pytest -q "$@"

@@ -3,7 +3,11 @@
 - :func:`recompute_param_aliases`, :func:`get_wrapped_partitioner`,
   :func:`get_no_copy_ops`, :func:`is_cast_op`: DeepCompile's ZeRO-3 API.
 - :func:`min_cut_rematerialization_partition`: a drop-in for torch's.
+- :func:`inductor_backend`, :func:`aot_backend`, :class:`InductorPartitioner`:
+  ``torch.compile`` backends that partition with fxcut (imported on first use).
 """
+
+from typing import Any
 
 from ._version import __version__
 from ._C import InfiniteCutError
@@ -15,11 +19,29 @@ from .zero3 import get_wrapped_partitioner, recompute_param_aliases
 __all__ = [
     "__version__",
     "GraphArrays",
+    "InductorPartitioner",
     "InfiniteCutError",
     "LoweringError",
+    "aot_backend",
     "get_no_copy_ops",
     "get_wrapped_partitioner",
+    "inductor_backend",
     "is_cast_op",
     "min_cut_rematerialization_partition",
     "recompute_param_aliases",
 ]
+
+_LAZY = {"InductorPartitioner", "aot_backend", "inductor_backend"}
+
+
+def __getattr__(name: str) -> Any:
+    # The torch.compile integrations import inductor: only when asked for.
+    if name in _LAZY:
+        from .integrations import torch_compile
+
+        return getattr(torch_compile, name)
+    raise AttributeError(f"module 'fxcut' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)

@@ -12,13 +12,16 @@ traced without allocating it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import inspect
 import json
 import logging
+import re
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn
 
 import torch
 
@@ -44,26 +47,36 @@ class UsageError(Exception):
     """Bad command-line input; main() prints it on one line and exits 2."""
 
 
+#: --dtype: CPU autocast's lower-precision dtypes (float32 means no autocast).
+AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
+                   "fp16": torch.float16}
+
+
 def _dtype(name: str | None) -> torch.dtype | None:
+    """The autocast dtype of --dtype (None: no autocast)."""
     if name is None or name in ("none", "fp32", "float32"):
         return None
     try:
-        return DTYPES[name]
+        return AUTOCAST_DTYPES[name]
     except KeyError:
-        raise UsageError(f"unknown dtype {name!r} (choose from {', '.join(sorted(DTYPES))})") from None
+        raise UsageError(f"unknown --dtype {name!r} (choose from none, float32, "
+                         f"{', '.join(sorted(AUTOCAST_DTYPES))})") from None
 
 
 def _parse_input_spec(spec: str) -> tuple[tuple[int, ...], torch.dtype]:
+    """'8,128:float32' (or '8x128:float32'; the dtype defaults to float32)."""
     shape_text, _, dtype_text = spec.partition(":")
+    parts = [p.strip() for p in re.split(r"[,x]", shape_text)]
     try:
-        shape = tuple(int(s) for s in shape_text.replace("x", ",").split(",") if s.strip())
+        shape = tuple(int(p) for p in parts)
     except ValueError:
         raise UsageError(f"malformed --input {spec!r}: expected 'd0,d1,...:dtype', e.g. '8,128:float32'") from None
-    if not shape or any(d <= 0 for d in shape):
+    if any(d <= 0 for d in shape):
         raise UsageError(f"malformed --input {spec!r}: dimensions must be positive integers")
     dtype = DTYPES.get(dtype_text or "float32")
     if dtype is None:
-        raise UsageError(f"malformed --input {spec!r}: unknown dtype {dtype_text!r}")
+        raise UsageError(f"malformed --input {spec!r}: unknown dtype {dtype_text!r} "
+                         f"(choose from {', '.join(sorted(DTYPES))})")
     return shape, dtype
 
 
@@ -77,24 +90,33 @@ def _model_config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _capture(args: argparse.Namespace) -> Any:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     from . import capture as cap
-    from .models import MODELS
+    from .models import MODELS, BlockStack
 
     autocast = _dtype(args.dtype)
     if args.module:
         return _capture_user_module(args, autocast)
+    if args.input:
+        raise UsageError("--input describes the inputs of --module; built-in models make their own")
     if args.model not in MODELS:
         raise UsageError(f"unknown model {args.model!r} (choose from {', '.join(sorted(MODELS))})")
-    try:
-        return cap.capture_model(
-            args.model,
-            autocast_dtype=autocast,
-            checkpoint=args.checkpoint,
-            fake=not args.real,
-            **_model_config(args),
-        )
-    except TypeError as e:
-        raise UsageError(f"model {args.model!r} does not take that option: {e}") from None
+    cfg = _model_config(args)
+    accepted = inspect.signature(MODELS[args.model]).parameters
+    unknown = [f"--{k}" for k in cfg if k not in accepted]
+    if unknown:
+        raise UsageError(f"model {args.model!r} does not take {', '.join(unknown)}")
+    with FakeTensorMode() if not args.real else contextlib.nullcontext():
+        try:
+            model, make_inputs, loss_fn = MODELS[args.model](**cfg)
+        except ValueError as e:
+            raise UsageError(f"model {args.model!r}: {e}") from None
+        inputs = make_inputs()
+    if args.checkpoint and not isinstance(model, BlockStack):
+        raise UsageError(f"--checkpoint: model {args.model!r} is not made of blocks")
+    return cap.capture(model, inputs, loss_fn, autocast_dtype=autocast, checkpoint=args.checkpoint,
+                       fake=not args.real)
 
 
 def _capture_user_module(args: argparse.Namespace, autocast: torch.dtype | None) -> Any:
@@ -106,14 +128,28 @@ def _capture_user_module(args: argparse.Namespace, autocast: torch.dtype | None)
     if not attr:
         raise UsageError(f"--module {args.module!r}: expected 'package.module:factory'")
     try:
-        factory = getattr(importlib.import_module(path), attr)
-    except (ImportError, AttributeError) as e:
-        raise UsageError(f"--module {args.module!r} does not import: {e}") from None
+        module = importlib.import_module(path)
+    except Exception as e:  # the user's module may fail in any way while importing
+        raise UsageError(f"--module {args.module!r}: module {path!r} does not import: "
+                         f"{type(e).__name__}: {_first_line(e)}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UsageError(f"--module {args.module!r}: module {path!r} has no callable {attr!r}")
     if not args.input:
         raise UsageError("--module needs at least one --input 'shape:dtype'")
     specs = [_parse_input_spec(s) for s in args.input]
-    with FakeTensorMode() if not args.real else _null():
-        model = factory()
+    if args.checkpoint:
+        raise UsageError("--checkpoint works on built-in models only")
+    fake_mode = FakeTensorMode() if not args.real else None
+    with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        try:
+            model = factory()
+        except Exception as e:
+            raise UsageError(f"--module {args.module!r}: the factory failed: {type(e).__name__}: "
+                             f"{_first_line(e)}") from None
+        if not isinstance(model, torch.nn.Module):
+            raise UsageError(f"--module {args.module!r}: the factory returned {type(model).__name__}, "
+                             "not a torch.nn.Module")
         inputs = [
             torch.randn(shape, dtype=dtype) if dtype.is_floating_point else torch.zeros(shape, dtype=dtype)
             for shape, dtype in specs
@@ -123,15 +159,35 @@ def _capture_user_module(args: argparse.Namespace, autocast: torch.dtype | None)
         leaves = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
         return sum(t.float().sum() for t in leaves if t.is_floating_point())  # type: ignore[return-value]
 
-    return cap.capture(model, inputs, loss_fn, autocast_dtype=autocast, checkpoint=args.checkpoint, fake=not args.real)
+    # Run it once untraced first: inputs the model does not accept fail
+    # there with torch's own message, not dynamo's.
+    with fake_mode if fake_mode is not None else contextlib.nullcontext(), torch.no_grad(), _quiet_fake_tensors():
+        try:
+            model(*inputs)
+        except Exception as e:
+            raise UsageError(f"--module {args.module!r} does not run on inputs {', '.join(args.input)}: "
+                             f"{type(e).__name__}: {_first_line(e)}") from None
+    try:
+        return cap.capture(model, inputs, loss_fn, autocast_dtype=autocast, fake=not args.real)
+    except Exception as e:
+        raise UsageError(f"--module {args.module!r} could not be traced on inputs "
+                         f"{', '.join(args.input)}: {type(e).__name__}: {_first_line(e)}") from None
 
 
-class _null:
-    def __enter__(self) -> None:
-        return None
+@contextlib.contextmanager
+def _quiet_fake_tensors() -> Iterator[None]:
+    """Fake tensors log a traceback for every failing op; the error says it all."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
-    def __exit__(self, *exc: Any) -> None:
-        return None
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else "(no message)"
 
 
 def run_partition(args: argparse.Namespace) -> Any:
@@ -144,6 +200,8 @@ def run_partition(args: argparse.Namespace) -> Any:
     from .report import Comparison, Zero3Summary, summarize, value_nbytes
     from .zero3 import recompute_param_aliases
 
+    if args.budget is not None and not 0 <= args.budget <= 1:
+        raise UsageError(f"--budget {args.budget} must be between 0 and 1")
     captured = _capture(args)
     budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
 
@@ -155,10 +213,14 @@ def run_partition(args: argparse.Namespace) -> Any:
             fw, bw = fn(gm, captured.joint_inputs, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
         return fw, bw, time.perf_counter() - start, tagged
 
+    # Each partitioner runs once untimed first: both pay one-time costs on
+    # their first call (fxcut computes per-op facts on first sight).
+    run(fxcut_partition, args.zero3)
     fw, bw, seconds, tagged = run(fxcut_partition, args.zero3)
     ours = summarize(fw, bw, captured.num_fwd_outputs, seconds)
     theirs = same_saved = same_graphs = None
     if not args.no_torch:
+        run(torch_partition, args.zero3)
         tfw, tbw, tseconds, _ = run(torch_partition, args.zero3)
         theirs = summarize(tfw, tbw, captured.num_fwd_outputs, tseconds)
         same_saved = ours.saved == theirs.saved
@@ -199,8 +261,8 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.2f} MiB"
 
 
-def print_comparison(cmp: Any, out: Any = sys.stdout) -> None:
-    w = out.write
+def print_comparison(cmp: Any, out: Any = None) -> None:
+    w = (out if out is not None else sys.stdout).write
     w(f"model: {cmp.extra.get('model')}  joint graph: {cmp.joint_nodes} nodes, "
       f"{cmp.extra.get('parameters')} parameters\n")
     if cmp.zero3 is not None:
@@ -212,9 +274,10 @@ def print_comparison(cmp: Any, out: Any = sys.stdout) -> None:
           f"({_mib(z.alias_bytes_saved_without_walk)}) without the walk, "
           f"{len(z.aliases_saved_with_walk)} with it: the forward no longer saves "
           f"{_mib(z.alias_bytes_saved_without_walk)} of parameter aliases\n")
-        w(f"  all values saved for backward: {_mib(z.saved_bytes_without_walk)} without the walk, "
-          f"{_mib(z.saved_bytes_with_walk)} with it (the backward recomputes the aliases from the "
-          f"parameters, which ZeRO-3 gathers again)\n")
+        change = z.saved_bytes_with_walk - z.saved_bytes_without_walk
+        w(f"  everything saved for backward: {_mib(z.saved_bytes_without_walk)} without the walk, "
+          f"{_mib(z.saved_bytes_with_walk)} with it ({'+' if change >= 0 else '-'}{_mib(abs(change))}: "
+          f"the backward recomputes the aliases from the parameters, which ZeRO-3 gathers again)\n")
     rows = [("fxcut", cmp.fxcut)] + ([("torch", cmp.torch)] if cmp.torch else [])
     w(f"\n{'':8s}{'saved':>8s}{'activations':>16s}{'inputs':>14s}{'recomputed':>12s}"
       f"{'fw nodes':>10s}{'bw nodes':>10s}{'time':>12s}\n")
@@ -228,12 +291,12 @@ def print_comparison(cmp: Any, out: Any = sys.stdout) -> None:
         w(f"recomputed in backward: {top}\n")
     if cmp.torch is not None:
         verdict = "identical" if cmp.same_saved and cmp.same_graphs else "DIFFERENT"
-        w(f"fxcut vs torch: saved values and graphs {verdict}; "
-          f"partition_fn {cmp.speedup:.2f}x torch's speed\n")
+        speed = f"; partition_fn {cmp.speedup:.2f}x torch's speed" if cmp.speedup is not None else ""
+        w(f"fxcut vs torch: saved values and graphs {verdict}{speed}\n")
 
 
 def run_explain(args: argparse.Namespace) -> dict[str, Any]:
-    from .explain import explain_value
+    from .explain import UnknownNodeError, explain_value
 
     captured = _capture(args)
     gm = captured.fresh()
@@ -241,34 +304,60 @@ def run_explain(args: argparse.Namespace) -> dict[str, Any]:
         from .zero3 import recompute_param_aliases
 
         recompute_param_aliases(gm.graph, captured.param_indices)
-    return explain_value(gm, args.value, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
+    try:
+        return explain_value(gm, args.value, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
+    except UnknownNodeError as e:
+        raise UsageError(str(e)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="llama", help="built-in model (default: llama)")
     p.add_argument("--module", help="your own model: 'package.module:factory' (a callable returning nn.Module)")
     p.add_argument("--input", action="append", help="an input of --module as 'd0,d1,...:dtype' (repeatable)")
-    p.add_argument("--layers", type=int)
-    p.add_argument("--seq", type=int)
-    p.add_argument("--batch", type=int)
-    p.add_argument("--hidden", type=int)
-    p.add_argument("--heads", type=int)
+    p.add_argument("--layers", type=_positive_int)
+    p.add_argument("--seq", type=_positive_int)
+    p.add_argument("--batch", type=_positive_int)
+    p.add_argument("--hidden", type=_positive_int)
+    p.add_argument("--heads", type=_positive_int)
     p.add_argument("--dtype", default=None, help="autocast dtype, e.g. bfloat16 (default: none)")
     p.add_argument("--checkpoint", action="store_true", help="wrap each block in torch.utils.checkpoint")
     p.add_argument("--zero3", action="store_true", help="treat parameters as ZeRO-3 parameters (DeepCompile's walk)")
     p.add_argument("--real", action="store_true", help="trace with real tensors instead of fake ones")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are a :class:`UsageError`: one line, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _add_verbose(p: argparse.ArgumentParser, default: Any) -> None:
+    p.add_argument("-v", "--verbose", action="count", default=default, help="log at INFO (-v) or DEBUG (-vv)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fxcut", description="fxcut: AOT Autograd's min-cut partition decision, in C")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log at INFO (-v) or DEBUG (-vv)")
+    parser = _Parser(prog="fxcut", description="fxcut: AOT Autograd's min-cut partition decision, in C")
+    _add_verbose(parser, 0)
     sub = parser.add_subparsers(dest="command")
     p = sub.add_parser("partition", help="partition a model with fxcut and torch, side by side")
+    _add_verbose(p, argparse.SUPPRESS)
     _add_model_args(p)
     p.add_argument("--budget", type=float, default=None, help="activation_memory_budget (default: config's)")
     p.add_argument("--no-torch", action="store_true", help="skip torch's partitioner")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     e = sub.add_parser("explain", help="why a value was saved or recomputed")
+    _add_verbose(e, argparse.SUPPRESS)
     _add_model_args(e)
     e.add_argument("value", help="node name in the joint graph, e.g. addmm_3")
     e.add_argument("--json", action="store_true")
@@ -280,9 +369,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:
         argv = list(DEFAULT_ARGS)
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.verbose:
-        logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO, format="%(name)s: %(message)s")
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as e:
+        sys.stderr.write(f"fxcut: error: {e}\n")
+        return 2
+    with _logging(args.verbose):
+        return _run(parser, args)
+
+
+@contextlib.contextmanager
+def _logging(verbose: int) -> Iterator[None]:
+    """-v: fxcut's log (INFO: one line per decision; -vv DEBUG: bans per
+    rule) on stderr, for this command only."""
+    if not verbose:
+        yield
+        return
+    logger = logging.getLogger("fxcut")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         if args.command == "partition":
             cmp = run_partition(args)
@@ -304,6 +420,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except UsageError as e:
         sys.stderr.write(f"fxcut: error: {e}\n")
+        return 2
+    except NotImplementedError as e:
+        message = _first_line(e)
+        sys.stderr.write(f"fxcut: not supported: {message.removeprefix('fxcut: ')}\n")
         return 2
 
 

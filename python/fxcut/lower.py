@@ -8,6 +8,7 @@ Lowering reads the graph and never writes to it.
 
 from __future__ import annotations
 
+import time
 from array import array
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,8 @@ class GraphArrays:
     in_ptr: array
     in_idx: array
     outputs: array
+    #: wall time the lowering took, for logs and benchmarks
+    seconds: float = 0.0
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -363,7 +366,10 @@ def lower_for_partition(
     """Everything the partition decision reads: structure, target flags,
     per-node value facts, tags, ac_graph_id and byte sizes -- of the graph
     as it will be once ``removed`` nodes are gone and ``replace`` applied."""
-    return _lower(
+    start = time.perf_counter()
+    arrays = _lower(
         graph, facts, value_facts=_ValueFacts(facts, impure_random), with_meta=True,
         removed=removed, replace=replace,
     )
+    arrays.seconds = time.perf_counter() - start
+    return arrays

@@ -102,6 +102,15 @@ class Decision:
         reason = self.ban_reason[i]
         return BAN_REASONS.get(reason) if self.node_class[i] & _C.C_BANNED else None
 
+    def ban_counts(self) -> dict[str, int]:
+        """How many nodes each ban rule banned, in BAN_REASONS order (rules
+        that banned nothing left out)."""
+        counts = dict.fromkeys(BAN_REASONS, 0)
+        for cls, reason in zip(self.node_class, self.ban_reason):
+            if cls & _C.C_BANNED:
+                counts[reason] = counts.get(reason, 0) + 1
+        return {BAN_REASONS.get(r, f"rule {r}"): c for r, c in counts.items() if c}
+
 
 def _static_lifetime_mask(arrays: GraphArrays, indices: list[int]) -> bytes | None:
     if not indices:
@@ -159,10 +168,10 @@ def decide(
     it without solving (``saved`` empty).
     """
     opts = options or MinCutOptions.from_config()
-    t0 = time.perf_counter()
     if arrays is None:
         arrays = lower_for_partition(graph, default_facts(), impure_random=_impure_random())
     t1 = time.perf_counter()
+    t0 = t1 - arrays.seconds
     if not 0 <= num_fwd_outputs <= len(arrays.outputs):
         raise ValueError(
             f"num_fwd_outputs ({num_fwd_outputs}) must be between 0 and the "
@@ -207,6 +216,11 @@ def decide(
             raise type(e)(f"{e} [node {node} is {arrays.nodes[node].name!r}]") from None
         raise
     t2 = time.perf_counter()
+    saved = list(memoryview(out["saved"]).cast("i"))
+    log.info(
+        "decision: %d nodes, %d needed by backward, %d saved, cut %d (lower %.1f ms, core %.1f ms)",
+        len(arrays), out["n_required_bw"], len(saved), out["cut_value"], (t1 - t0) * 1e3, (t2 - t1) * 1e3,
+    )
     network = None
     if "net_tail" in out:
         network = (
@@ -214,19 +228,23 @@ def decide(
             memoryview(out["net_head"]).cast("i"),
             memoryview(out["net_cap"]).cast("q"),
         )
-    return Decision(
+    decision = Decision(
         arrays=arrays,
         tag=out["tag"],
         node_class=out["node_class"],
         ban_reason=out["ban_reason"],
         dist_from_bw=memoryview(out["dist_from_bw"]).cast("q"),
         weight=memoryview(out["weight"]).cast("q"),
-        saved=list(memoryview(out["saved"]).cast("i")),
+        saved=saved,
         n_required_bw=out["n_required_bw"],
         cut_value=out["cut_value"],
         network=network,
         seconds={"lower": t1 - t0, "core": t2 - t1},
     )
+    if log.isEnabledFor(logging.DEBUG):
+        counts = decision.ban_counts()
+        log.debug("bans: %s", ", ".join(f"{reason} {n}" for reason, n in counts.items()) or "none")
+    return decision
 
 
 def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutError":
@@ -345,7 +363,7 @@ def min_cut_rematerialization_partition(
     except NotImplementedError as e:
         # A graph shape the C classification does not model (a forward
         # output that needs a backward value): torch decides it.
-        log.info("fxcut: %s; using torch's partitioner for this graph", e)
+        log.info("%s; using torch's partitioner for this graph", e)
         return tp.min_cut_rematerialization_partition(
             joint_module,
             _joint_inputs,
@@ -389,14 +407,6 @@ def min_cut_rematerialization_partition(
         )
 
     saved_values = decision.saved_nodes
-    log.info(
-        "fxcut: %d nodes, %d saved, cut %d bytes (lower %.1f ms, core %.1f ms)",
-        len(arrays),
-        len(saved_values),
-        decision.cut_value,
-        decision.seconds["lower"] * 1e3,
-        decision.seconds["core"] * 1e3,
-    )
     if getattr(config, "_sync_decision_cross_ranks", False):
         saved_values = tp._sync_decision_cross_ranks(joint_graph, saved_values)
     return _build_modules(

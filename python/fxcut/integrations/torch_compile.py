@@ -1,0 +1,183 @@
+"""fxcut's partitioner behind ``torch.compile``, in one line.
+
+    compiled = torch.compile(model, backend=fxcut.inductor_backend())
+    compiled = torch.compile(model, backend=fxcut.aot_backend())          # eager kernels
+    compiled = torch.compile(model, backend=fxcut.inductor_backend(zero3_params=model))
+
+:func:`inductor_backend` needs no patching: inductor has a supported hook,
+its ``custom_partitioner_fn`` config option, which it calls in place of
+torch's ``min_cut_rematerialization_partition`` after its own joint-graph
+passes.  The backend sets that option for the graphs it compiles and calls
+inductor's ``compile_fx``; the option alone works as well:
+
+    torch.compile(model, options={"custom_partitioner_fn": fxcut.InductorPartitioner()})
+
+``zero3_params`` runs DeepCompile's ZeRO-3 parameter-alias walk
+(:func:`fxcut.recompute_param_aliases`) on each joint graph before the cut,
+as DeepCompile's backend does through :func:`fxcut.get_wrapped_partitioner`.
+It may be
+
+- ``None``: no walk;
+- ``True``: every ``nn.Parameter`` among a graph's inputs;
+- an ``nn.Module`` or an iterable of parameters: those, found by identity
+  among a graph's inputs;
+- an iterable of DeepCompile ``(arg_idx, ds_id, shape)`` triples: used as
+  given for every graph (only sensible when the model compiles to one graph).
+
+With inductor the walk runs after inductor's joint-graph passes, on the
+graph the cut is made on; DeepCompile wraps inductor's whole partition
+function, so its walk runs before those passes.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
+
+from ..zero3 import ParamIndex, get_wrapped_partitioner
+
+Backend = Callable[[fx.GraphModule, Sequence[Any]], Any]
+
+
+def _graph_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[Any]:
+    """What AOT Autograd's primal placeholders hold, in order: the traced
+    module's own parameters and buffers (none when dynamo lifts them, its
+    default), then dynamo's graph inputs."""
+    own = {**dict(gm.named_parameters(remove_duplicate=False)),
+           **dict(gm.named_buffers(remove_duplicate=False))}
+    return [*own.values(), *example_inputs]
+
+
+def _is_param_index(entry: Any) -> bool:
+    return isinstance(entry, (tuple, list)) and len(entry) == 3 and isinstance(entry[0], int)
+
+
+def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3_params: Any) -> list[ParamIndex]:
+    """DeepCompile's ``param_indices`` for one dynamo graph.
+
+    ``ds_id`` is the parameter's own ``ds_id`` attribute where it has one
+    (a DeepSpeed ZeRO-3 parameter), else its position; the shape is its
+    ``ds_shape`` where it has one, else its shape.
+    """
+    if zero3_params is None or zero3_params is False:
+        return []
+    if isinstance(zero3_params, nn.Module):
+        zero3_params = list(zero3_params.parameters())
+    inputs = _graph_inputs(gm, example_inputs)
+    if zero3_params is True:
+        wanted = None
+    else:
+        entries = list(zero3_params)
+        if entries and all(_is_param_index(e) for e in entries):
+            return [tuple(e) for e in entries]  # type: ignore[misc]
+        for k, e in enumerate(entries):
+            if not isinstance(e, torch.Tensor):
+                raise TypeError(f"zero3_params[{k}] is {type(e).__name__}: expected parameters, "
+                                "a module, True, or (arg_idx, ds_id, shape) triples")
+        wanted = {id(p) for p in entries}
+    return [
+        (pos, getattr(t, "ds_id", pos), getattr(t, "ds_shape", t.shape))
+        for pos, t in enumerate(inputs)
+        if isinstance(t, nn.Parameter) and (wanted is None or id(t) in wanted)
+    ]
+
+
+@functools.cache
+def _code_hash() -> str:
+    """A hash of fxcut's code (Python and the C extension): part of
+    inductor's cache key, so a cached graph is only reused when it was cut by
+    this very code."""
+    from .. import _C
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = sorted(os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".py"))
+    return get_hash_for_files((*paths, _C.__file__)).hex()
+
+
+class InductorPartitioner(CustomPartitionerFn):
+    """fxcut's partitioner as inductor's ``custom_partitioner_fn``.
+
+    ``param_indices``: DeepCompile's ``(arg_idx, ds_id, shape)`` triples;
+    when not empty the ZeRO-3 walk runs before the cut.
+    """
+
+    def __init__(self, param_indices: Iterable[ParamIndex] = ()) -> None:
+        # Only plain data here: inductor pickles its config, this object
+        # included, into its cache key.
+        self.param_indices: list[ParamIndex] = [tuple(e) for e in param_indices]  # type: ignore[misc]
+
+    def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
+                 ) -> tuple[fx.GraphModule, fx.GraphModule]:
+        partition = get_wrapped_partitioner(bool(self.param_indices), self.param_indices, None)
+        return partition(gm, joint_inputs, **kwargs)
+
+    def uuid(self) -> Any:
+        return (_code_hash(), tuple(e[0] for e in self.param_indices))
+
+    def __repr__(self) -> str:
+        return f"InductorPartitioner(param_indices={self.param_indices!r})"
+
+
+def _check_inductor_options(options: dict[str, Any]) -> None:
+    from torch._inductor import config
+
+    known = config.get_config_copy()
+    unknown = [k for k in options if k.replace("-", "_") not in known]
+    if unknown:
+        raise ValueError(f"unknown inductor option(s): {', '.join(unknown)}")
+    if "custom_partitioner_fn" in options:
+        raise ValueError("inductor_backend sets custom_partitioner_fn itself")
+
+
+def inductor_backend(zero3_params: Any = None, **inductor_options: Any) -> Backend:
+    """A ``torch.compile`` backend: inductor, with fxcut's partitioner.
+
+    ``inductor_options`` are inductor config options, as ``torch.compile``'s
+    ``options=`` takes them (e.g. ``max_autotune=True``).  See the module
+    docstring for ``zero3_params``.
+    """
+    options = {k.replace("-", "_"): v for k, v in inductor_options.items()}
+    _check_inductor_options(options)
+
+    def fxcut_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        from torch._inductor.compile_fx import compile_fx
+
+        partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params))
+        return compile_fx(gm, example_inputs, config_patches={**options, "custom_partitioner_fn": partitioner})
+
+    return fxcut_inductor
+
+
+def aot_backend(fw_compiler: Callable[..., Any] | None = None, bw_compiler: Callable[..., Any] | None = None,
+                zero3_params: Any = None, **aot_kwargs: Any) -> Backend:
+    """A ``torch.compile`` backend: AOT Autograd with fxcut's partitioner.
+
+    ``fw_compiler`` defaults to torch's no-op compiler (eager kernels),
+    ``bw_compiler`` to ``fw_compiler``; ``aot_kwargs`` go to
+    ``torch._dynamo.backends.common.aot_autograd`` (e.g. ``decompositions``).
+    See the module docstring for ``zero3_params``.
+    """
+    if "partition_fn" in aot_kwargs:
+        raise ValueError("aot_backend sets partition_fn itself")
+
+    def fxcut_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._functorch.compilers import nop
+
+        indices = zero3_param_indices(gm, example_inputs, zero3_params)
+        fw = fw_compiler if fw_compiler is not None else nop
+        bw = bw_compiler if bw_compiler is not None else fw
+        partition_fn = get_wrapped_partitioner(bool(indices), indices, None)
+        return aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition_fn, **aot_kwargs)(gm, example_inputs)
+
+    return fxcut_aot
+
+
+__all__ = ["InductorPartitioner", "aot_backend", "inductor_backend", "zero3_param_indices"]

@@ -1,0 +1,242 @@
+"""The fxcut command: printed results equal the library's, bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+import fxcut
+import fxcut.cli as cli
+from fxcut.capture import capture_model
+from fxcut.report import summarize
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+def _env() -> dict[str, str]:
+    """The environment of a subprocess that imports this fxcut and tests/cli_models."""
+    package_parent = str(Path(fxcut.__file__).resolve().parent.parent)
+    paths = [package_parent, str(TESTS), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def _library(model: str, *, zero3: bool = False, dtype: torch.dtype | None = None, **cfg):
+    """What the CLI should print: the same capture, partitioned by the library."""
+    cap = capture_model(model, autocast_dtype=dtype, fake=True, **cfg)
+    gm = cap.fresh()
+    tagged = fxcut.recompute_param_aliases(gm.graph, cap.param_indices) if zero3 else []
+    fw, bw = fxcut.min_cut_rematerialization_partition(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs,
+                                                       **cap.partition_kwargs)
+    return cap, summarize(fw, bw, cap.num_fwd_outputs), tagged
+
+
+def _row(out: str, name: str) -> list[str]:
+    """The table row of ``name`` (fxcut / torch), split into fields."""
+    rows = [line.split() for line in out.splitlines()
+            if line.split()[:1] == [name] and len(line.split()) == 10 and line.split()[1].isdigit()]
+    assert len(rows) == 1, out
+    return rows[0]
+
+
+def _assert_row_matches(row: list[str], summary) -> None:
+    # name, saved, activation MiB, "MiB", input MiB, "MiB", recomputed, fw nodes, bw nodes, time
+    assert int(row[1]) == len(summary.saved)
+    activations = summary.saved_bytes - summary.saved_input_bytes
+    assert row[2] == f"{activations / 2**20:,.2f}" and row[3] == "MiB"
+    assert row[4] == f"{summary.saved_input_bytes / 2**20:,.2f}" and row[5] == "MiB"
+    assert int(row[6]) == len(summary.recomputed)
+    assert (int(row[7]), int(row[8])) == (summary.fw_nodes, summary.bw_nodes)
+
+
+def _one_line_error(capsys, argv: list[str], *words: str) -> str:
+    rc = cli.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("fxcut: "), err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+# --------------------------------------------------------------------------- partition
+
+
+def test_partition_mlp_prints_the_librarys_counts(capsys):
+    assert cli.main(["partition", "--model", "mlp"]) == 0
+    out = capsys.readouterr().out
+    cap, summary, _ = _library("mlp")
+    assert f"joint graph: {cap.num_nodes} nodes, {len(cap.param_indices)} parameters" in out
+    _assert_row_matches(_row(out, "fxcut"), summary)
+    _assert_row_matches(_row(out, "torch"), summary)
+    assert "saved values and graphs identical" in out
+
+
+def test_partition_gpt2_zero3_bf16_prints_the_walk_and_the_librarys_counts(capsys):
+    argv = ["partition", "--model", "gpt2", "--layers", "1", "--zero3", "--dtype", "bfloat16"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    cap, summary, tagged = _library("gpt2", zero3=True, dtype=torch.bfloat16, layers=1)
+    assert tagged
+    assert f"ZeRO-3 walk: {len(tagged)} parameter aliases / casts tagged MUST_RECOMPUTE" in out
+    assert "aten._to_copy" in out  # the bf16 casts of parameters
+    assert "without the walk, 0 with it" in out  # no alias saved once tagged
+    _assert_row_matches(_row(out, "fxcut"), summary)
+
+
+def test_partition_json_parses_and_matches_the_library(capsys):
+    assert cli.main(["partition", "--model", "mlp", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    cap, summary, _ = _library("mlp")
+    assert data["model"] == "mlp" and data["joint_nodes"] == cap.num_nodes
+    assert data["parameters"] == len(cap.param_indices)
+    assert data["fxcut"]["saved"] == summary.saved
+    assert data["fxcut"]["saved_bytes"] == summary.saved_bytes
+    assert data["fxcut"]["recomputed"] == summary.recomputed
+    assert data["torch"]["saved"] == summary.saved
+    assert data["same_saved"] is True and data["same_graphs"] is True
+    assert data["zero3"] is None
+
+
+def test_partition_json_zero3_without_torch(capsys):
+    argv = ["partition", "--model", "mlp", "--zero3", "--no-torch", "--json"]
+    assert cli.main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    _, summary, tagged = _library("mlp", zero3=True)
+    assert data["torch"] is None and data["same_saved"] is None and data["speedup"] is None
+    assert data["fxcut"]["saved"] == summary.saved
+    assert data["zero3"]["tagged"] == [n.name for n in tagged]
+    assert data["zero3"]["aliases_saved_with_walk"] == []
+
+
+def test_python_dash_m_fxcut_runs_in_a_subprocess():
+    proc = subprocess.run([sys.executable, "-m", "fxcut", "partition", "--model", "mlp", "--json"],
+                          capture_output=True, text=True, env=_env(), cwd=TESTS, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    _, summary, _ = _library("mlp")
+    assert data["fxcut"]["saved"] == summary.saved and data["same_saved"] is True
+
+
+def test_subprocess_bad_input_exits_2_with_one_line():
+    proc = subprocess.run([sys.executable, "-m", "fxcut", "partition", "--model", "nosuch"],
+                          capture_output=True, text=True, env=_env(), cwd=TESTS, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "fxcut: error: unknown model 'nosuch' (choose from convnet, gpt2, llama, lstm, mlp, moe, resnet, vit)"]
+
+
+# --------------------------------------------------------------------------- --module
+
+
+@pytest.mark.parametrize("spec", ["4,16:float32", "4x16"])
+def test_module_factory_with_input_spec(capsys, spec):
+    argv = ["partition", "--module", "cli_models:factory", "--input", spec, "--json"]
+    assert cli.main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"] == "cli_models:factory" and data["parameters"] == 4
+    assert data["same_saved"] is True and data["fxcut"]["saved"]
+    assert data["fxcut"]["saved"] == data["torch"]["saved"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--module", "cli_models:factory", "--input", "4,x:float32"], ["malformed --input '4,x:float32'"]),
+    (["--module", "cli_models:factory", "--input", "4,-16"], ["malformed --input", "positive"]),
+    (["--module", "cli_models:factory", "--input", "4,,16"], ["malformed --input '4,,16'"]),
+    (["--module", "cli_models:factory", "--input", "4,16", "--input", "2"], ["takes 2 positional arguments"]),
+    (["--module", "cli_models:factory", "--input", "4,16:float99"], ["unknown dtype 'float99'"]),
+    (["--module", "cli_models:factory"], ["--module needs at least one --input"]),
+    (["--module", "no_such_package.models:build", "--input", "4,16"], ["does not import", "no_such_package"]),
+    (["--module", "cli_models", "--input", "4,16"], ["expected 'package.module:factory'"]),
+    (["--module", "cli_models:nope", "--input", "4,16"], ["no callable 'nope'"]),
+    (["--module", "cli_models:failing_factory", "--input", "4,16"], ["the factory failed", "always fails"]),
+    (["--module", "cli_models:not_a_module", "--input", "4,16"], ["returned int"]),
+    (["--module", "cli_models:factory", "--input", "4,15"], ["does not run on inputs 4,15", "same reduction dim"]),
+])
+def test_bad_module_input_is_one_line(capsys, argv, words):
+    _one_line_error(capsys, ["partition", *argv], *words)
+
+
+def test_module_that_raises_while_importing_is_one_line(capsys, tmp_path, monkeypatch):
+    (tmp_path / "broken_models.py").write_text("raise ImportError('needs a package that is missing')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _one_line_error(capsys, ["partition", "--module", "broken_models:f", "--input", "4"],
+                    "does not import", "needs a package that is missing")
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["partition", "--model", "nosuch"], ["unknown model 'nosuch'"]),
+    (["partition", "--model", "mlp", "--dtype", "float99"], ["unknown --dtype 'float99'"]),
+    (["partition", "--model", "mlp", "--dtype", "int64"], ["unknown --dtype 'int64'"]),
+    (["partition", "--model", "mlp", "--seq", "4"], ["does not take --seq"]),
+    (["partition", "--model", "gpt2", "--hidden", "30", "--heads", "4"], ["divisible"]),
+    (["partition", "--model", "mlp", "--layers", "0"], ["--layers", "not positive"]),
+    (["partition", "--model", "mlp", "--layers", "two"], ["--layers", "not an integer"]),
+    (["partition", "--model", "mlp", "--input", "4,16"], ["--input"]),
+    (["partition", "--model", "convnet", "--checkpoint"], ["--checkpoint", "convnet"]),
+    (["partition", "--model", "mlp", "--budget", "1.5"], ["--budget 1.5"]),
+    (["partition", "--bogus"], ["unrecognized arguments: --bogus"]),
+    (["frobnicate"], ["invalid choice: 'frobnicate'"]),
+    (["explain", "--model", "mlp"], ["required: value"]),
+])
+def test_bad_input_exits_2_with_one_line_naming_it(capsys, argv, words):
+    _one_line_error(capsys, argv, *words)
+
+
+def test_unsupported_budget_is_one_line(capsys):
+    _one_line_error(capsys, ["partition", "--model", "mlp", "--budget", "0.5", "--no-torch"],
+                    "not supported", "activation_memory_budget=0.5")
+
+
+# --------------------------------------------------------------------------- explain
+
+
+def test_explain_saved_node_says_saved(capsys):
+    _, summary, _ = _library("mlp")
+    node = next(name for name in summary.saved if not name.startswith("primals"))
+    assert cli.main(["explain", "--model", "mlp", node]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith(f"{node} = ")
+    assert out.splitlines()[1].strip().startswith("saved:")
+
+
+def test_explain_tangent_derived_node_says_backward(capsys):
+    cap, _, _ = _library("mlp")
+    node = next(iter(cap.tangents()[0].users)).name
+    assert cli.main(["explain", "--model", "mlp", node, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["node"] == node and data["in_backward"] and not data["in_forward"] and not data["saved"]
+    assert data["why"].startswith("computed in backward")
+
+
+def test_explain_unknown_node_is_one_line(capsys):
+    _one_line_error(capsys, ["explain", "--model", "mlp", "addmm_99"], "no node named 'addmm_99'", "similar: addmm")
+
+
+# --------------------------------------------------------------------------- the console script
+
+
+def test_console_script_is_declared_and_resolves_to_main():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"fxcut": "fxcut.cli:main"}
+    module, _, attr = scripts["fxcut"].partition(":")
+    assert getattr(__import__(module, fromlist=[attr]), attr) is cli.main
+
+
+def test_installed_console_script_runs():
+    script = Path(sys.executable).with_name("fxcut")
+    if not script.exists():
+        pytest.skip(f"fxcut is not installed as a console script next to {sys.executable}")
+    proc = subprocess.run([str(script), "partition", "--model", "nosuch"], capture_output=True, text=True,
+                          env=_env(), timeout=300)
+    assert proc.returncode == 2 and "unknown model 'nosuch'" in proc.stderr

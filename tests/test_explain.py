@@ -1,0 +1,82 @@
+"""fxcut.explain says what the partition actually did with each node."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fxcut
+import zoo
+from fxcut.explain import UnknownNodeError, explain_value, explain_values
+from fxcut.report import summarize
+
+
+def _actual_placement(case: str) -> dict[str, str]:
+    """Where fxcut's partition put each call_function node of the case."""
+    cap = zoo.capture(case)
+    fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
+    saved = set(summarize(fw, bw, cap.num_fwd_outputs).saved)
+    fw_names = {n.name for n in fw.graph.nodes if n.op == "call_function"}
+    bw_names = {n.name for n in bw.graph.nodes if n.op == "call_function"}
+    placement = {}
+    for name in fw_names | bw_names:
+        if name in saved:
+            placement[name] = "saved"
+        elif name in fw_names and name in bw_names:
+            placement[name] = "recomputed"
+        elif name in bw_names:
+            placement[name] = "computed in backward"
+        else:
+            placement[name] = "forward only"
+    return placement
+
+
+@pytest.mark.parametrize("case", ["mlp", "gpt2", "gpt2_dropout", "llama_bf16", "moe", "resnet", "mlp_dynamic"])
+def test_explanation_agrees_with_the_partition_for_every_node(case):
+    cap = zoo.capture(case)
+    placement = _actual_placement(case)
+    explained = {r["node"]: r for r in explain_values(cap.fresh(), num_fwd_outputs=cap.num_fwd_outputs,
+                                                      **cap.partition_kwargs)}
+    assert placement.keys() <= explained.keys()
+    wrong = {name: (where, explained[name]["why"]) for name, where in placement.items()
+             if not explained[name]["why"].startswith(where)}
+    assert not wrong
+    for name, where in placement.items():
+        r = explained[name]
+        assert r["saved"] == (where == "saved")
+        assert r["in_backward"] == (where in ("recomputed", "computed in backward"))
+        assert r["in_forward"] == (where in ("saved", "recomputed", "forward only"))
+
+
+def test_tangent_derived_node_is_computed_in_backward():
+    cap = zoo.capture("mlp")
+    tangent = cap.tangents()[0]
+    user = next(iter(tangent.users))
+    r = explain_value(cap.fresh(), user.name, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    assert r["why"].startswith("computed in backward: it depends on the incoming gradients")
+    assert r["in_backward"] and not r["in_forward"] and not r["saved"]
+
+
+def test_zero3_tagged_alias_says_it_is_recomputed_because_tagged():
+    cap = zoo.capture("gpt2")
+    gm = cap.fresh()
+    tagged = fxcut.recompute_param_aliases(gm.graph, cap.param_indices)
+    results = explain_values(gm, [n.name for n in tagged], num_fwd_outputs=cap.num_fwd_outputs,
+                             **cap.partition_kwargs)
+    assert any(r["why"] == "recomputed in backward: tagged MUST_RECOMPUTE" for r in results)
+    assert all(r["tag"] == "MUST_RECOMPUTE" and not r["saved"] for r in results)
+
+
+def test_unknown_and_removed_nodes_are_named():
+    cap = zoo.capture("mlp")
+    with pytest.raises(UnknownNodeError, match=r"no node named 'addmm_99'.*similar: addmm"):
+        explain_value(cap.fresh(), "addmm_99", num_fwd_outputs=cap.num_fwd_outputs)
+    with pytest.raises(LookupError, match="no node named 'nosuch'"):
+        explain_value(cap.fresh(), "nosuch", num_fwd_outputs=cap.num_fwd_outputs)
+    gm = cap.fresh()
+    first = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    with gm.graph.inserting_before(output):
+        dead = gm.graph.call_function(torch.ops.aten.neg.default, (first,))
+    with pytest.raises(UnknownNodeError, match="dead code"):
+        explain_value(gm, dead.name, num_fwd_outputs=cap.num_fwd_outputs)
