@@ -201,7 +201,7 @@ def decide(
         )
     except _C.InfiniteCutError as e:
         raise _conflict_error(arrays, list(getattr(e, "chain", []))) from None
-    except (RuntimeError, ValueError, IndexError) as e:
+    except (RuntimeError, ValueError, IndexError, OverflowError) as e:
         node = getattr(e, "node", -1)
         if isinstance(node, int) and 0 <= node < len(arrays):
             raise type(e)(f"{e} [node {node} is {arrays.nodes[node].name!r}]") from None
@@ -241,6 +241,9 @@ def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutErr
         label = f"{node.name} ({node.op} {node.target})"
         if isinstance(policy, CheckpointPolicy):
             label += f" [{policy.name}]"
+        unsaveable = _why_unsaveable(arrays, i)
+        if unsaveable:
+            label += f" [{unsaveable}]"
         parts.append(label)
     message = (
         "fxcut: a value is needed in backward but can be neither saved nor recomputed "
@@ -250,6 +253,21 @@ def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutErr
     err.chain = [arrays.nodes[i].name for i in chain]  # type: ignore[attr-defined]
     err.nodes = [arrays.nodes[i] for i in chain]  # type: ignore[attr-defined]
     return err
+
+
+def _why_unsaveable(arrays: GraphArrays, i: int) -> str | None:
+    """Why node i's value can never be saved (infinite weight), as the
+    partitioner sees its ``meta["val"]``; None when it can be."""
+    bits = arrays.flags[i]
+    if not bits & _C.F_NON_TENSOR or bits & (_C.F_SYM | _C.F_FREE_OBJECT):
+        return None
+    meta = arrays.nodes[i].meta
+    if "val" not in meta:
+        return "no meta['val']: cannot be saved"
+    val = meta["val"]
+    if isinstance(val, (list, tuple)):
+        return f"its value is a {type(val).__name__}: cannot be saved"
+    return f"meta['val'] is {type(val).__name__} {val!r:.40}, not a tensor: cannot be saved"
 
 
 def _impure_random() -> bool:
@@ -328,9 +346,19 @@ def min_cut_rematerialization_partition(
     original_graph = joint_module.graph
     joint_module.graph.eliminate_dead_code()
     joint_module.recompile()
+    # torch's CSE stamps meta["mutation_region_id"] on the graph it reads;
+    # on an error the user's nodes get their meta back as it was.
+    had_region_id = {n for n in original_graph.nodes if "mutation_region_id" in n.meta}
     if config.cse:
         joint_module.graph = tp.fx_graph_cse(joint_module.graph)
     joint_graph = joint_module.graph
+
+    def restore() -> None:
+        if joint_module.graph is not original_graph:
+            joint_module.graph = original_graph
+        for n in original_graph.nodes:
+            if n not in had_region_id:
+                n.meta.pop("mutation_region_id", None)
 
     try:
         decision = decide(
@@ -342,8 +370,7 @@ def min_cut_rematerialization_partition(
         # A graph shape the C classification does not model (a forward
         # output that needs a backward value): torch decides it.
         log.info("fxcut: %s; using torch's partitioner for this graph", e)
-        if joint_module.graph is not original_graph:
-            joint_module.graph = original_graph
+        restore()
         return tp.min_cut_rematerialization_partition(
             joint_module,
             _joint_inputs,
@@ -353,8 +380,7 @@ def min_cut_rematerialization_partition(
         )
     except Exception:
         # Leave the module with the graph it came with (dead code removed).
-        if joint_module.graph is not original_graph:
-            joint_module.graph = original_graph
+        restore()
         raise
     arrays = decision.arrays
     tags = arrays.tag.tobytes()
