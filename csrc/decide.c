@@ -40,6 +40,8 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Frees the scratch of the tag passes, classification and bans; safe to
+ * call twice (the pointers are cleared). */
 static void ctx_free(fxcut_ctx *c)
 {
     free(c->user_ptr);
@@ -50,6 +52,9 @@ static void ctx_free(fxcut_ctx *c)
     free(c->stack);
     free(c->heap);
     free(c->stamp);
+    c->user_ptr = c->user_idx = c->fw_order = c->fw_nodes = c->stack = NULL;
+    c->fuse_keys = c->heap = NULL;
+    c->stamp = NULL;
 }
 
 static int ctx_init(fxcut_ctx *c, const fxcut_graph *g,
@@ -344,6 +349,10 @@ int fxcut_partition_decide(const fxcut_graph *g,
     for (int32_t i = 0; i < g->n; i++)
         if (res->node_class[i] & FXCUT_C_BANNED)
             add_edge(&el, 2 * g->n, V_IN(i), FXCUT_CAP_INF);
+    /* The users CSR, the heap and the stamps (about 40 bytes per node and
+     * 20 per input edge) are not needed by the max-flow: free them before
+     * it allocates its residual network, which sets the peak. */
+    ctx_free(&c);
     if (opt->keep_network == 2) {
         /* Network only: the caller solves it (tests, benchmarks). */
     } else {
