@@ -257,7 +257,22 @@ static int find_infinite_path(const fxcut_ctx *c, const edge_list *el,
     return FXCUT_OK;
 }
 
-static int solve_and_extract(fxcut_ctx *c, const edge_list *el,
+/* Frees the edge list (fxcut_min_cut_release calls this once the residual
+ * network is built). */
+static void edge_list_free(void *arg)
+{
+    edge_list *el = arg;
+    free(el->tail);
+    free(el->head);
+    free(el->cap);
+    el->tail = el->head = NULL;
+    el->cap = NULL;
+}
+
+/* Solves the network and reads the saved set off the cut.  Unless the
+ * caller keeps the network, the edge list is freed as soon as the solver
+ * has its own copy (it would otherwise sit under the solver's peak). */
+static int solve_and_extract(fxcut_ctx *c, edge_list *el, int keep,
                              fxcut_error *err)
 {
     const fxcut_graph *g = c->g;
@@ -276,8 +291,9 @@ static int solve_and_extract(fxcut_ctx *c, const edge_list *el,
     if (sink_side == NULL)
         return fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
     fxcut_network net = {nv, el->len, el->tail, el->head, el->cap};
-    rc = fxcut_min_cut(&net, nv - 2, nv - 1, FXCUT_MAXFLOW_DEFAULT,
-                       &res->cut_value, sink_side, err);
+    rc = fxcut_min_cut_release(&net, nv - 2, nv - 1, FXCUT_MAXFLOW_DEFAULT,
+                               &res->cut_value, sink_side,
+                               keep ? NULL : edge_list_free, el, err);
     if (rc != FXCUT_OK) {
         free(sink_side);
         return rc;
@@ -356,7 +372,7 @@ int fxcut_partition_decide(const fxcut_graph *g,
     if (opt->keep_network == 2) {
         /* Network only: the caller solves it (tests, benchmarks). */
     } else {
-        rc = solve_and_extract(&c, &el, err);
+        rc = solve_and_extract(&c, &el, opt->keep_network != 0, err);
     }
     if (opt->keep_network) {
         res->net_tail = el.tail;
