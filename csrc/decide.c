@@ -325,6 +325,15 @@ int fxcut_partition_decide(const fxcut_graph *g,
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "graph has %d nodes; the network needs 2n + 2 "
                           "int32 vertices", (int)g->n);
+    /* Up to 3n + E network edges: they, the heap pushes of the ban walks
+     * (at most n + E) and the edge counts of the infinite-path search must
+     * all stay int32.  (The max-flow's arcs, two per edge, are limited to
+     * 2^31 as well, so no graph past this could be solved anyway.) */
+    if (3 * (int64_t)g->n + (int64_t)g->in_ptr[g->n] + 1 > INT32_MAX)
+        return fxcut_fail(err, FXCUT_E_OVERFLOW, -1,
+                          "graph of %d nodes and %d input edges: its flow "
+                          "network would pass 2^31 edges", (int)g->n,
+                          (int)g->in_ptr[g->n]);
     res->n_saved = 0;
     res->n_chain = 0;
     res->n_required_bw = 0;

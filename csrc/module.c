@@ -246,6 +246,13 @@ static PyObject *py_param_alias_walk(PyObject *module, PyObject *args)
         fxcut_release_graph(&gb);
         return NULL;
     }
+    if (params.len / 4 > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "params must have fewer than 2^31 entries");
+        PyBuffer_Release(&params);
+        fxcut_release_graph(&gb);
+        return NULL;
+    }
     PyObject *out = PyBytes_FromStringAndSize(NULL, gb.graph.n);
     if (out == NULL) {
         PyBuffer_Release(&params);
