@@ -40,6 +40,8 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Frees the scratch of the tag passes, classification and bans; safe to
+ * call twice (the pointers are cleared). */
 static void ctx_free(fxcut_ctx *c)
 {
     free(c->user_ptr);
@@ -50,6 +52,9 @@ static void ctx_free(fxcut_ctx *c)
     free(c->stack);
     free(c->heap);
     free(c->stamp);
+    c->user_ptr = c->user_idx = c->fw_order = c->fw_nodes = c->stack = NULL;
+    c->fuse_keys = c->heap = NULL;
+    c->stamp = NULL;
 }
 
 static int ctx_init(fxcut_ctx *c, const fxcut_graph *g,
@@ -252,7 +257,22 @@ static int find_infinite_path(const fxcut_ctx *c, const edge_list *el,
     return FXCUT_OK;
 }
 
-static int solve_and_extract(fxcut_ctx *c, const edge_list *el,
+/* Frees the edge list (fxcut_min_cut_release calls this once the residual
+ * network is built). */
+static void edge_list_free(void *arg)
+{
+    edge_list *el = arg;
+    free(el->tail);
+    free(el->head);
+    free(el->cap);
+    el->tail = el->head = NULL;
+    el->cap = NULL;
+}
+
+/* Solves the network and reads the saved set off the cut.  Unless the
+ * caller keeps the network, the edge list is freed as soon as the solver
+ * has its own copy (it would otherwise sit under the solver's peak). */
+static int solve_and_extract(fxcut_ctx *c, edge_list *el, int keep,
                              fxcut_error *err)
 {
     const fxcut_graph *g = c->g;
@@ -271,8 +291,9 @@ static int solve_and_extract(fxcut_ctx *c, const edge_list *el,
     if (sink_side == NULL)
         return fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
     fxcut_network net = {nv, el->len, el->tail, el->head, el->cap};
-    rc = fxcut_min_cut(&net, nv - 2, nv - 1, FXCUT_MAXFLOW_DEFAULT,
-                       &res->cut_value, sink_side, err);
+    rc = fxcut_min_cut_release(&net, nv - 2, nv - 1, FXCUT_MAXFLOW_DEFAULT,
+                               &res->cut_value, sink_side,
+                               keep ? NULL : edge_list_free, el, err);
     if (rc != FXCUT_OK) {
         free(sink_side);
         return rc;
@@ -304,6 +325,15 @@ int fxcut_partition_decide(const fxcut_graph *g,
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "graph has %d nodes; the network needs 2n + 2 "
                           "int32 vertices", (int)g->n);
+    /* Up to 3n + E network edges: they, the heap pushes of the ban walks
+     * (at most n + E) and the edge counts of the infinite-path search must
+     * all stay int32.  (The max-flow's arcs, two per edge, are limited to
+     * 2^31 as well, so no graph past this could be solved anyway.) */
+    if (3 * (int64_t)g->n + (int64_t)g->in_ptr[g->n] + 1 > INT32_MAX)
+        return fxcut_fail(err, FXCUT_E_OVERFLOW, -1,
+                          "graph of %d nodes and %d input edges: its flow "
+                          "network would pass 2^31 edges", (int)g->n,
+                          (int)g->in_ptr[g->n]);
     res->n_saved = 0;
     res->n_chain = 0;
     res->n_required_bw = 0;
@@ -344,10 +374,14 @@ int fxcut_partition_decide(const fxcut_graph *g,
     for (int32_t i = 0; i < g->n; i++)
         if (res->node_class[i] & FXCUT_C_BANNED)
             add_edge(&el, 2 * g->n, V_IN(i), FXCUT_CAP_INF);
+    /* The users CSR, the heap and the stamps (about 40 bytes per node and
+     * 20 per input edge) are not needed by the max-flow: free them before
+     * it allocates its residual network, which sets the peak. */
+    ctx_free(&c);
     if (opt->keep_network == 2) {
         /* Network only: the caller solves it (tests, benchmarks). */
     } else {
-        rc = solve_and_extract(&c, &el, err);
+        rc = solve_and_extract(&c, &el, opt->keep_network != 0, err);
     }
     if (opt->keep_network) {
         res->net_tail = el.tail;

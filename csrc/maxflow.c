@@ -23,10 +23,13 @@
  *     exceeds C_R.  int64_t when INF fits in it, __int128 otherwise (its
  *     bound, 2^31 arcs times 2^63, is far inside 2^127);
  *  6. run the algorithm; sink_side comes back from it;
- *  7. the cut value is summed over the input edges that cross from the
- *     source side into the sink side, in 128 bits, and checked against the
- *     flow value: the max-flow/min-cut theorem, as a guard against any
- *     arithmetic slip.
+ *  7. the cut value is summed over the edges that cross from the source
+ *     side into the sink side, in 128 bits, and checked against the flow
+ *     value: the max-flow/min-cut theorem, as a guard against any
+ *     arithmetic slip.  An edge's capacity is read back from its arc pair
+ *     (res[a] + res[rev[a]], the pair invariant), so the input arrays are
+ *     not needed after step 2: fxcut_min_cut_release hands them back to
+ *     the caller then, before the solver allocates its state.
  */
 #include "maxflow_internal.h"
 
@@ -110,13 +113,16 @@ static int edge_kept(const fxcut_network *net, int64_t e)
 }
 
 /* The arrays of the residual network; res64 holds FXCUT_CAP_INF on the
- * forward arc of an infinite edge until step 5 replaces it. */
+ * forward arc of an infinite edge until step 5 replaces it.  Bit a of fwd
+ * is set when arc a is the forward arc of its pair (runs as the input edge
+ * ran). */
 typedef struct {
     fxcut_arcs arcs;
     int32_t *first;  /* n + 2 entries while building, n + 1 used after */
     int32_t *head;
     int32_t *rev;
     int64_t *res64;
+    uint8_t *fwd;
 } residual;
 
 static void residual_free(residual *r)
@@ -125,6 +131,12 @@ static void residual_free(residual *r)
     free(r->head);
     free(r->rev);
     free(r->res64);
+    free(r->fwd);
+}
+
+static int is_forward(const residual *r, int32_t a)
+{
+    return (r->fwd[(uint32_t)a >> 3] >> (a & 7)) & 1;
 }
 
 /*
@@ -151,7 +163,8 @@ static int residual_build(const fxcut_network *net, int32_t sink,
     r->head = malloc(arcs_alloc * sizeof *r->head);
     r->rev = malloc(arcs_alloc * sizeof *r->rev);
     r->res64 = malloc(arcs_alloc * sizeof *r->res64);
-    if (!r->first || !r->head || !r->rev || !r->res64) {
+    r->fwd = calloc(arcs_alloc / 8 + 1, 1);
+    if (!r->first || !r->head || !r->rev || !r->res64 || !r->fwd) {
         residual_free(r);
         memset(r, 0, sizeof *r);
         return fxcut_fail(err, FXCUT_E_NOMEM, -1,
@@ -178,6 +191,7 @@ static int residual_build(const fxcut_network *net, int32_t sink,
         r->rev[b] = a;
         r->res64[a] = net->cap[e];
         r->res64[b] = 0;
+        r->fwd[(uint32_t)a >> 3] |= (uint8_t)(1u << (a & 7));
     }
     r->arcs.n = n;
     r->arcs.sink = sink;
@@ -263,24 +277,62 @@ static fxcut_u128 capacity_leaving(const residual *r, const uint8_t *in_r)
     return total;
 }
 
+/*
+ * Step 7.  The capacity of the cut (side == 0 -> side == 1), summed over
+ * the forward arcs that cross it; an edge's capacity is res[a] +
+ * res[rev[a]].  No crossing edge can have capacity INF or more (the cut
+ * costs at most C_R < INF): one that does is an internal error.  A macro,
+ * to be exact in either flow type.
+ */
+#define CUT_FROM_RESIDUAL(FLOW_T, r, res, inf, side, value, err, rc)         \
+    do {                                                                      \
+        fxcut_u128 total_ = {0, 0};                                           \
+        (rc) = FXCUT_OK;                                                      \
+        for (int32_t v_ = 0; v_ < (r)->arcs.n && (rc) == FXCUT_OK; v_++) {   \
+            if ((side)[v_])                                                   \
+                continue;                                                     \
+            for (int32_t a_ = (r)->first[v_]; a_ < (r)->first[v_ + 1]; a_++) {\
+                if (!is_forward((r), a_) || !(side)[(r)->head[a_]])           \
+                    continue;                                                 \
+                FLOW_T cap_ = (res)[a_] + (res)[(r)->rev[a_]];                \
+                if (cap_ >= (inf)) {                                          \
+                    (rc) = fxcut_fail((err), FXCUT_E_OVERFLOW, v_,            \
+                                      "min_cut: internal error: the cut "     \
+                                      "crosses an edge of capacity >= the "   \
+                                      "infinity (%d -> %d)", (int)v_,         \
+                                      (int)(r)->head[a_]);                    \
+                    break;                                                    \
+                }                                                             \
+                fxcut_u128 c_ = FXCUT_FLOW_TO_U128(cap_);                     \
+                u128_add(&total_, c_.lo);                                     \
+                total_.hi += c_.hi;                                           \
+            }                                                                 \
+        }                                                                     \
+        *(value) = total_;                                                    \
+    } while (0)
+
 /* Steps 5-6 for the int64_t path: INF replaces the infinite marks. */
 static int solve_i64(residual *r, int algorithm, int64_t inf, uint8_t *side,
-                     fxcut_u128 *flow, fxcut_error *err)
+                     fxcut_u128 *flow, fxcut_u128 *cut, fxcut_error *err)
 {
     const size_t n_arcs = (size_t)r->first[r->arcs.n];
     for (size_t a = 0; a < n_arcs; a++)
         if (r->res64[a] == FXCUT_CAP_INF)
             r->res64[a] = inf;
-    if (algorithm == FXCUT_MAXFLOW_DINIC)
-        return fxcut_dinic_i64(&r->arcs, r->res64, side, flow, err);
-    return fxcut_push_relabel_i64(&r->arcs, r->res64, side, flow, err);
+    int rc = algorithm == FXCUT_MAXFLOW_DINIC
+                 ? fxcut_dinic_i64(&r->arcs, r->res64, side, flow, err)
+                 : fxcut_push_relabel_i64(&r->arcs, r->res64, side, flow, err);
+    if (rc == FXCUT_OK)
+        CUT_FROM_RESIDUAL(int64_t, r, r->res64, inf, side, cut, err, rc);
+    return rc;
 }
 
 #if FXCUT_HAVE_INT128
 /* Steps 5-6 for the __int128 path: the residuals move to 16-byte slots
  * (res64 is freed first thing after copying, to keep the peak low). */
 static int solve_i128(residual *r, int algorithm, fxcut_u128 inf,
-                      uint8_t *side, fxcut_u128 *flow, fxcut_error *err)
+                      uint8_t *side, fxcut_u128 *flow, fxcut_u128 *cut,
+                      fxcut_error *err)
 {
     const size_t n_arcs = (size_t)r->first[r->arcs.n];
     fxcut_i128 *res = malloc((n_arcs > 0 ? n_arcs : 1) * sizeof *res);
@@ -297,42 +349,27 @@ static int solve_i128(residual *r, int algorithm, fxcut_u128 inf,
     int rc = algorithm == FXCUT_MAXFLOW_DINIC
                  ? fxcut_dinic_i128(&r->arcs, res, side, flow, err)
                  : fxcut_push_relabel_i128(&r->arcs, res, side, flow, err);
+    if (rc == FXCUT_OK)
+        CUT_FROM_RESIDUAL(fxcut_i128, r, res, inf128, side, cut, err, rc);
     free(res);
     return rc;
 }
 #endif
 
-/* Step 7.  The capacity of the cut (sink_side == 0 -> sink_side == 1). */
-static int cut_capacity(const fxcut_network *net, const uint8_t *sink_side,
-                        fxcut_u128 *value, fxcut_error *err)
-{
-    fxcut_u128 total = {0, 0};
-    for (int64_t e = 0; e < net->n_edges; e++) {
-        if (!edge_kept(net, e) || sink_side[net->tail[e]] ||
-            !sink_side[net->head[e]])
-            continue;
-        if (net->cap[e] == FXCUT_CAP_INF)
-            return fxcut_fail(err, FXCUT_E_OVERFLOW, net->tail[e],
-                              "min_cut: internal error: the cut crosses "
-                              "infinite edge %lld (%d -> %d)", (long long)e,
-                              (int)net->tail[e], (int)net->head[e]);
-        u128_add(&total, (uint64_t)net->cap[e]);
-    }
-    *value = total;
-    return FXCUT_OK;
-}
-
-/* The one entry point; see maxflow.h for the contract and the memory.
+/* The entry points; see maxflow.h for the contract and the memory.
  * sink_side doubles as the R mask between steps 3 and 6. */
-int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
-                  int algorithm, fxcut_u128 *cut_value, uint8_t *sink_side,
-                  fxcut_error *err)
+int fxcut_min_cut_release(const fxcut_network *net, int32_t source,
+                          int32_t sink, int algorithm, fxcut_u128 *cut_value,
+                          uint8_t *sink_side, void (*release)(void *),
+                          void *release_arg, fxcut_error *err)
 {
-    int rc = validate(net, source, sink, algorithm, err);
-    if (rc != FXCUT_OK)
-        return rc;
     residual r;
-    rc = residual_build(net, sink, &r, err);
+    int rc = validate(net, source, sink, algorithm, err);
+    if (rc == FXCUT_OK)
+        rc = residual_build(net, sink, &r, err);
+    /* Steps 3-7 read the residual network only. */
+    if (release != NULL)
+        release(release_arg);
     if (rc != FXCUT_OK)
         return rc;
     rc = source_closure(&r, source, sink_side, err);
@@ -343,20 +380,17 @@ int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
     u128_add(&inf, 1);
     fxcut_u128 flow = {0, 0};
     if (inf.hi == 0 && inf.lo <= (uint64_t)INT64_MAX) {
-        rc = solve_i64(&r, algorithm, (int64_t)inf.lo, sink_side, &flow, err);
+        rc = solve_i64(&r, algorithm, (int64_t)inf.lo, sink_side, &flow,
+                       cut_value, err);
     } else {
 #if FXCUT_HAVE_INT128
-        rc = solve_i128(&r, algorithm, inf, sink_side, &flow, err);
+        rc = solve_i128(&r, algorithm, inf, sink_side, &flow, cut_value, err);
 #else
         rc = fxcut_fail(err, FXCUT_E_OVERFLOW, -1,
                         "min_cut: capacities leaving the source sum past "
                         "2^63 and this compiler has no 128-bit integers");
 #endif
     }
-    if (rc != FXCUT_OK)
-        goto done;
-
-    rc = cut_capacity(net, sink_side, cut_value, err);
     if (rc == FXCUT_OK && !u128_equal(*cut_value, flow))
         rc = fxcut_fail(err, FXCUT_E_OVERFLOW, -1,
                         "min_cut: internal error: the flow (hi %llu, lo %llu) "
@@ -368,4 +402,12 @@ int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
 done:
     residual_free(&r);
     return rc;
+}
+
+int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
+                  int algorithm, fxcut_u128 *cut_value, uint8_t *sink_side,
+                  fxcut_error *err)
+{
+    return fxcut_min_cut_release(net, source, sink, algorithm, cut_value,
+                                 sink_side, NULL, NULL, err);
 }

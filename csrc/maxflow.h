@@ -51,13 +51,28 @@ enum fxcut_maxflow_algorithm {
  * closure passes 2^63 - 2 and the compiler has no __int128.
  *
  * Memory while it runs, for n vertices and m edges of nonzero capacity:
- * 32m bytes of arcs (48m when 128-bit flows are needed, 64m for a moment
- * while switching) and 36n bytes of
- * vertex state for push-relabel (44n), 20n for Dinic.  Thread-safe; no
+ * 32.25m bytes of arcs (48.25m when 128-bit flows are needed, 64m for a
+ * moment while switching), 4n of arc offsets, 16n for a moment finding the
+ * source's infinite closure, and 32n bytes of vertex state for
+ * push-relabel (8 of excess, 4 each of label, current arc, two links and
+ * two bucket heads; 16 of excess with 128-bit flows), 16n for Dinic.  The
+ * input arrays are read only while the arcs are built.  Thread-safe; no
  * state is kept between calls.
  */
 int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
                   int algorithm, fxcut_u128 *cut_value, uint8_t *sink_side,
                   fxcut_error *err);
+
+/*
+ * fxcut_min_cut, calling release(release_arg) exactly once (when release
+ * is not NULL), as soon as net's arrays are no longer read: after the
+ * residual network is built and before the solver allocates its state, or
+ * on an early error.  A caller that owns the edge arrays frees them there,
+ * so they never sit under the solver's memory.
+ */
+int fxcut_min_cut_release(const fxcut_network *net, int32_t source,
+                          int32_t sink, int algorithm, fxcut_u128 *cut_value,
+                          uint8_t *sink_side, void (*release)(void *),
+                          void *release_arg, fxcut_error *err);
 
 #endif /* FXCUT_MAXFLOW_H */

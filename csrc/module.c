@@ -91,7 +91,9 @@ int fxcut_get_buffer(PyObject *obj, const char *name, Py_ssize_t itemsize,
     const char *fmt = view->format != NULL ? view->format : "B";
     if (*fmt == '<' || *fmt == '=' || *fmt == '@' || *fmt == '!')
         fmt++;
-    if (view->ndim > 1 || view->itemsize != itemsize ||
+    /* *fmt == '\0' must be refused before strchr, which finds the
+     * terminator, and before fmt[1] is read past it. */
+    if (view->ndim > 1 || view->itemsize != itemsize || *fmt == '\0' ||
         strchr("bBhHiIlLqQ", *fmt) == NULL || fmt[1] != '\0') {
         PyErr_Format(PyExc_TypeError,
                      "%s must be a flat array of %zd-byte integers, got "
@@ -241,6 +243,13 @@ static PyObject *py_param_alias_walk(PyObject *module, PyObject *args)
         return NULL;
     Py_buffer params;
     if (fxcut_get_buffer(params_obj, "params", 4, -1, &params) < 0) {
+        fxcut_release_graph(&gb);
+        return NULL;
+    }
+    if (params.len / 4 > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "params must have fewer than 2^31 entries");
+        PyBuffer_Release(&params);
         fxcut_release_graph(&gb);
         return NULL;
     }

@@ -201,6 +201,12 @@ PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args)
     if (fxcut_get_buffer(fb_obj, "fuse_b", 4, av.len / 4, &bv) < 0)
         goto out;
     b_held = 1;
+    if (fv.len / 4 > INT32_MAX || av.len / 4 > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "force_save and fuse_a / fuse_b must have fewer than "
+                        "2^31 entries");
+        goto out;
+    }
     opt.force_save = fv.buf;
     opt.n_force_save = (int32_t)(fv.len / 4);
     opt.fuse_pair_a = av.buf;

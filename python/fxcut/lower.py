@@ -38,6 +38,8 @@ _F_BW_HOOK = _C.F_BW_HOOK
 _F_GETITEM = _C.F_GETITEM
 _F_NO_FUSE_OUT = _C.F_NO_FUSE_OUT
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
+_SIZE_UNKNOWN = _C.SIZE_UNKNOWN
 
 
 @dataclass
@@ -322,6 +324,11 @@ class _ValueFacts:
                 isinstance(target, torch._ops.OpOverload) and len(target._schema.returns) == 0
             ):
                 nbytes = 0
+        if not _SIZE_UNKNOWN <= nbytes <= _INT64_MAX:
+            raise LoweringError(
+                f"node {node.name!r}: meta['val'] takes {nbytes} bytes, which does not fit "
+                f"a signed 64-bit size (shape {_shape_of(meta.get('val'))})"
+            )
         if node.op == "call_function":
             bits = self._call_function_bits(node, bits)
         return bits, nbytes
@@ -347,6 +354,14 @@ class _ValueFacts:
             if isinstance(producer, fx.Node) and producer.target is self.triton_hop:
                 bits |= _F_NO_FUSE_OUT
         return bits
+
+
+def _shape_of(val: Any) -> str:
+    if isinstance(val, torch.Tensor):
+        return f"{tuple(val.shape)}, {val.dtype}"
+    if isinstance(val, (list, tuple)):
+        return ", ".join(_shape_of(x) for x in val)
+    return type(val).__name__
 
 
 def _is_opaque(node: fx.Node) -> bool:

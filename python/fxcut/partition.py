@@ -210,7 +210,7 @@ def decide(
         )
     except _C.InfiniteCutError as e:
         raise _conflict_error(arrays, list(getattr(e, "chain", []))) from None
-    except (RuntimeError, ValueError, IndexError) as e:
+    except (RuntimeError, ValueError, IndexError, OverflowError) as e:
         node = getattr(e, "node", -1)
         if isinstance(node, int) and 0 <= node < len(arrays):
             raise type(e)(f"{e} [node {node} is {arrays.nodes[node].name!r}]") from None
@@ -259,6 +259,9 @@ def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutErr
         label = f"{node.name} ({node.op} {node.target})"
         if isinstance(policy, CheckpointPolicy):
             label += f" [{policy.name}]"
+        unsaveable = _why_unsaveable(arrays, i)
+        if unsaveable:
+            label += f" [{unsaveable}]"
         parts.append(label)
     message = (
         "fxcut: a value is needed in backward but can be neither saved nor recomputed "
@@ -268,6 +271,21 @@ def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutErr
     err.chain = [arrays.nodes[i].name for i in chain]  # type: ignore[attr-defined]
     err.nodes = [arrays.nodes[i] for i in chain]  # type: ignore[attr-defined]
     return err
+
+
+def _why_unsaveable(arrays: GraphArrays, i: int) -> str | None:
+    """Why node i's value can never be saved (infinite weight), as the
+    partitioner sees its ``meta["val"]``; None when it can be."""
+    bits = arrays.flags[i]
+    if not bits & _C.F_NON_TENSOR or bits & (_C.F_SYM | _C.F_FREE_OBJECT):
+        return None
+    meta = arrays.nodes[i].meta
+    if "val" not in meta:
+        return "no meta['val']: cannot be saved"
+    val = meta["val"]
+    if isinstance(val, (list, tuple)):
+        return f"its value is a {type(val).__name__}: cannot be saved"
+    return f"meta['val'] is {type(val).__name__} {val!r:.40}, not a tensor: cannot be saved"
 
 
 def _impure_random() -> bool:
@@ -344,6 +362,7 @@ def min_cut_rematerialization_partition(
         )
 
     graph = joint_module.graph
+    _check_unique_names(graph)
     facts = default_facts()
     impure_random = _impure_random()
     # Plan dead-code elimination and CSE, lower the graph as they will leave
@@ -412,6 +431,16 @@ def min_cut_rematerialization_partition(
     return _build_modules(
         joint_module, saved_values, num_fwd_outputs, static_nodes, has_recomputable, has_recomputable_rng
     )
+
+
+def _check_unique_names(graph: fx.Graph) -> None:
+    """Module extraction matches nodes by name; two nodes of one name would
+    be silently confused (torch's lint catches this in its DCE)."""
+    names: set[str] = set()
+    for node in graph.nodes:
+        if node.name in names:
+            raise ValueError(f"node name {node.name!r} is used by two nodes of the graph")
+        names.add(node.name)
 
 
 def _build_modules(

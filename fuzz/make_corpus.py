@@ -1,0 +1,138 @@
+"""Writes the seed corpus of the fuzz targets into tests/fuzz_corpus/.
+
+    PYTHONPATH=python:tests python fuzz/make_corpus.py
+
+fuzz_graph seeds are real lowered graphs (random joint graphs of
+tests/random_joint.py and a conflicting-tags graph) encoded in the input
+format described at the top of fuzz/fuzz_graph.c; fuzz_maxflow seeds are
+small networks in the format of fuzz/fuzz_maxflow.c.  The files are
+committed; rerunning this script rewrites them identically.
+"""
+
+from __future__ import annotations
+
+import operator
+import struct
+from pathlib import Path
+
+import torch
+import torch.fx as fx
+from torch.utils.checkpoint import CheckpointPolicy
+
+from fxcut import _C
+from fxcut.lower import lower_for_partition
+from fxcut.ops import default_facts
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "fuzz_corpus"
+
+
+def _size_code(nbytes: int) -> int:
+    if nbytes == _C.SIZE_UNKNOWN:
+        return 0
+    if nbytes == 0:
+        return 254
+    return max(1, min(250, round(nbytes / 64)))
+
+
+def encode_graph(gm: fx.GraphModule, num_fwd_outputs: int, statics: list[int], *, options: int = 0b1111,
+                 keep_network: int = 1) -> bytes:
+    a = lower_for_partition(gm.graph, default_facts(), impure_random=True)
+    n = len(a)
+    assert n <= 255, n
+    out = bytearray([n, options, (keep_network << 1) | 8])
+    out += struct.pack("<H", 1000)
+    primals = [i for i, f in enumerate(a.flags) if f & _C.F_PRIMAL]
+    static_nodes = {primals[k] for k in statics if k < len(primals)}
+    for i in range(n):
+        out += bytes([a.kind[i]])
+        out += struct.pack("<I", a.flags[i])
+        out += bytes([(a.tag[i] + 1) & 0xFF, a.ac_graph_id[i] & 0xFF, _size_code(a.nbytes[i])])
+        out += bytes([1 if i in static_nodes else 0])
+        args = list(a.arg_idx[a.arg_ptr[i]:a.arg_ptr[i + 1]])[:4]
+        ins = [j for j in a.in_idx[a.in_ptr[i]:a.in_ptr[i + 1]] if j not in args][:3]
+        out += bytes([len(args), *args, len(ins), *ins])
+    outputs = list(a.outputs)[:255]
+    out += bytes([len(outputs), *[255 if j < 0 else j for j in outputs]])
+    out += bytes([min(num_fwd_outputs, len(outputs))])
+    out += bytes([0, 0])  # no forced saves, no fuse pairs
+    params = primals[:7]
+    out += bytes([len(params), *params])
+    return bytes(out)
+
+
+def _conflicting() -> fx.GraphModule:
+    def meta() -> torch.Tensor:
+        return torch.empty((4, 4), device="meta")
+
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    x.meta["val"] = meta()
+    t = g.placeholder("tangents_1")
+    t.meta["val"] = meta()
+    drop = g.call_function(torch.ops.aten.native_dropout.default, (x, 0.5, True))
+    drop.meta["val"] = (meta(), meta())
+    kept = g.call_function(operator.getitem, (drop, 0))
+    kept.meta["val"] = meta()
+    kept.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    out = g.call_function(torch.ops.aten.relu.default, (kept,))
+    out.meta["val"] = meta()
+    grad = g.call_function(torch.ops.aten.mul.Tensor, (t, kept))
+    grad.meta["val"] = meta()
+    g.output((out, grad))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def graph_seeds() -> dict[str, bytes]:
+    from random_joint import random_joint
+
+    seeds = {"conflict": encode_graph(_conflicting(), 1, [])}
+    for seed in (1, 2, 3, 7, 11, 19):
+        rj = random_joint(seed)
+        seeds[f"random_{seed}"] = encode_graph(rj.module, rj.num_fwd_outputs, rj.static_lifetime_input_indices,
+                                               options=0b1111 if seed % 2 else 0b11110111,
+                                               keep_network=seed % 3)
+    rj = random_joint(5, n_fw=120)
+    seeds["random_long"] = encode_graph(rj.module, rj.num_fwd_outputs, rj.static_lifetime_input_indices)
+    return seeds
+
+
+def encode_network(n: int, edges: list[tuple[int, int, int]], source: int, sink: int, *, mode: int = 0,
+                   algorithm: int = 1) -> bytes:
+    """Capacity codes: 0 infinite, 24 zero, 40 + c for c in 0..15."""
+    out = bytearray([n - 1, mode, source, sink, algorithm, len(edges)])
+    for u, v, code in edges:
+        out += bytes([u, v, code])
+    return bytes(out)
+
+
+def network_seeds() -> dict[str, bytes]:
+    def c(x: int) -> int:
+        return 48 + x  # 48 % 16 == 0, so code 48 + x is capacity x
+
+    return {
+        "clrs": encode_network(6, [(0, 1, c(12)), (0, 2, c(13)), (1, 2, c(10)),
+                                   (2, 1, c(4)), (1, 3, c(12)), (3, 2, c(9)), (2, 4, c(14)),
+                                   (4, 3, c(7)), (3, 5, c(15)), (4, 5, c(4))], 0, 5),
+        "infinite_path": encode_network(4, [(0, 1, 0), (1, 2, 0), (2, 3, 0)], 0, 3),
+        "split_nodes": encode_network(8, [(6, 0, 0), (0, 1, c(5)), (1, 2, 0), (2, 3, c(3)), (3, 7, 0),
+                                          (1, 7, 0), (6, 4, 0), (4, 5, c(2)), (5, 2, 0)], 6, 7, algorithm=2),
+        "huge": encode_network(5, [(0, 1, 0), (1, 2, 250), (1, 3, 245), (2, 4, 255), (3, 4, 241)], 0, 4,
+                               mode=8),
+        "parallel_and_loops": encode_network(3, [(0, 1, c(3)), (0, 1, c(4)), (1, 1, c(9)), (1, 2, c(5)),
+                                                 (1, 2, 24)], 0, 2),
+        "bad_index": encode_network(3, [(0, 200, c(1))], 0, 2, mode=2),
+    }
+
+
+def main() -> None:
+    for target, seeds in (("fuzz_graph", graph_seeds()), ("fuzz_maxflow", network_seeds())):
+        d = OUT / target
+        d.mkdir(parents=True, exist_ok=True)
+        for name, data in seeds.items():
+            (d / name).write_bytes(data)
+        print(f"{d}: {len(seeds)} seeds")
+
+
+if __name__ == "__main__":
+    main()

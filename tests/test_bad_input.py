@@ -1,0 +1,536 @@
+"""Every row of docs/bad_input.md: a bad input, the exception it raises (type
+and message pattern), and the user's graph left exactly as it was.
+
+"As it was": the same node objects in the same order, each node's meta dict
+with the same keys bound to the same objects, and the same generated code.
+fxcut.min_cut_rematerialization_partition removes dead code first, as
+torch's does, so its graphs here have none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.fx as fx
+from torch.utils.checkpoint import CheckpointPolicy
+
+import fxcut
+from fxcut import _C
+from fxcut.lower import GraphArrays, LoweringError, lower_for_partition
+from fxcut.ops import default_facts
+from fxcut.partition import MinCutOptions, decide
+
+aten = torch.ops.aten
+
+# ---------------------------------------------------------------------------
+# graphs and snapshots
+
+
+def _meta(shape: tuple[int, ...] = (4, 4)) -> torch.Tensor:
+    return torch.empty(shape, device="meta")
+
+
+def joint() -> fx.GraphModule:
+    """x @ w -> relu (a forward output, needed by backward) -> grads; no dead code.
+
+    nodes: 0 primals_1, 1 primals_2, 2 tangents_1, 3 mm_default,
+    4 relu_default, 5 threshold_backward_default, 6 mm_default_1, 7 output
+    """
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    x.meta["val"] = _meta()
+    w = g.placeholder("primals_2")
+    w.meta["val"] = _meta()
+    t = g.placeholder("tangents_1")
+    t.meta["val"] = _meta()
+    mm = g.call_function(aten.mm.default, (x, w))
+    mm.meta["val"] = _meta()
+    relu = g.call_function(aten.relu.default, (mm,))
+    relu.meta["val"] = _meta()
+    grad = g.call_function(aten.threshold_backward.default, (t, relu, 0))
+    grad.meta["val"] = _meta()
+    gw = g.call_function(aten.mm.default, (x, grad))
+    gw.meta["val"] = _meta()
+    g.output((relu, None, gw))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def node(gm: fx.GraphModule, name: str) -> fx.Node:
+    return next(n for n in gm.graph.nodes if n.name == name)
+
+
+RELU = 4
+
+
+@dataclasses.dataclass
+class Snapshot:
+    nodes: list[fx.Node]
+    metas: list[dict[str, Any]]
+    code: str
+
+    @classmethod
+    def of(cls, graph: fx.Graph) -> "Snapshot":
+        nodes = list(graph.nodes)
+        return cls(nodes, [dict(n.meta) for n in nodes], graph.python_code("self").src)
+
+    def assert_same(self, graph: fx.Graph) -> None:
+        nodes = list(graph.nodes)
+        assert len(nodes) == len(self.nodes) and all(a is b for a, b in zip(nodes, self.nodes))
+        for n, before in zip(nodes, self.metas):
+            assert n.meta.keys() == before.keys(), n.name
+            assert all(n.meta[k] is before[k] for k in before), n.name
+        assert graph.python_code("self").src == self.code
+
+
+def check(
+    make: Callable[[], fx.GraphModule],
+    call: Callable[[fx.GraphModule], Any],
+    exc: type[BaseException],
+    match: str,
+) -> BaseException:
+    """call(make()) raises exactly `exc` matching `match`; the graph is unchanged."""
+    gm = make()
+    graph = gm.graph
+    before = Snapshot.of(graph)
+    code = gm.code
+    with pytest.raises(exc, match=match) as info:
+        call(gm)
+    assert isinstance(info.value, exc)
+    assert gm.graph is graph
+    before.assert_same(graph)
+    assert gm.code == code
+    return info.value
+
+
+def partition(gm: fx.GraphModule, **kwargs: Any) -> Any:
+    kwargs.setdefault("num_fwd_outputs", 1)
+    return fxcut.min_cut_rematerialization_partition(gm, None, **kwargs)
+
+
+def edited(make: Callable[[], fx.GraphModule], **changes: Callable[[GraphArrays], Any]):
+    """A lowering of make()'s graph with some arrays replaced."""
+    def lower(gm: fx.GraphModule) -> GraphArrays:
+        arrays = lower_for_partition(gm.graph, default_facts(), impure_random=True)
+        return dataclasses.replace(arrays, **{k: f(arrays) for k, f in changes.items()})
+    return lower
+
+
+def set_at(field: str, index: int, value: int) -> Callable[[GraphArrays], array]:
+    def f(arrays: GraphArrays) -> array:
+        buf = array(getattr(arrays, field).typecode, getattr(arrays, field))
+        buf[index] = value
+        return buf
+    return f
+
+
+OPTIONS = (1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1000, 0)
+
+
+def c_decide(lower: Callable[[fx.GraphModule], Any], options: tuple = OPTIONS, static: Any = None,
+             dont_ban: Any = None, force: Any = None, fuse: tuple[Any, Any] | None = None):
+    def call(gm: fx.GraphModule) -> Any:
+        arrays = lower(gm)
+        fa, fb = fuse if fuse is not None else (array("i"), array("i"))
+        return _C.partition_decide(arrays, options, static, dont_ban,
+                                   force if force is not None else array("i"), fa, fb)
+    return call
+
+
+def test_the_good_graph_partitions_and_is_left_alone_by_decide() -> None:
+    gm = joint()
+    before = Snapshot.of(gm.graph)
+    assert decide(gm.graph, num_fwd_outputs=1).saved == [0, RELU]
+    before.assert_same(gm.graph)
+    fw, bw = partition(joint())
+    assert "relu" in fw.code and "threshold_backward" in bw.code
+
+
+# ---------------------------------------------------------------------------
+# wrong types
+
+
+def test_partition_of_a_graph_instead_of_a_module() -> None:
+    check(joint, lambda gm: partition(gm.graph), TypeError, "joint_module must be a torch.fx.GraphModule, got Graph")
+
+
+def test_partition_with_a_non_int_num_fwd_outputs() -> None:
+    check(joint, lambda gm: partition(gm, num_fwd_outputs="1"), TypeError, "num_fwd_outputs must be an int")
+
+
+def test_partition_with_num_fwd_outputs_past_the_outputs() -> None:
+    check(joint, lambda gm: partition(gm, num_fwd_outputs=9), ValueError,
+          r"num_fwd_outputs \(9\) must be between 0 and the graph's 3 outputs")
+
+
+def test_decide_of_a_module_instead_of_a_graph() -> None:
+    check(joint, lambda gm: decide(gm, num_fwd_outputs=1), TypeError, "expected a torch.fx.Graph, got GraphModule")
+
+
+def test_zero3_walk_of_a_module_instead_of_a_graph() -> None:
+    check(joint, lambda gm: fxcut.recompute_param_aliases(gm, [(0, 0, (4, 4))]), TypeError,
+          "joint_graph must be a torch.fx.Graph, got GraphModule")
+
+
+def test_c_core_given_an_object_without_the_arrays() -> None:
+    check(joint, c_decide(lambda gm: gm.graph), TypeError, "graph arrays object has no attribute 'kind'")
+
+
+def test_c_core_given_float_sizes() -> None:
+    check(joint, c_decide(edited(joint, nbytes=lambda a: np.asarray(a.nbytes, dtype=np.float64))), TypeError,
+          "nbytes must be a flat array of 8-byte integers, got format 'd'")
+
+
+def test_c_core_given_a_strided_array() -> None:
+    check(joint, c_decide(edited(joint, nbytes=lambda a: np.repeat(np.asarray(a.nbytes), 2)[::2])), TypeError,
+          "nbytes must be a C-contiguous buffer")
+
+
+def test_c_core_given_an_options_tuple_of_the_wrong_length() -> None:
+    check(joint, c_decide(edited(joint), options=OPTIONS[:-1]), TypeError, "options must be a tuple of 12 ints")
+
+
+# ---------------------------------------------------------------------------
+# graph structure
+
+
+def _cycle() -> fx.GraphModule:
+    """mm_default (node 3) reads relu_default (node 4), defined after it."""
+    gm = joint()
+    mm = node(gm, "mm_default")
+    mm.args = (node(gm, "primals_1"), node(gm, "relu_default"))
+    return gm
+
+
+def _foreign() -> fx.GraphModule:
+    gm = joint()
+    node(gm, "relu_default").args = (node(joint(), "mm_default"),)
+    return gm
+
+
+def test_partition_of_a_graph_edited_into_a_cycle() -> None:
+    check(_cycle, partition, ValueError,
+          r"node 3 uses node 4, which does not come before it .*cycle.* \[node 3 is 'mm_default'\]")
+
+
+def test_decide_of_a_graph_edited_into_a_cycle() -> None:
+    check(_cycle, lambda gm: decide(gm.graph, num_fwd_outputs=1), ValueError,
+          r"node 3 uses node 4, which does not come before it .*cycle.* \[node 3 is 'mm_default'\]")
+
+
+def test_zero3_walk_of_a_graph_edited_into_a_cycle() -> None:
+    check(_cycle, lambda gm: fxcut.recompute_param_aliases(gm.graph, [(0, 0, (4, 4))]), ValueError,
+          "node 3 uses node 4, which does not come before it")
+
+
+def test_partition_of_a_graph_using_a_foreign_node() -> None:
+    check(_foreign, partition, LoweringError, "node 'relu_default' uses 'mm_default', which is not in this graph")
+
+
+def test_decide_of_a_graph_using_a_foreign_node() -> None:
+    check(_foreign, lambda gm: decide(gm.graph, num_fwd_outputs=1), LoweringError,
+          "node 'relu_default' uses 'mm_default', which is not in this graph")
+
+
+def test_zero3_walk_of_a_graph_using_a_foreign_node() -> None:
+    check(_foreign, lambda gm: fxcut.recompute_param_aliases(gm.graph, [(0, 0, (4, 4))]), LoweringError,
+          "node 'relu_default' uses 'mm_default', which is not in this graph")
+
+
+def _duplicate_name() -> fx.GraphModule:
+    gm = joint()
+    node(gm, "relu_default").name = "mm_default"
+    return gm
+
+
+def test_partition_of_a_graph_with_a_duplicate_node_name() -> None:
+    check(_duplicate_name, partition, ValueError, "node name 'mm_default' is used by two nodes")
+
+
+def test_decide_does_not_read_node_names() -> None:
+    gm = _duplicate_name()
+    before = Snapshot.of(gm.graph)
+    assert decide(gm.graph, num_fwd_outputs=1).saved == [0, RELU]
+    before.assert_same(gm.graph)
+
+
+def test_c_core_given_an_index_out_of_range() -> None:
+    e = check(joint, c_decide(edited(joint, in_idx=set_at("in_idx", 0, 99))), IndexError,
+              r"in_idx\[0\] = 99 of node 3 is outside \[0, 8\)")
+    assert e.node == 3  # type: ignore[attr-defined]
+
+
+def test_c_core_given_a_forward_reference() -> None:
+    check(joint, c_decide(edited(joint, arg_idx=set_at("arg_idx", 0, 5))), ValueError,
+          "node 3 uses node 5, which does not come before it")
+
+
+def test_c_core_given_a_decreasing_csr_pointer() -> None:
+    check(joint, c_decide(edited(joint, in_ptr=set_at("in_ptr", 5, 0))), ValueError, r"in_ptr decreases at node 4 \(2 > 0\)")
+
+
+def test_c_core_given_arrays_of_different_lengths() -> None:
+    check(joint, c_decide(edited(joint, nbytes=lambda a: a.nbytes[:-1])), ValueError, "nbytes has 7 entries, expected 8")
+
+
+def test_c_core_given_an_output_out_of_range() -> None:
+    check(joint, c_decide(edited(joint, outputs=set_at("outputs", 0, 8))), IndexError,
+          r"outputs\[0\] = 8 is outside \[-1, 8\)")
+
+
+# ---------------------------------------------------------------------------
+# parameter indices
+
+
+def test_zero3_walk_with_a_parameter_index_past_the_primals() -> None:
+    check(joint, lambda gm: fxcut.recompute_param_aliases(gm.graph, [(0, 0, (4, 4)), (5, 1, (4, 4))]), IndexError,
+          r"param_indices\[1\]: arg_idx 5 is outside the graph's 2 primal placeholders")
+
+
+def test_zero3_walk_with_a_negative_parameter_index() -> None:
+    check(joint, lambda gm: fxcut.recompute_param_aliases(gm.graph, [(-1, 0, (4, 4))]), IndexError,
+          r"param_indices\[0\]: arg_idx -1 is outside")
+
+
+def test_zero3_walk_with_a_parameter_entry_that_is_not_a_triple() -> None:
+    check(joint, lambda gm: fxcut.recompute_param_aliases(gm.graph, [0]), TypeError,
+          r"param_indices\[0\] = 0 is not an \(arg_idx, ds_id, shape\) triple")
+
+
+def test_zero3_walk_with_a_non_int_parameter_index() -> None:
+    check(joint, lambda gm: fxcut.recompute_param_aliases(gm.graph, [("0", 0, (4, 4))]), TypeError,
+          r"param_indices\[0\]: arg_idx '0' is not an int")
+
+
+def test_zero3_wrapper_with_a_bad_parameter_index_fails_before_partitioning() -> None:
+    fn = fxcut.get_wrapped_partitioner(True, [(7, 0, (4, 4))])
+    check(joint, lambda gm: fn(gm, None, num_fwd_outputs=1), IndexError, "arg_idx 7 is outside")
+
+
+def test_zero3_walk_of_a_graph_without_placeholders() -> None:
+    def make() -> fx.GraphModule:
+        g = fx.Graph()
+        g.output(())
+        return fx.GraphModule(torch.nn.Module(), g)
+    check(make, lambda gm: fxcut.recompute_param_aliases(gm.graph, []), ValueError, "has no placeholders")
+
+
+def test_c_walk_with_parameter_indices_out_of_range_or_not_placeholders() -> None:
+    lower = edited(joint)
+    e = check(joint, lambda gm: _C.param_alias_walk(lower(gm), array("i", [99])), IndexError,
+              r"params\[0\] = 99 is outside \[0, 8\)")
+    assert e.node == -1  # type: ignore[attr-defined]
+    e = check(joint, lambda gm: _C.param_alias_walk(lower(gm), array("i", [3])), ValueError,
+              r"params\[0\] = node 3 is not a placeholder")
+    assert e.node == 3  # type: ignore[attr-defined]
+
+
+def test_static_lifetime_indices_out_of_range_are_ignored_as_torch_does() -> None:
+    gm = joint()
+    before = Snapshot.of(gm.graph)
+    plain = decide(gm.graph, num_fwd_outputs=1)
+    ignored = decide(gm.graph, num_fwd_outputs=1, static_lifetime_input_indices=[-3, 2, 99])
+    assert ignored.saved == plain.saved
+    before.assert_same(gm.graph)
+
+
+def test_c_core_given_forced_saves_and_fuse_pairs_out_of_range() -> None:
+    lower = edited(joint)
+    check(joint, c_decide(lower, force=array("i", [99])), IndexError, r"force_save\[0\] = 99 is outside \[0, 8\)")
+    check(joint, c_decide(lower, fuse=(array("i", [1]), array("i", [-1]))), IndexError,
+          r"fuse pair 0 = \(1, -1\) is outside \[0, 8\)")
+    check(joint, c_decide(lower, fuse=(array("i", [1]), array("i", []))), ValueError, "fuse_b has 0 entries, expected 1")
+    check(joint, c_decide(lower, static=bytes(3)), ValueError, "static_lifetime has 3 entries, expected 8")
+
+
+def test_c_core_given_num_fwd_outputs_past_the_outputs() -> None:
+    options = (9,) + OPTIONS[1:]
+    check(joint, c_decide(edited(joint), options=options), ValueError,
+          r"num_fwd_outputs \(9\) must be between 0 and the number of outputs \(3\)")
+    options = (-1,) + OPTIONS[1:]
+    check(joint, c_decide(edited(joint), options=options), ValueError, "num_fwd_outputs \\(-1\\) must be a non-negative")
+
+
+# ---------------------------------------------------------------------------
+# sizes
+
+
+@pytest.mark.parametrize("value", [-2, -(2**63)])
+def test_c_core_given_a_negative_size(value: int) -> None:
+    e = check(joint, c_decide(edited(joint, nbytes=set_at("nbytes", RELU, value))), ValueError,
+              rf"nbytes\[4\] = {value} is negative")
+    assert e.node == RELU  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("value", [2**62, 2**63 - 1])
+def test_c_core_given_an_enormous_size(value: int) -> None:
+    e = check(joint, c_decide(edited(joint, nbytes=set_at("nbytes", RELU, value))), OverflowError,
+              rf"weight of node 4 \({value} bytes\) exceeds 2\^62")
+    assert e.node == RELU  # type: ignore[attr-defined]
+
+
+def test_decide_given_an_enormous_size_names_the_node() -> None:
+    lower = edited(joint, nbytes=set_at("nbytes", RELU, 2**62))
+    check(joint, lambda gm: decide(gm.graph, num_fwd_outputs=1, arrays=lower(gm)), OverflowError,
+          r"exceeds 2\^62 \[node 4 is 'relu_default'\]")
+
+
+def test_large_sizes_below_the_limit_are_exact() -> None:
+    gm = joint()
+    arrays = edited(joint, nbytes=set_at("nbytes", RELU, 2**61))(gm)
+    d = decide(gm.graph, num_fwd_outputs=1, arrays=arrays)
+    assert d.saved == [0, RELU]
+    assert d.cut_value == d.weight[0] + d.weight[RELU] and d.weight[RELU] > 2**61
+
+
+def test_c_core_given_an_unknown_size_where_one_is_needed() -> None:
+    check(joint, c_decide(edited(joint, nbytes=set_at("nbytes", RELU, _C.SIZE_UNKNOWN))), RuntimeError,
+          "node 4 has no meta\\['val'\\] to size it")
+
+
+def _without_val() -> fx.GraphModule:
+    gm = joint()
+    del node(gm, "relu_default").meta["val"]
+    return gm
+
+
+def _tensor_meta_only() -> fx.GraphModule:
+    gm = joint()
+    relu = node(gm, "relu_default")
+    relu.meta["tensor_meta"] = relu.meta.pop("val")
+    return gm
+
+
+def _val(value: Any) -> Callable[[], fx.GraphModule]:
+    def make() -> fx.GraphModule:
+        gm = joint()
+        node(gm, "relu_default").meta["val"] = value
+        return gm
+    return make
+
+
+def test_partition_of_a_needed_node_without_meta_val() -> None:
+    e = check(_without_val, partition, fxcut.InfiniteCutError,
+              r"relu_default \(call_function aten.relu.default\) \[no meta\['val'\]: cannot be saved\]")
+    assert e.chain == ["relu_default", "threshold_backward_default"]  # type: ignore[attr-defined]
+
+
+def test_partition_of_a_needed_node_with_tensor_meta_but_no_val() -> None:
+    check(_tensor_meta_only, partition, RuntimeError,
+          r"node 4 has no meta\['val'\] to size it \[node 4 is 'relu_default'\]")
+
+
+def test_partition_of_a_needed_node_with_a_non_tensor_value() -> None:
+    check(_val("hello"), partition, fxcut.InfiniteCutError, r"meta\['val'\] is str 'hello', not a tensor")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_partition_of_a_needed_node_with_a_nan_or_inf_value(value: float) -> None:
+    check(_val(value), partition, fxcut.InfiniteCutError, rf"meta\['val'\] is float {value}, not a tensor")
+
+
+def test_partition_of_a_value_whose_size_overflows_int64() -> None:
+    huge = torch.empty((), device="meta").expand(2**30, 2**30, 4)  # 2^64 bytes
+    check(_val(huge), partition, LoweringError,
+          r"node 'relu_default': meta\['val'\] takes 18446744073709551616 bytes, which does not fit a signed "
+          r"64-bit size \(shape \(1073741824, 1073741824, 4\), torch.float32\)")
+
+
+def test_partition_of_a_value_of_at_least_2_62_bytes() -> None:
+    big = torch.empty((), device="meta", dtype=torch.uint8).expand(2**31, 2**31)  # 2^62 bytes
+    check(_val(big), partition, OverflowError, r"exceeds 2\^62 \[node 4 is 'relu_default'\]")
+
+
+# ---------------------------------------------------------------------------
+# recompute tags
+
+
+def _tagged(policy: Any, key: str = "recompute") -> Callable[[], fx.GraphModule]:
+    def make() -> fx.GraphModule:
+        gm = joint()
+        node(gm, "relu_default").meta[key] = policy
+        return gm
+    return make
+
+
+@pytest.mark.parametrize("policy", ["MUST_SAVE", 2, None.__class__])
+def test_partition_with_an_unknown_recompute_tag(policy: Any) -> None:
+    check(_tagged(policy), partition, LoweringError,
+          r"node 'relu_default': meta\['recompute'\] = .* is not a torch.utils.checkpoint.CheckpointPolicy")
+
+
+@pytest.mark.parametrize("value", ["1", 2**40, True])
+def test_partition_with_a_bad_ac_graph_id(value: Any) -> None:
+    check(_tagged(value, "ac_graph_id"), partition, LoweringError,
+          r"node 'relu_default': meta\['ac_graph_id'\] = .* is not a 32-bit integer")
+
+
+@pytest.mark.parametrize("value", [9, -2])
+def test_c_core_given_an_unknown_tag(value: int) -> None:
+    check(joint, c_decide(edited(joint, tag=set_at("tag", RELU, value))), ValueError,
+          rf"tag\[4\] = {value} is not a recompute policy")
+
+
+def _conflicting() -> fx.GraphModule:
+    """A MUST_RECOMPUTE getitem of dropout: dropout is random (banned from
+    recompute) and returns a tuple (cannot be saved)."""
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    x.meta["val"] = _meta()
+    t = g.placeholder("tangents_1")
+    t.meta["val"] = _meta()
+    drop = g.call_function(aten.native_dropout.default, (x, 0.5, True))
+    drop.meta["val"] = (_meta(), _meta())
+    kept = g.call_function(operator.getitem, (drop, 0))
+    kept.meta["val"] = _meta()
+    kept.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    out = g.call_function(aten.relu.default, (kept,))
+    out.meta["val"] = _meta()
+    grad = g.call_function(aten.mul.Tensor, (t, kept))
+    grad.meta["val"] = _meta()
+    g.output((out, grad))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def test_partition_with_conflicting_tags_names_the_chain() -> None:
+    e = check(_conflicting, partition, fxcut.InfiniteCutError,
+              r"the chain of nodes is: native_dropout_default .*\[its value is a tuple: cannot be saved\] -> "
+              r"getitem .*\[MUST_RECOMPUTE\]")
+    assert e.chain == ["native_dropout_default", "getitem"]  # type: ignore[attr-defined]
+    assert [n.name for n in e.nodes] == e.chain  # type: ignore[attr-defined]
+
+
+def test_decide_with_conflicting_tags_under_every_option_set() -> None:
+    options = MinCutOptions.from_config()
+    for recompute_views in (False, True):
+        opts = dataclasses.replace(options, recompute_views=recompute_views)
+        check(_conflicting, lambda gm: decide(gm.graph, num_fwd_outputs=1, options=opts), fxcut.InfiniteCutError,
+              "native_dropout_default")
+
+
+# ---------------------------------------------------------------------------
+# the max-flow entry point
+
+
+def test_min_cut_bad_networks() -> None:
+    t, h = array("i", [0, 1]), array("i", [1, 2])
+    with pytest.raises(IndexError, match=r"source value \(9\) must be between 0 and 2"):
+        _C.min_cut(3, t, h, array("q", [1, 1]), 9, 2)
+    with pytest.raises(ValueError, match=r"cap\[1\] value \(-5\) of edge 1 -> 2 must be >= 0"):
+        _C.min_cut(3, t, h, array("q", [1, -5]), 0, 2)
+    with pytest.raises(IndexError, match=r"head\[1\] value \(7\) must be between 0 and 2"):
+        _C.min_cut(3, t, array("i", [1, 7]), array("q", [1, 1]), 0, 2)
+    with pytest.raises(ValueError, match="source and sink must be different vertices"):
+        _C.min_cut(3, t, h, array("q", [1, 1]), 1, 1)
+    with pytest.raises(fxcut.InfiniteCutError, match=r"joined by a path of 2 infinite-capacity edges.*0 -> 1 -> 2"):
+        _C.min_cut(3, t, h, array("q", [-1, -1]), 0, 2)
+    with pytest.raises(ValueError, match="algorithm must be"):
+        _C.min_cut(3, t, h, array("q", [1, 1]), 0, 2, 7)
+    with pytest.raises(ValueError, match="n_vertices must be between 1 and"):
+        _C.min_cut(0, t, h, array("q", [1, 1]), 0, 2)

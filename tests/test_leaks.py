@@ -1,0 +1,226 @@
+"""No entry point of the C core leaks: 10,000 calls of each, on success and
+on every kind of error path, leave
+
+- the reference count of every input unchanged (and every buffer released:
+  an array.array can be resized again only when no export is left),
+- memory flat: Python allocations (tracemalloc), bytes in use by malloc
+  (glibc's mallinfo2, which sees the C core's own allocations), and the
+  resident set (/proc/self/statm), each within a tolerance that a leak of
+  64 bytes per call (640 KB over 10,000 calls) would exceed.
+
+Under AddressSanitizer (scripts/sanitize.sh) freed memory sits in ASan's
+quarantine, so the memory bounds are skipped there; the reference counts
+and buffer releases are still checked.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import gc
+import os
+import sys
+import tracemalloc
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.fx as fx
+
+import fxcut
+from fxcut import _C
+from fxcut.lower import GraphArrays, lower_for_partition
+from fxcut.ops import default_facts
+
+aten = torch.ops.aten
+
+CALLS = 10_000
+WARMUP = 500
+TOLERANCE = 256 * 1024  # bytes over CALLS calls; 64 B/call would be 640,000
+UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
+OPTIONS = (1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1000, 0)
+
+
+def _meta() -> torch.Tensor:
+    return torch.empty((4, 4), device="meta")
+
+
+def _joint(conflict: bool = False) -> fx.Graph:
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    w = g.placeholder("primals_2")
+    t = g.placeholder("tangents_1")
+    mm = g.call_function(aten.mm.default, (x, w))
+    relu = g.call_function(aten.relu.default, (mm,))
+    grad = g.call_function(aten.threshold_backward.default, (t, relu, 0))
+    gw = g.call_function(aten.mm.default, (x, grad))
+    g.output((relu, None, gw))
+    for n in g.nodes:
+        if n.op != "output":
+            n.meta["val"] = _meta()
+    if conflict:
+        relu.meta["val"] = "not a tensor"  # unsaveable and needed: an infinite path
+    return g
+
+
+def _lowered(conflict: bool = False) -> GraphArrays:
+    return lower_for_partition(_joint(conflict), default_facts(), impure_random=True)
+
+
+def _edited(arrays: GraphArrays, field: str, index: int, value: int) -> GraphArrays:
+    buf = array(getattr(arrays, field).typecode, getattr(arrays, field))
+    buf[index] = value
+    return dataclasses.replace(arrays, **{field: buf})
+
+
+def _inputs_of(args: tuple[Any, ...]) -> list[Any]:
+    """Every object whose reference count must not move: the arguments and,
+    for a GraphArrays, each of its arrays.  Shared singletons (None, small
+    ints) are left out: other code moves their counts."""
+    out: list[Any] = []
+    for a in args:
+        if a is None or isinstance(a, int):
+            continue
+        out.append(a)
+        if isinstance(a, GraphArrays):
+            out += [getattr(a, f.name) for f in dataclasses.fields(a) if f.name not in ("nodes", "index")]
+    return out
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _malloc_in_use() -> int | None:
+    """Bytes malloc has handed out and not had back (glibc), or None."""
+    try:
+        libc = ctypes.CDLL(None)
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _Mallinfo2
+    info = fn()
+    return int(info.uordblks + info.hblkhd)
+
+
+def _exports_released(args: tuple[Any, ...]) -> None:
+    for a in _inputs_of(args):
+        if isinstance(a, array):
+            a.append(a[0] if len(a) else 0)  # BufferError while an export is alive
+            a.pop()
+
+
+def _run(fn: Callable[..., Any], args: tuple[Any, ...], exc: type[BaseException] | None, calls: int) -> None:
+    for _ in range(calls):
+        if exc is None:
+            fn(*args)
+        else:
+            try:
+                fn(*args)
+            except exc:
+                pass
+            else:  # pragma: no cover - the case is built to fail
+                raise AssertionError(f"{fn.__name__} did not raise {exc.__name__}")
+
+
+def _cases() -> list[tuple[str, Callable[..., Any], tuple[Any, ...], type[BaseException] | None]]:
+    ok = _lowered()
+    conflict = _lowered(conflict=True)
+    bad_index = _edited(ok, "in_idx", 0, 99)
+    no_size = _edited(ok, "nbytes", 4, _C.SIZE_UNKNOWN)
+    empty = array("i")
+    t, h = array("i", [0, 1, 0, 2]), array("i", [1, 3, 2, 3])
+    cap = array("q", [3, 2, -1, 5])
+    return [
+        ("validate", _C.validate, (ok,), None),
+        ("validate/bad index", _C.validate, (bad_index,), IndexError),
+        ("validate/not arrays", _C.validate, (object(),), TypeError),
+        ("walk", _C.param_alias_walk, (ok, array("i", [0, 1])), None),
+        ("walk/param out of range", _C.param_alias_walk, (ok, array("i", [0, 99])), IndexError),
+        ("walk/bad graph", _C.param_alias_walk, (bad_index, array("i", [0])), IndexError),
+        ("walk/params not int32", _C.param_alias_walk, (ok, array("q", [0])), TypeError),
+        ("min_cut/push-relabel", _C.min_cut, (4, t, h, cap, 0, 3, 1), None),
+        ("min_cut/dinic", _C.min_cut, (4, t, h, cap, 0, 3, 2), None),
+        ("min_cut/infinite", _C.min_cut, (4, t, h, array("q", [-1, -1, -1, 5]), 0, 3), fxcut.InfiniteCutError),
+        ("min_cut/bad head", _C.min_cut, (4, t, array("i", [1, 9, 2, 3]), cap, 0, 3), IndexError),
+        ("min_cut/bad cap buffer", _C.min_cut, (4, t, h, array("i", [1, 1, 1, 1]), 0, 3), TypeError),
+        ("min_cut/short head", _C.min_cut, (4, t, array("i", [1]), cap, 0, 3), ValueError),
+        ("decide", _C.partition_decide, (ok, OPTIONS, None, None, empty, empty, empty), None),
+        ("decide/network", _C.partition_decide,
+         (ok, OPTIONS[:-1] + (1,), bytes(8), bytes(8), array("i", [3]), array("i", [3]), array("i", [4])), None),
+        ("decide/infinite", _C.partition_decide, (conflict, OPTIONS, None, None, empty, empty, empty),
+         fxcut.InfiniteCutError),
+        ("decide/no size", _C.partition_decide, (no_size, OPTIONS, None, None, empty, empty, empty), RuntimeError),
+        ("decide/bad graph", _C.partition_decide, (bad_index, OPTIONS, None, None, empty, empty, empty), IndexError),
+        ("decide/bad mask", _C.partition_decide, (ok, OPTIONS, bytes(8), bytes(3), empty, empty, empty), ValueError),
+        ("decide/fuse lengths", _C.partition_decide, (ok, OPTIONS, None, None, empty, array("i", [1]), empty),
+         ValueError),
+        ("decide/force out of range", _C.partition_decide, (ok, OPTIONS, None, None, array("i", [99]), empty, empty),
+         IndexError),
+        ("decide/bad options", _C.partition_decide, (ok, OPTIONS[:3], None, None, empty, empty, empty), TypeError),
+    ]
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("name, fn, args, exc", CASES, ids=[c[0] for c in CASES])
+def test_ten_thousand_calls_leak_nothing(name: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                                         exc: type[BaseException] | None) -> None:
+    inputs = _inputs_of(args)
+    _run(fn, args, exc, WARMUP)
+    gc.collect()
+    refs = [sys.getrefcount(a) for a in inputs]
+
+    rss0, heap0 = _rss(), _malloc_in_use()
+    _run(fn, args, exc, CALLS)
+    gc.collect()
+    rss1, heap1 = _rss(), _malloc_in_use()
+
+    assert [sys.getrefcount(a) for a in inputs] == refs
+    _exports_released(args)
+    if UNDER_ASAN:
+        return
+    if heap0 is not None and heap1 is not None:
+        assert heap1 - heap0 < TOLERANCE, f"malloc in use grew {heap1 - heap0} bytes over {CALLS} calls"
+    assert rss1 - rss0 < TOLERANCE, f"RSS grew {rss1 - rss0} bytes over {CALLS} calls"
+
+    tracemalloc.start()
+    try:
+        _run(fn, args, exc, WARMUP)
+        gc.collect()
+        before = tracemalloc.take_snapshot()
+        _run(fn, args, exc, CALLS)
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    assert grown < TOLERANCE, f"Python allocations grew {grown} bytes over {CALLS} calls"
+
+
+def test_the_leak_check_would_see_a_leak_of_64_bytes_per_call() -> None:
+    """The bound is meaningful: 64 leaked bytes per call trips it."""
+    if UNDER_ASAN:
+        pytest.skip("ASan's quarantine hides the malloc counters")
+    heap0 = _malloc_in_use()
+    if heap0 is None:
+        pytest.skip("no mallinfo2 here")
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    leaked = [libc.malloc(64) for _ in range(CALLS)]
+    try:
+        assert _malloc_in_use() - heap0 >= TOLERANCE  # type: ignore[operator]
+    finally:
+        for p in leaked:
+            libc.free(p)

@@ -1,0 +1,172 @@
+"""The C core runs without the GIL, and concurrent decisions are exact.
+
+1. While one thread is inside a long ``_C.partition_decide`` (or
+   ``_C.min_cut``), the main thread keeps running Python: it timestamps
+   every turn of a counting loop, and the turns that fall inside the worker's
+   C call must cover most of that call.  Holding the GIL, the call would let
+   through at most one switch interval (5 ms) of main-thread turns; the call
+   is made to last at least 0.2 s, so the check has a 40x margin and does
+   not depend on the machine's speed.
+2. Eight threads each partition a different zoo graph with
+   ``fxcut.partition.decide`` (lowering in Python under the GIL, the C core
+   in parallel), several rounds over, and get exactly what a serial run got.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import synthetic_arrays
+import zoo
+from fxcut import _C
+from fxcut.partition import decide
+
+MIN_CALL_SECONDS = 0.2
+
+
+def _covered_by_python(call: Callable[[], Any]) -> tuple[float, float]:
+    """Runs call() in a worker thread while this thread counts; returns
+    (seconds the C call took, seconds of it during which this thread ran
+    Python: the span of its timestamps inside the call)."""
+    window: dict[str, float] = {}
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        started.set()
+        try:
+            window["enter"] = time.perf_counter()
+            call()
+            window["exit"] = time.perf_counter()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    stamps: list[float] = []
+    thread = threading.Thread(target=worker)
+    thread.start()
+    started.wait()
+    while thread.is_alive():
+        stamps.append(time.perf_counter())
+    thread.join()
+    assert not errors, errors
+    inside = [t for t in stamps if window["enter"] <= t <= window["exit"]]
+    duration = window["exit"] - window["enter"]
+    covered = inside[-1] - inside[0] if len(inside) > 1 else 0.0
+    return duration, covered
+
+
+def _long_enough(make: Callable[[int], Callable[[], Any]], size: int) -> Callable[[], Any]:
+    """Grows the input until one call takes MIN_CALL_SECONDS."""
+    while True:
+        call = make(size)
+        t0 = time.perf_counter()
+        call()
+        if time.perf_counter() - t0 >= MIN_CALL_SECONDS:
+            return call
+        size *= 2
+
+
+@pytest.fixture
+def switch_interval():
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    yield
+    sys.setswitchinterval(old)
+
+
+def _decide_call(layers: int) -> Callable[[], Any]:
+    arrays = synthetic_arrays.build(layers)
+    return lambda: synthetic_arrays.decide(arrays)
+
+
+def _min_cut_call(n: int) -> Callable[[], Any]:
+    rng = np.random.default_rng(0)
+    m = 4 * n
+    tail = rng.integers(0, n, m, dtype=np.int32)
+    head = rng.integers(0, n, m, dtype=np.int32)
+    cap = rng.integers(1, 1000, m, dtype=np.int64)
+    return lambda: _C.min_cut(n, tail, head, cap, 0, n - 1, 1)
+
+
+@pytest.mark.parametrize("make, size", [(_decide_call, 4000), (_min_cut_call, 200_000)],
+                         ids=["partition_decide", "min_cut"])
+def test_the_gil_is_released_during_the_c_call(make, size, switch_interval) -> None:
+    call = _long_enough(make, size)
+    duration, covered = _covered_by_python(call)
+    assert duration >= MIN_CALL_SECONDS * 0.5, duration
+    # Holding the GIL would allow one switch interval (0.005 s) of Python.
+    assert covered >= 0.5 * duration, f"Python ran {covered:.3f} s of a {duration:.3f} s C call"
+
+
+def _sort_call(n: int) -> Callable[[], Any]:
+    values = list(np.random.default_rng(0).integers(0, 1 << 40, n).tolist())
+    return lambda: sorted(values)
+
+
+def test_the_measure_sees_a_c_call_that_holds_the_gil(switch_interval) -> None:
+    """Control: sorting a list of ints is C code that keeps the GIL (no
+    bytecode runs, so no switch): the main thread is shut out."""
+    call = _long_enough(_sort_call, 1 << 20)
+    duration, covered = _covered_by_python(call)
+    assert covered < 0.25 * duration, f"Python ran {covered:.3f} s of a {duration:.3f} s GIL-holding call"
+
+
+# Eight different zoo graphs (small ones, so the whole test stays quick).
+THREAD_CASES = ["mlp", "mlp_frozen", "gpt2", "gpt2_ckpt", "llama", "llama_sac", "convnet", "lstm"]
+
+
+def _decision_of(name: str) -> tuple[list[int], bytes, bytes, int]:
+    cap = zoo.capture(name)
+    gm = cap.fresh()
+    d = decide(gm.graph, num_fwd_outputs=cap.num_fwd_outputs,
+               static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"))
+    return d.saved, d.tag, d.node_class, d.cut_value
+
+
+def test_eight_threads_decide_exactly_as_a_serial_run() -> None:
+    serial = {name: _decision_of(name) for name in THREAD_CASES}
+    rounds = 3
+    results: dict[tuple[str, int], Any] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(THREAD_CASES))
+
+    def worker(name: str) -> None:
+        try:
+            barrier.wait()
+            for r in range(rounds):
+                results[(name, r)] = _decision_of(name)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in THREAD_CASES]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for name in THREAD_CASES:
+        assert serial[name][0], f"{name}: nothing saved"
+        for r in range(rounds):
+            assert results[(name, r)] == serial[name], f"{name}, round {r}"
+
+
+def test_threads_share_one_input_read_only() -> None:
+    """Concurrent calls on the same arrays (the core only reads them)."""
+    arrays = synthetic_arrays.build(300)
+    expected = synthetic_arrays.decide(arrays)
+    out: list[Any] = [None] * 8
+    def worker(k: int) -> None:
+        out[k] = synthetic_arrays.decide(arrays)
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(o == expected for o in out)
