@@ -4,7 +4,7 @@ extraction floor, and the decision's peak Python memory.  A benchmark, not a
 test: it prints one table of medians and ratios measured in the same run.
 
     PYTHONPATH=python python bench/bench_partition.py [--layers 1 4 12 24 48]
-        [--reps 5] [--slow-reps 3] [--hidden 1024] [--seq 512] [--out bench/out]
+        [--reps 7] [--slow-reps 5] [--hidden 1024] [--seq 512] [--out bench/out]
     PYTHONPATH=python python bench/bench_partition.py --quick     # smoke test, seconds
 
 Writes bench_partition.{json,md,txt,png} into --out and, unless --quick or
@@ -28,8 +28,8 @@ from fxcut import benchmark
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", type=int, nargs="+", default=[1, 4, 12, 24, 48])
-    p.add_argument("--reps", type=int, default=5, help="repetitions of the fast contenders (median reported)")
-    p.add_argument("--slow-reps", type=int, default=3,
+    p.add_argument("--reps", type=int, default=7, help="repetitions of the fast contenders (median reported)")
+    p.add_argument("--slow-reps", type=int, default=5,
                    help="repetitions of torch's decision, torch's partition_fn and networkx")
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--heads", type=int, help="attention heads (default: hidden / 64)")

@@ -36,6 +36,8 @@ def test_every_contender_has_a_positive_median(result: benchmark.BenchResult) ->
     for name, seconds in row.seconds.items():
         assert math.isfinite(seconds) and seconds > 0, name
         assert len(row.samples[name]) == 1, name
+    assert set(row.ratios) == {f"{a}/{b}" for a, b in benchmark.RATIOS}
+    assert all(math.isfinite(v) and v > 0 for v in row.ratios.values())
 
 
 def test_fxcut_saves_what_torch_saves(result: benchmark.BenchResult) -> None:

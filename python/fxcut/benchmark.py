@@ -76,6 +76,12 @@ CONTENDERS: dict[str, str] = {
 #: Contenders that run ``slow_reps`` times.
 SLOW = frozenset({"decision_torch", "solver_networkx", "partition_torch"})
 
+#: The ratios reported: (numerator, denominator).
+RATIOS = [("decision_torch", "decision_fxcut"), ("solver_networkx", "solver_fxcut_pr"),
+          ("solver_scipy", "solver_fxcut_pr"), ("solver_fxcut_dinic", "solver_fxcut_pr"),
+          ("partition_torch", "partition_fxcut"), ("partition_fxcut", "floor_extract"),
+          ("partition_torch", "floor_extract")]
+
 SCIPY_INFINITE = 2**31 - 1
 #: Finite capacities are scaled so that all of them together stay below this.
 SCIPY_FINITE_TOTAL = 2**30
@@ -107,9 +113,14 @@ class SizeResult:
     memory: dict[str, int | None] = field(default_factory=dict)  # peak bytes
     scipy_scale: float = 1.0
     scipy_value: int = 0
+    ratios: dict[str, float] = field(default_factory=dict)  # paired, see ratio()
 
     def ratio(self, num: str, den: str) -> float:
-        return self.seconds[num] / self.seconds[den]
+        """Median over the rounds of ``num``'s time / ``den``'s time in the
+        same round: pairs measured close together, so a machine whose load
+        drifts during the run moves both."""
+        pairs = [a / b for a, b in zip(self.samples[num], self.samples[den]) if b > 0]
+        return statistics.median(pairs) if pairs else self.seconds[num] / self.seconds[den]
 
 
 @dataclass
@@ -261,11 +272,26 @@ def _reset_rss_peak() -> bool:
         return False
 
 
+def _malloc_trim() -> None:
+    """Hand glibc's free heap pages back, so that the RSS peak that follows
+    counts new allocations rather than reused ones (no-op elsewhere)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def peak_memory(fn: Callable[[], Any]) -> tuple[int, int | None]:
     """(peak Python allocations above the start, in bytes, by tracemalloc;
     peak resident-set growth in bytes, or None where it cannot be measured).
-    Two separate calls of ``fn``: tracemalloc's bookkeeping would count in the RSS."""
+    Two separate calls of ``fn``: tracemalloc's bookkeeping would count in the RSS.
+    The RSS growth includes memory that C code gets from ``malloc`` (which
+    tracemalloc does not see) but is a lower bound: pages that Python's
+    allocator already holds are reused without growing the RSS."""
     gc.collect()
+    _malloc_trim()
     rss = None
     if _reset_rss_peak():
         before = _rss_kib("VmRSS")
@@ -442,11 +468,13 @@ def bench_size(layers: int, model: ModelConfig, reps: int, slow_reps: int,
                 samples[name].append(size.run(name))
         progress(f"{layers} layers: round {rep + 1}/{max(reps, slow_reps)}")
     memory = size.memory()
-    return SizeResult(
+    result = SizeResult(
         layers=layers, nodes=cap.num_nodes, nodes_prepared=len(prepared.graph.nodes),
         vertices=net.n_vertices, edges=len(net.tail), saved=saved, saved_equal=saved_equal,
         cut_value=cut_value, seconds={k: statistics.median(v) for k, v in samples.items()},
         samples=samples, memory=memory, scipy_scale=size.scale, scipy_value=sp_value)
+    result.ratios = {f"{num}/{den}": result.ratio(num, den) for num, den in RATIOS}
+    return result
 
 
 # --------------------------------------------------------------------------- phases
@@ -598,23 +626,22 @@ def targets(result: BenchResult, layers: int = 24) -> list[dict[str, Any]]:
     row = next((r for r in result.sizes if r.layers == layers), None)
     if row is None:
         return []
-    t = row.seconds
     mem_fx, mem_torch = row.memory.get("decision_fxcut"), row.memory.get("decision_torch")
 
     def target(name: str, measured: float, goal: str, met: bool) -> dict[str, Any]:
         return {"layers": layers, "target": name, "goal": goal, "measured": measured, "met": met}
 
+    a = row.ratio("decision_torch", "decision_fxcut")
+    nx_ = row.ratio("solver_networkx", "solver_fxcut_pr")
+    sp = row.ratio("solver_scipy", "solver_fxcut_pr")
+    c = row.ratio("partition_torch", "partition_fxcut")
+    d = row.ratio("partition_fxcut", "floor_extract")
     out = [
-        target("decision vs torch's", t["decision_torch"] / t["decision_fxcut"], ">= 20x faster",
-               t["decision_torch"] / t["decision_fxcut"] >= 20),
-        target("solver vs networkx", t["solver_networkx"] / t["solver_fxcut_pr"], ">= 100x faster",
-               t["solver_networkx"] / t["solver_fxcut_pr"] >= 100),
-        target("solver vs scipy", t["solver_scipy"] / t["solver_fxcut_pr"], "> 1x (faster)",
-               t["solver_scipy"] > t["solver_fxcut_pr"]),
-        target("whole partition_fn vs torch's", t["partition_torch"] / t["partition_fxcut"], ">= 3x faster",
-               t["partition_torch"] / t["partition_fxcut"] >= 3),
-        target("whole partition_fn vs floor (d)", t["partition_fxcut"] / t["floor_extract"], "<= 1.5x the floor",
-               t["partition_fxcut"] / t["floor_extract"] <= 1.5),
+        target("decision vs torch's", a, ">= 20x faster", a >= 20),
+        target("solver vs networkx", nx_, ">= 100x faster", nx_ >= 100),
+        target("solver vs scipy", sp, "> 1x (faster)", sp > 1),
+        target("whole partition_fn vs torch's", c, ">= 3x faster", c >= 3),
+        target("whole partition_fn vs floor (d)", d, "<= 1.5x the floor", d <= 1.5),
     ]
     if mem_fx and mem_torch:
         out.append(target("decision Python memory vs torch's", mem_torch / mem_fx, ">= 10x smaller",
@@ -627,7 +654,7 @@ QUICK = dict(layers=(1, 2), reps=2, slow_reps=1, model=ModelConfig(hidden=64, he
              phase_layers=2, phase_reps=1)
 
 
-def run(layers: Sequence[int] = (1, 4, 12, 24, 48), *, reps: int = 5, slow_reps: int = 3,
+def run(layers: Sequence[int] = (1, 4, 12, 24, 48), *, reps: int = 7, slow_reps: int = 5,
         model: ModelConfig = ModelConfig(), phase_layers: int | None = 24, phase_reps: int = 5,
         progress: Progress = lambda s: None) -> BenchResult:
     """Run the benchmark and return its result (nothing is written).
@@ -707,7 +734,9 @@ def format_table(result: BenchResult, markdown: bool = False) -> str:
 
 
 LEGEND = """\
-Times are medians in ms; x = torch (or networkx, scipy) / fxcut, so > 1 means fxcut is faster.
+Times are medians in ms.  x = torch (or networkx, scipy) / fxcut, > 1 means fxcut is faster: the
+median over the rounds of the ratio of two times measured in the same round (so that a shared
+machine's changing load moves both), hence not always the ratio of the two medians shown.
 (a) decision on the graph after DCE+CSE: fxcut's decide() (lowering + C core) vs torch's tag passes,
     classify_nodes, dist_from_bw and solve_min_cut.
 (b) min-cut alone on the same flow network: fxcut's C push-relabel (the partitioner's default; ratios
@@ -719,7 +748,9 @@ Times are medians in ms; x = torch (or networkx, scipy) / fxcut, so > 1 means fx
     torch's min_cut_rematerialization_partition (both DCE + CSE + decision + module extraction).
 (d) floor: torch's _extract_fwd_bwd_modules alone on the same saved values; fxcut/floor = (c) fxcut / (d).
 (e) peak Python allocations (tracemalloc) of the decision (a); x = torch / fxcut.  fxcut's C core
-    allocates its scratch with malloc, which tracemalloc does not see: see the RSS note below."""
+    allocates its scratch with malloc, which tracemalloc does not see: the notes below give each
+    side's peak RSS growth during one decision (after malloc_trim; includes malloc'd memory, but
+    is a lower bound where Python reuses pages it already holds)."""
 
 
 def format_report(result: BenchResult, command: str | None = None, markdown: bool = False) -> str:
