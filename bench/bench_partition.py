@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--phase-layers", type=int, default=24,
                    help="break the whole partition_fn into phases at this size (0: skip)")
     p.add_argument("--phase-reps", type=int, default=5)
+    p.add_argument("--with-gc", action="store_true",
+                   help="leave Python's garbage collector on during the timed calls (off by default, as timeit)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the pipeline")
     p.add_argument("--out", default=os.path.join("bench", "out"), help="directory for json/md/txt/png")
     p.add_argument("--docs", default="docs", help="where the md table and png plot are copied")
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     def progress(line: str) -> None:
         print(f"[{time.perf_counter() - start:7.1f} s] {line}", file=sys.stderr, flush=True)
 
-    result = benchmark.run(progress=progress, **kwargs)
+    result = benchmark.run(progress=progress, with_gc=args.with_gc, **kwargs)
     command = "PYTHONPATH=python python bench/bench_partition.py " + shlex.join(
         sys.argv[1:] if argv is None else argv)
     paths = benchmark.write(result, args.out, command.strip())

@@ -29,7 +29,10 @@ times, in one run, on the same joint graph:
 
 Every contender gets its own fresh copy of the graph for every repetition
 (copying is not timed); repetitions of all contenders are interleaved (the
-order reversed every other round) and the median is reported.  torch's slow
+order reversed every other round) and the median is reported; ratios are
+medians of per-round paired ratios.  Garbage is collected before each timed
+call and the cyclic collector is off during it, as timeit does (``with_gc``
+leaves it on).  torch's slow
 contenders (and networkx) run ``slow_reps`` times, the others ``reps`` times.
 fxcut's saved values are checked against torch's in the same run; solver
 values are checked against each other.
@@ -131,6 +134,7 @@ class BenchResult:
     sizes: list[SizeResult]
     phases: dict[str, Any] | None
     environment: dict[str, Any]
+    gc_during_timing: bool = False
     targets: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -245,11 +249,30 @@ def networkx_graph(net: Network) -> Any:
 # --------------------------------------------------------------------------- timing
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+@contextmanager
+def _collector(with_gc: bool) -> Iterator[None]:
+    """Collect garbage, then keep the cyclic collector off for the timed
+    call unless ``with_gc`` (timeit's convention).  With it on, when a full
+    collection strikes depends on the whole process's history, and it mostly
+    strikes torch's side, which allocates far more: spot checks at 24 layers
+    saw torch's decision take 270 ms without it and 570 ms with it."""
     gc.collect()
-    t0 = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - t0, result
+    was_enabled = gc.isenabled()
+    if not with_gc:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _timed(fn: Callable[[], Any], with_gc: bool = False) -> tuple[float, Any]:
+    with _collector(with_gc):
+        t0 = time.perf_counter()
+        result = fn()
+        seconds = time.perf_counter() - t0
+    return seconds, result
 
 
 def _rss_kib(field_name: str) -> int | None:
@@ -317,7 +340,7 @@ def peak_memory(fn: Callable[[], Any]) -> tuple[int, int | None]:
 class _Size:
     """The contenders of one model size, each a (setup, timed) pair."""
 
-    def __init__(self, cap: Any, prepared: fx.GraphModule, net: Network) -> None:
+    def __init__(self, cap: Any, prepared: fx.GraphModule, net: Network, with_gc: bool = False) -> None:
         from torch._functorch import partitioners as tp
 
         from . import min_cut_rematerialization_partition as fxcut_partition
@@ -325,7 +348,7 @@ class _Size:
         from .partition import _write_back_tags, decide
         from .torch_reference import torch_decision
 
-        self.cap, self.prepared, self.net = cap, prepared, net
+        self.cap, self.prepared, self.net, self.with_gc = cap, prepared, net, with_gc
         self.copy = lambda: copy_graph_module(prepared)
         self.nfo = cap.num_fwd_outputs
         self.static = list(cap.partition_kwargs.get("static_lifetime_input_indices") or [])
@@ -402,7 +425,7 @@ class _Size:
 
     def run(self, name: str) -> float:
         fn = self.setups[name]()
-        seconds, result = _timed(fn)
+        seconds, result = _timed(fn, self.with_gc)
         self.results.setdefault(name, result)
         return seconds
 
@@ -446,7 +469,7 @@ class _Size:
 
 
 def bench_size(layers: int, model: ModelConfig, reps: int, slow_reps: int,
-               progress: Progress = lambda s: None, cap: Any = None) -> SizeResult:
+               progress: Progress = lambda s: None, cap: Any = None, with_gc: bool = False) -> SizeResult:
     """One row of the benchmark: every contender once untimed (warm-up; its
     results are cross-checked), then the interleaved timed rounds."""
     if cap is None:
@@ -455,7 +478,7 @@ def bench_size(layers: int, model: ModelConfig, reps: int, slow_reps: int,
     prepared = prepare(cap.fresh())
     net = network_of(prepared.graph, cap.num_fwd_outputs,
                      list(cap.partition_kwargs.get("static_lifetime_input_indices") or []))
-    size = _Size(cap, prepared, net)
+    size = _Size(cap, prepared, net, with_gc)
     samples: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     order = list(CONTENDERS)
     for name in order:
@@ -511,7 +534,7 @@ class _PhaseClock:
             setattr(owner, attr, original)
 
 
-def _phases_of(cap: Any, fxcut_side: bool) -> dict[str, float]:
+def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = False) -> dict[str, float]:
     from contextlib import ExitStack
 
     from torch._functorch import partitioners as tp
@@ -546,10 +569,11 @@ def _phases_of(cap: Any, fxcut_side: bool) -> dict[str, float]:
             stack.enter_context(clock.wrap(tp, "raise_getitems", "after_extract"))
             stack.enter_context(clock.wrap(tp, "thread_graphsafe_rng_from_hops", "after_extract"))
             fn = tp.min_cut_rematerialization_partition
-        gc.collect()
-        t0 = time.perf_counter()
-        fn(gm, cap.joint_inputs, *cap.partition_args, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
-        total = time.perf_counter() - t0
+        with _collector(with_gc):
+            t0 = time.perf_counter()
+            fn(gm, cap.joint_inputs, *cap.partition_args, num_fwd_outputs=cap.num_fwd_outputs,
+               **cap.partition_kwargs)
+            total = time.perf_counter() - t0
     s = clock.seconds
     if fxcut_side:
         (d,) = decisions
@@ -579,15 +603,15 @@ def _phases_of(cap: Any, fxcut_side: bool) -> dict[str, float]:
 
 
 def phases(layers: int, model: ModelConfig, reps: int = 5, cap: Any = None,
-           progress: Progress = lambda s: None) -> dict[str, Any]:
+           progress: Progress = lambda s: None, with_gc: bool = False) -> dict[str, Any]:
     """Median seconds per phase of fxcut's whole partition_fn (and torch's)
     at ``layers``; the phases are timed by wrapping the functions called."""
     if cap is None:
         cap = capture(layers, model)
     runs: dict[str, list[dict[str, float]]] = {"fxcut": [], "torch": []}
     for rep in range(reps):
-        runs["fxcut"].append(_phases_of(cap, True))
-        runs["torch"].append(_phases_of(cap, False))
+        runs["fxcut"].append(_phases_of(cap, True, with_gc))
+        runs["torch"].append(_phases_of(cap, False, with_gc))
         progress(f"phases at {layers} layers: round {rep + 1}/{reps}")
     return {
         "layers": layers,
@@ -656,8 +680,11 @@ QUICK = dict(layers=(1, 2), reps=2, slow_reps=1, model=ModelConfig(hidden=64, he
 
 def run(layers: Sequence[int] = (1, 4, 12, 24, 48), *, reps: int = 7, slow_reps: int = 5,
         model: ModelConfig = ModelConfig(), phase_layers: int | None = 24, phase_reps: int = 5,
-        progress: Progress = lambda s: None) -> BenchResult:
+        with_gc: bool = False, progress: Progress = lambda s: None) -> BenchResult:
     """Run the benchmark and return its result (nothing is written).
+
+    ``with_gc``: leave Python's cyclic garbage collector on during the timed
+    calls (off by default, as timeit does; see :func:`_collector`).
 
     ``progress`` gets a line of text after each step.  ``phase_layers``:
     where to break fxcut's whole partition_fn into phases (None: nowhere).
@@ -670,13 +697,15 @@ def run(layers: Sequence[int] = (1, 4, 12, 24, 48), *, reps: int = 7, slow_reps:
         t0 = time.perf_counter()
         cap = capture(n, model)
         progress(f"{n} layers: captured in {time.perf_counter() - t0:.1f} s")
-        sizes.append(bench_size(n, model, reps, slow_reps, progress, cap=cap))
+        sizes.append(bench_size(n, model, reps, slow_reps, progress, cap=cap, with_gc=with_gc))
         progress(format_row(sizes[-1]))
         if n == phase_layers:
             phase_cap = cap
         del cap
-    ph = phases(phase_layers, model, phase_reps, cap=phase_cap, progress=progress) if phase_layers else None
+    ph = (phases(phase_layers, model, phase_reps, cap=phase_cap, progress=progress, with_gc=with_gc)
+          if phase_layers else None)
     result = BenchResult(model=asdict(model), reps=reps, slow_reps=slow_reps, sizes=sizes, phases=ph,
+                         gc_during_timing=with_gc,
                          environment=_environment())
     result.targets = targets(result)
     return result
@@ -759,7 +788,8 @@ def format_report(result: BenchResult, command: str | None = None, markdown: boo
     env = result.environment
     head = (f"GPT-2 style model (fxcut.models.gpt2, fake tensors): hidden {m['hidden']}, heads {m['heads']}, "
             f"seq {m['seq']}, batch {m['batch']}, vocab {m['vocab']}; reps {result.reps} "
-            f"(torch's decision, torch's partition_fn and networkx: {result.slow_reps}), interleaved.\n"
+            f"(torch's decision, torch's partition_fn and networkx: {result.slow_reps}), interleaved; "
+            f"garbage collector {'on' if result.gc_during_timing else 'off'} during the timed calls.\n"
             f"torch {env['torch']}, networkx {env['networkx']}, scipy {env['scipy']}, python {env['python']}, "
             f"{env['cpu']} ({env['cpus']} CPUs), {env['date']}.")
     if markdown:
