@@ -1,0 +1,75 @@
+"""fxcut.benchmark runs end to end at a tiny size and reports what it should.
+
+A smoke test of the benchmark's plumbing, not a measurement: no timing is
+asserted, only the result's structure and that fxcut's saved values equal
+torch's in the run (the benchmark checks that itself and raises otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("networkx")
+pytest.importorskip("scipy")
+
+from fxcut import benchmark  # noqa: E402
+
+TINY = benchmark.ModelConfig(hidden=32, heads=2, seq=16, batch=2, vocab=64)
+
+
+@pytest.fixture(scope="module")
+def result() -> benchmark.BenchResult:
+    lines: list[str] = []
+    res = benchmark.run([1], reps=1, slow_reps=1, model=TINY, phase_layers=1, phase_reps=1,
+                        progress=lines.append)
+    assert lines, "progress was never called"
+    return res
+
+
+def test_every_contender_has_a_positive_median(result: benchmark.BenchResult) -> None:
+    (row,) = result.sizes
+    assert row.layers == 1
+    assert set(row.seconds) == set(benchmark.CONTENDERS)
+    for name, seconds in row.seconds.items():
+        assert math.isfinite(seconds) and seconds > 0, name
+        assert len(row.samples[name]) == 1, name
+    assert set(row.ratios) == {f"{a}/{b}" for a, b in benchmark.RATIOS}
+    assert all(math.isfinite(v) and v > 0 for v in row.ratios.values())
+
+
+def test_fxcut_saves_what_torch_saves(result: benchmark.BenchResult) -> None:
+    (row,) = result.sizes
+    assert row.saved_equal
+    assert row.saved > 0
+
+
+def test_network_and_memory_are_reported(result: benchmark.BenchResult) -> None:
+    (row,) = result.sizes
+    assert row.nodes >= row.nodes_prepared > 0
+    assert row.vertices == 2 * row.nodes_prepared + 2
+    assert row.edges > 0 and row.cut_value > 0
+    assert row.memory["decision_fxcut"] > 0 and row.memory["decision_torch"] > 0
+    assert 0 < row.scipy_scale <= 1
+
+
+def test_phases_cover_the_whole_partition_fn(result: benchmark.BenchResult) -> None:
+    ph = result.phases
+    assert ph is not None and ph["layers"] == 1
+    for side in ("fxcut", "torch"):
+        parts = {k: v for k, v in ph[side].items() if k != "total"}
+        assert math.isclose(sum(parts.values()), ph[side]["total"], rel_tol=1e-9)
+    assert {"lowering", "C core", "cse (torch's fx_graph_cse)"} <= set(ph["fxcut"])
+
+
+def test_outputs_are_written(result: benchmark.BenchResult, tmp_path) -> None:
+    paths = benchmark.write(result, str(tmp_path / "out"), command="smoke")
+    data = json.loads(open(paths["json"]).read())
+    assert data["command"] == "smoke"
+    assert data["sizes"][0]["saved_equal"] is True
+    assert "(a) fxcut" in open(paths["md"]).read()
+    assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    # No 24-layer row: no targets to report against.
+    assert result.targets == []
