@@ -2,7 +2,8 @@
 
 - :func:`recompute_param_aliases`, :func:`get_wrapped_partitioner`,
   :func:`get_no_copy_ops`, :func:`is_cast_op`: DeepCompile's ZeRO-3 API.
-- :func:`min_cut_rematerialization_partition`: a drop-in for torch's.
+- :func:`min_cut_rematerialization_partition`: a drop-in for torch's,
+  activation memory budget included.
 """
 
 from ._version import __version__
