@@ -12,15 +12,18 @@
   zoo model and budget that reaches it.
 - Random joint graphs at random budgets and solvers; errors by name; the
   budget read from node meta and region annotations; one lowering for all
-  cuts; gradients of a training step at a budget equal eager's.
+  cuts; gradients of a training step at a budget equal eager's;
+  memory_pareto.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import random
 
 import pytest
+import torch
 import torch.fx as fx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,7 +34,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition as
 import fxcut
 import zoo
 from fxcut import knapsack
-from fxcut.budget import decide_with_budget
+from fxcut.budget import decide_with_budget, memory_pareto
 from fxcut.torch_reference import torch_budget_decision
 from random_joint import random_joint
 
@@ -362,3 +365,44 @@ def test_bad_budget_solver_or_estimator_is_a_value_error_naming_it(patch: dict, 
         fxcut.min_cut_rematerialization_partition(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs,
                                                   **cap.partition_kwargs)
     assert gm.code == before
+
+
+# --------------------------------------------------------------------------- the Pareto sweep
+
+
+def test_memory_pareto(tmp_path) -> None:
+    cap = zoo.capture("gpt2")
+    gm = cap.fresh()
+    before = gm.code
+    png = tmp_path / "pareto.png"
+    plot = str(png) if _has_matplotlib() else None
+    with _budget_config(1.0, "dp"):
+        points = memory_pareto(gm, cap.num_fwd_outputs, budgets=BUDGETS, plot=plot,
+                               static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"))
+    assert gm.code == before
+    assert [p.budget for p in points] == list(BUDGETS)
+    assert points[0].stage == "inputs" and points[-1].stage == "min_cut"
+    # Budget 1 is the plain partition; budget 0 saves only the inputs.
+    plain, _ = cap.partition(fxcut.min_cut_rematerialization_partition)
+    nodes = {n.name: n for n in cap.gm.graph.nodes}
+    plain_bytes = sum(_nbytes(nodes[name]) for name in _saved(plain, cap.num_fwd_outputs))
+    primal_bytes = sum(_nbytes(p) for p in cap.primals())
+    assert points[-1].saved_bytes == plain_bytes
+    assert points[0].saved_bytes == primal_bytes
+    assert points[0].recompute_runtime > points[-1].recompute_runtime
+    assert all(math.isfinite(p.recompute_runtime) for p in points)
+    if plot:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _nbytes(node: fx.Node) -> int:
+    val = node.meta["val"]
+    return val.numel() * val.dtype.itemsize if isinstance(val, torch.Tensor) else 1
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -404,7 +404,116 @@ def decide_with_budget(
     return result
 
 
+# --------------------------------------------------------------------------- the Pareto sweep
+
+
+class ParetoPoint(NamedTuple):
+    budget: float
+    saved_bytes: int
+    recompute_runtime: float
+    stage: str
+
+
+DEFAULT_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
+
+
+def recomputed_nodes(decision: Any, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
+    """The forward ops the backward recomputes when ``saved`` is saved: the
+    call_function forward nodes the backward outputs reach through their
+    inputs without passing a saved value or a placeholder (getitems, which
+    only unpack, left out)."""
+    arrays = decision.arrays
+    cls = decision.node_class
+    kind, in_ptr, in_idx = arrays.kind, arrays.in_ptr, arrays.in_idx
+    stop = set(saved)
+    seen: set[int] = set()
+    stack = [o for o in arrays.outputs[num_fwd_outputs:] if o >= 0]
+    while stack:
+        i = stack.pop()
+        if i in seen or i in stop or kind[i] == _C.KIND_PLACEHOLDER:
+            continue
+        seen.add(i)
+        stack.extend(in_idx[in_ptr[i]:in_ptr[i + 1]])
+    flags = arrays.flags
+    return sorted(
+        i for i in seen
+        if cls[i] & _C.C_REQUIRED_FW and kind[i] == _C.KIND_CALL_FUNCTION and not flags[i] & _C.F_GETITEM
+    )
+
+
+def memory_pareto(
+    joint_module: fx.GraphModule,
+    num_fwd_outputs: int,
+    *,
+    budgets: Sequence[float] = DEFAULT_BUDGETS,
+    static_lifetime_input_indices: list[int] | None = None,
+    solver: Any = None,
+    plot: str | None = None,
+) -> list[ParetoPoint]:
+    """The memory/runtime trade-off of the budget, one point per budget.
+
+    For each budget: the bytes the forward saves for the backward and the
+    estimated runtime of the forward ops the backward recomputes (under the
+    configured runtime estimator: flops by default), and the stage that
+    decided.  ``joint_module`` is left untouched (a copy gets the dead-code
+    elimination and CSE the partitioner applies); the graph is lowered once
+    and every estimate is shared across budgets.  ``plot``: a path to save a
+    PNG of recompute runtime against saved bytes (needs matplotlib).
+    """
+    from torch._functorch import config
+    from torch._functorch import partitioners as tp
+
+    from .capture import copy_graph_module
+    from .partition import lower_graph
+
+    points_budgets = [check_budget(b) for b in budgets]
+    gm = copy_graph_module(joint_module)
+    gm.graph.eliminate_dead_code()
+    if config.cse:
+        gm.graph = tp.fx_graph_cse(gm.graph)
+    arrays = lower_graph(gm.graph)
+    estimates = RuntimeEstimates()
+    points = []
+    for b in points_budgets:
+        d = decide_with_budget(gm.graph, b, num_fwd_outputs=num_fwd_outputs,
+                               static_lifetime_input_indices=static_lifetime_input_indices,
+                               arrays=arrays, estimates=estimates, solver=solver)
+        if d.stage == "no_backward":
+            points.append(ParetoPoint(b, 0, 0.0, d.stage))
+            continue
+        saved_bytes = sum(max(arrays.nbytes[i], 0) for i in d.saved)
+        recomputed = [arrays.nodes[i] for i in recomputed_nodes(d.decision, d.saved, num_fwd_outputs)]
+        runtime = float(sum(estimates(recomputed))) if recomputed else 0.0
+        points.append(ParetoPoint(b, saved_bytes, runtime, d.stage))
+    if plot is not None:
+        plot_pareto(points, plot)
+    return points
+
+
+def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("plotting the memory/runtime Pareto curve needs matplotlib") from None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    xs = [p.saved_bytes / 2**20 for p in points]
+    ys = [p.recompute_runtime for p in points]
+    ax.plot(xs, ys, marker="o")
+    for p, x, y in zip(points, xs, ys):
+        ax.annotate(f"{p.budget:g}", (x, y), textcoords="offset points", xytext=(0, 8), ha="center")
+    ax.set_xlabel("saved for backward (MiB)")
+    ax.set_ylabel("estimated runtime of recomputed forward ops")
+    ax.set_title("fxcut: activation memory budget")
+    ax.grid(True)
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)
+
+
 __all__ = [
-    "BudgetDecision", "ESTIMATORS", "RuntimeEstimates", "STAGES", "check_budget", "check_estimator",
-    "check_solver", "decide_with_budget", "input_storage_mask",
+    "BudgetDecision", "ESTIMATORS", "ParetoPoint", "RuntimeEstimates", "STAGES", "check_budget",
+    "check_estimator", "check_solver", "decide_with_budget", "input_storage_mask", "memory_pareto",
+    "plot_pareto", "recomputed_nodes",
 ]
