@@ -239,9 +239,10 @@ def test_training_step_at_budget_matches_eager(name: str, budget: float) -> None
 
 
 def test_resnet_step_under_a_budget_fails_as_with_torch() -> None:
-    # torch's budget pass saves the primals, BatchNorm's running-stat buffers
-    # among them, which the forward then updates in place: autograd's
-    # version check fails in backward.  Same decision, same failure.
+    # Below budget 1 torch's passes un-ban training-mode batch norm, so the
+    # backward recomputes it from the running-stat buffers, which the
+    # forward has updated in place: autograd's version check fails.  Same
+    # decision, same failure.
     def torch_fn(*args, **kwargs):  # not the capture's cached step
         return torch_partition(*args, **kwargs)
 
