@@ -40,8 +40,6 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Frees the scratch of the tag passes, classification and bans; safe to
- * call twice (the pointers are cleared). */
 static void ctx_free(fxcut_ctx *c)
 {
     free(c->user_ptr);
@@ -312,10 +310,11 @@ static int solve_and_extract(fxcut_ctx *c, edge_list *el, int keep,
     return FXCUT_OK;
 }
 
-int fxcut_partition_decide(const fxcut_graph *g,
+int fxcut_decision_prepare(fxcut_ctx *c, const fxcut_graph *g,
                            const fxcut_partition_options *opt,
                            fxcut_partition_result *res, fxcut_error *err)
 {
+    memset(c, 0, sizeof *c);
     if (opt->num_fwd_outputs < 0 || opt->num_fwd_outputs > g->n_outputs)
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "num_fwd_outputs (%d) must be between 0 and the "
@@ -342,48 +341,66 @@ int fxcut_partition_decide(const fxcut_graph *g,
     res->net_cap = NULL;
     res->net_len = 0;
     memset(res->ban_reason, 0, (size_t)g->n);
-    fxcut_ctx c;
-    int rc = ctx_init(&c, g, opt, res, err);
+    for (int32_t i = 0; i < g->n; i++)
+        res->weight[i] = FXCUT_WEIGHT_NONE;
+    int rc = ctx_init(c, g, opt, res, err);
     if (rc != FXCUT_OK)
         return rc;
-    rc = fxcut_apply_tag_passes(&c, err);
+    rc = fxcut_apply_tag_passes(c, err);
     if (rc == FXCUT_OK)
-        rc = fxcut_classify(&c, err);
-    if (rc != FXCUT_OK || res->n_required_bw == 0) {
-        for (int32_t i = 0; i < g->n; i++)
-            res->weight[i] = FXCUT_WEIGHT_NONE;
-        ctx_free(&c);
-        return rc;
+        rc = fxcut_classify(c, err);
+    return rc;
+}
+
+void fxcut_decision_release(fxcut_ctx *c)
+{
+    ctx_free(c);
+}
+
+/* The classification bits a cut leaves alone. */
+#define CLASS_BITS (FXCUT_C_REQUIRED_FW | FXCUT_C_REQUIRED_BW | \
+                    FXCUT_C_TANGENTS_CLOSURE | FXCUT_C_INPUT)
+
+int fxcut_decision_cut(fxcut_ctx *c, const fxcut_partition_options *pass,
+                       fxcut_error *err)
+{
+    const fxcut_graph *g = c->g;
+    fxcut_partition_result *res = c->res;
+    c->opt = pass;
+    res->n_saved = 0;
+    res->n_chain = 0;
+    res->cut_value.hi = res->cut_value.lo = 0;
+    for (int32_t i = 0; i < g->n; i++) {
+        res->node_class[i] &= (uint8_t)CLASS_BITS;
+        res->ban_reason[i] = FXCUT_BAN_NONE;
     }
     size_t max_edges = 3 * (size_t)g->n + (size_t)g->in_ptr[g->n] + 1;
     edge_list el = {malloc(max_edges * sizeof(int32_t)),
                     malloc(max_edges * sizeof(int32_t)),
                     malloc(max_edges * sizeof(int64_t)), 0};
+    int rc = FXCUT_OK;
     if (el.tail == NULL || el.head == NULL || el.cap == NULL) {
         rc = fxcut_fail(err, FXCUT_E_NOMEM, -1,
                         "out of memory for %zu network edges", max_edges);
         goto done;
     }
-    rc = build_node_edges(&c, &el, err);
-    if (rc == FXCUT_OK && opt->ban_if_used_far_apart)
-        rc = fxcut_ban_used_far_apart(&c, err);
-    if (rc == FXCUT_OK && opt->ban_if_long_fusible_chains)
-        rc = fxcut_ban_long_fusible_chains(&c, err);
+    rc = build_node_edges(c, &el, err);
+    if (rc == FXCUT_OK && pass->ban_if_used_far_apart)
+        rc = fxcut_ban_used_far_apart(c, err);
+    if (rc == FXCUT_OK && pass->ban_if_long_fusible_chains)
+        rc = fxcut_ban_long_fusible_chains(c, err);
     if (rc != FXCUT_OK)
         goto done;
     for (int32_t i = 0; i < g->n; i++)
         if (res->node_class[i] & FXCUT_C_BANNED)
             add_edge(&el, 2 * g->n, V_IN(i), FXCUT_CAP_INF);
-    /* The users CSR, the heap and the stamps (about 40 bytes per node and
-     * 20 per input edge) are not needed by the max-flow: free them before
-     * it allocates its residual network, which sets the peak. */
-    ctx_free(&c);
-    if (opt->keep_network == 2) {
+    if (pass->keep_network == 2) {
         /* Network only: the caller solves it (tests, benchmarks). */
     } else {
-        rc = solve_and_extract(&c, &el, opt->keep_network != 0, err);
+        rc = solve_and_extract(c, &el, pass->keep_network != 0, err);
     }
-    if (opt->keep_network) {
+    if (pass->keep_network) {
+        fxcut_partition_result_release(res);
         res->net_tail = el.tail;
         res->net_head = el.head;
         res->net_cap = el.cap;
@@ -395,7 +412,18 @@ done:
     free(el.tail);
     free(el.head);
     free(el.cap);
-    ctx_free(&c);
+    return rc;
+}
+
+int fxcut_partition_decide(const fxcut_graph *g,
+                           const fxcut_partition_options *opt,
+                           fxcut_partition_result *res, fxcut_error *err)
+{
+    fxcut_ctx c;
+    int rc = fxcut_decision_prepare(&c, g, opt, res, err);
+    if (rc == FXCUT_OK && res->n_required_bw > 0)
+        rc = fxcut_decision_cut(&c, opt, err);
+    fxcut_decision_release(&c);
     return rc;
 }
 

@@ -274,4 +274,71 @@ int fxcut_partition_decide(const fxcut_graph *g,
                            const fxcut_partition_options *opt,
                            fxcut_partition_result *res, fxcut_error *err);
 
+/* ---- the activation memory budget (budget.c) --------------------------- */
+
+/*
+ * torch's choose_saved_values_set up to its knapsack.  What it settled on:
+ */
+enum fxcut_budget_stage {
+    FXCUT_STAGE_NO_BACKWARD = 0,     /* no node is required for backward:
+                                        torch hands the graph to
+                                        default_partition; nothing cut */
+    FXCUT_STAGE_INPUTS = 1,          /* budget 0: save the inputs */
+    FXCUT_STAGE_MIN_CUT = 2,         /* budget 1, or the plain cut saves no
+                                        more than the inputs */
+    FXCUT_STAGE_MORE_AGGRESSIVE = 3, /* the cut without the used-far-apart,
+                                        long-chain and materialized-backward
+                                        bans fits the budget */
+    FXCUT_STAGE_AGGRESSIVE = 4,      /* ... and without the allowlist ban */
+    FXCUT_STAGE_NO_CANDIDATES = 5,   /* nothing banned is recomputable:
+                                        the inputs and the MUST_SAVE ones */
+    FXCUT_STAGE_KNAPSACK = 6         /* the caller estimates the candidates'
+                                        runtimes, solves the knapsack and
+                                        cuts with the recomputed candidates
+                                        un-banned (dont_ban) under the
+                                        aggressive switches */
+};
+
+typedef struct {
+    double memory_budget;           /* in [0, 1] */
+    /* n entries, or NULL when every value's storage is its own: 1 where
+     * the node's storage is one of the inputs' (torch compares
+     * get_node_storage(node) against the inputs', None included).  A banned
+     * node sharing an input's storage is no candidate. */
+    const uint8_t *input_storage;
+} fxcut_budget_options;
+
+/*
+ * The plan.  Caller-allocated arrays of n entries.  On return res holds
+ * the tags and classification, and the last cut the plan made (for every
+ * stage but KNAPSACK, res->saved is the answer).
+ */
+typedef struct {
+    int stage;                      /* enum fxcut_budget_stage */
+    double min_act_size;            /* sizes of the inputs / of the plain
+                                       cut's saved values, bytes / 1e9 */
+    double max_act_size;
+    double ratio_more_aggressive;   /* memory ratios of the two passes */
+    double ratio_aggressive;        /* (NaN where not reached) */
+    int32_t *candidates;            /* the knapsack's items, in torch's
+                                       order: by size, largest first, ties
+                                       in graph order */
+    double *memories;               /* their sizes on the budget's scale */
+    int32_t n_candidates;
+    int32_t n_passes;               /* min-cuts solved */
+} fxcut_budget_plan;
+
+/* Per pass: opt's ban switches, relaxed by the budget pass as torch
+ * relaxes them; opt->dont_ban is ignored. */
+int fxcut_budget_plan_decide(const fxcut_graph *g,
+                             const fxcut_partition_options *opt,
+                             const fxcut_budget_options *bopt,
+                             fxcut_partition_result *res,
+                             fxcut_budget_plan *plan, fxcut_error *err);
+
+/* The ban switches of the budget's final cut ("aggressive": no
+ * used-far-apart, long-chain, materialized-backward or allowlist ban). */
+void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
+                                     fxcut_partition_options *out);
+
 #endif /* FXCUT_H */

@@ -364,6 +364,13 @@ static int module_exec(PyObject *module)
         {"WEIGHT_INF", (long)FXCUT_WEIGHT_INF},
         {"WEIGHT_NONE", (long)FXCUT_WEIGHT_NONE},
         {"SIZE_UNKNOWN", (long)FXCUT_SIZE_UNKNOWN},
+        {"STAGE_NO_BACKWARD", FXCUT_STAGE_NO_BACKWARD},
+        {"STAGE_INPUTS", FXCUT_STAGE_INPUTS},
+        {"STAGE_MIN_CUT", FXCUT_STAGE_MIN_CUT},
+        {"STAGE_MORE_AGGRESSIVE", FXCUT_STAGE_MORE_AGGRESSIVE},
+        {"STAGE_AGGRESSIVE", FXCUT_STAGE_AGGRESSIVE},
+        {"STAGE_NO_CANDIDATES", FXCUT_STAGE_NO_CANDIDATES},
+        {"STAGE_KNAPSACK", FXCUT_STAGE_KNAPSACK},
     };
     for (size_t k = 0; k < sizeof constants / sizeof constants[0]; k++)
         if (PyModule_AddIntConstant(module, constants[k].name,

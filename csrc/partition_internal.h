@@ -58,6 +58,19 @@ int fxcut_apply_tag_passes(fxcut_ctx *c, fxcut_error *err);
  * fw_order and dist_from_bw. */
 int fxcut_classify(fxcut_ctx *c, fxcut_error *err);
 
+/* decide.c: one decision in stages, so that the memory-budget pass can cut
+ * the same prepared graph several times.  prepare runs the tag passes and
+ * the classification (res->n_required_bw == 0: nothing to cut); each cut
+ * re-bans, re-weighs and re-solves under `pass` (its ban switches and
+ * dont_ban), leaving the classification alone; release frees the context
+ * (also after a failed prepare). */
+int fxcut_decision_prepare(fxcut_ctx *c, const fxcut_graph *g,
+                           const fxcut_partition_options *opt,
+                           fxcut_partition_result *res, fxcut_error *err);
+int fxcut_decision_cut(fxcut_ctx *c, const fxcut_partition_options *pass,
+                       fxcut_error *err);
+void fxcut_decision_release(fxcut_ctx *c);
+
 /* bans.c */
 int fxcut_should_ban(fxcut_ctx *c, int32_t i, fxcut_error *err);
 int fxcut_ban_if_allowed(fxcut_ctx *c, int32_t i, int reason);

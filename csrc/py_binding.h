@@ -39,11 +39,19 @@ PyObject *fxcut_py_min_cut(PyObject *module, PyObject *args,
 extern const char fxcut_py_min_cut_doc[];
 PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args);
 extern const char fxcut_py_partition_decide_doc[];
+PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args);
+extern const char fxcut_py_budget_plan_doc[];
+PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args);
+extern const char fxcut_py_knapsack_doc[];
 
 #define FXCUT_EXTRA_METHODS                                                   \
     {"min_cut", (PyCFunction)(void (*)(void))fxcut_py_min_cut,                \
      METH_VARARGS | METH_KEYWORDS, fxcut_py_min_cut_doc},                     \
     {"partition_decide", (PyCFunction)fxcut_py_partition_decide,              \
-     METH_VARARGS, fxcut_py_partition_decide_doc},
+     METH_VARARGS, fxcut_py_partition_decide_doc},                        \
+    {"budget_plan", (PyCFunction)fxcut_py_budget_plan, METH_VARARGS,       \
+     fxcut_py_budget_plan_doc},                                             \
+    {"knapsack", (PyCFunction)fxcut_py_knapsack, METH_VARARGS,             \
+     fxcut_py_knapsack_doc},
 
 #endif /* FXCUT_PY_BINDING_H */

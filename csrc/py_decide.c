@@ -16,6 +16,14 @@
  * cut_value (int), and with keep_network net_tail / net_head (int32 bytes)
  * and net_cap (int64 bytes).  On an infinite path the InfiniteCutError has
  * attribute `chain`: the node indices of the path.
+ *
+ * budget_plan(graph, options, static_lifetime, input_storage, force_save,
+ *             fuse_a, fuse_b, budget) -> dict
+ *   fxcut_budget_plan_decide: the same dict (saved: the answer unless the
+ *   stage is the knapsack's), plus stage, min_act_size, max_act_size,
+ *   ratio_more_aggressive, ratio_aggressive (floats), candidates (int32
+ *   bytes), memories (float64 bytes), n_passes.  input_storage: n bytes or
+ *   None.
  */
 #include "py_binding.h"
 
@@ -26,6 +34,11 @@ const char fxcut_py_partition_decide_doc[] =
     "partition_decide(graph, options, static_lifetime, dont_ban, force_save, "
     "fuse_a, fuse_b) -> dict\n\nThe min-cut partition decision; see "
     "csrc/py_decide.c.";
+
+const char fxcut_py_budget_plan_doc[] =
+    "budget_plan(graph, options, static_lifetime, input_storage, force_save, "
+    "fuse_a, fuse_b, budget) -> dict\n\nThe activation memory budget's "
+    "passes up to the knapsack; see csrc/py_decide.c.";
 
 static int parse_options(PyObject *tuple, fxcut_partition_options *o)
 {
@@ -167,13 +180,44 @@ static PyObject *raise_decide_error(PyObject *module, const fxcut_error *err,
     return NULL;
 }
 
-PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args)
+/* The plan's fields, added to the decision's dict. */
+static int add_plan(PyObject *d, const fxcut_budget_plan *plan)
 {
-    PyObject *graph_obj, *opt_obj, *static_obj, *dont_ban_obj, *force_obj,
+    if (set_item(d, "stage", PyLong_FromLong(plan->stage)) < 0 ||
+        set_item(d, "min_act_size", PyFloat_FromDouble(plan->min_act_size)) < 0 ||
+        set_item(d, "max_act_size", PyFloat_FromDouble(plan->max_act_size)) < 0 ||
+        set_item(d, "ratio_more_aggressive",
+                 PyFloat_FromDouble(plan->ratio_more_aggressive)) < 0 ||
+        set_item(d, "ratio_aggressive",
+                 PyFloat_FromDouble(plan->ratio_aggressive)) < 0 ||
+        set_item(d, "candidates", bytes_of(plan->candidates,
+                                           (Py_ssize_t)plan->n_candidates * 4)) < 0 ||
+        set_item(d, "memories", bytes_of(plan->memories,
+                                         (Py_ssize_t)plan->n_candidates * 8)) < 0 ||
+        set_item(d, "n_passes", PyLong_FromLong(plan->n_passes)) < 0)
+        return -1;
+    return 0;
+}
+
+/*
+ * partition_decide and budget_plan share their arguments: the graph, the
+ * options, two optional n-byte masks (static_lifetime and dont_ban, or
+ * static_lifetime and input_storage), force_save, fuse_a, fuse_b; the
+ * budget plan takes the budget last.
+ */
+static PyObject *decision_call(PyObject *module, PyObject *args, int plan_mode)
+{
+    PyObject *graph_obj, *opt_obj, *static_obj, *mask_obj, *force_obj,
         *fa_obj, *fb_obj;
-    if (!PyArg_ParseTuple(args, "OOOOOOO:partition_decide", &graph_obj,
-                          &opt_obj, &static_obj, &dont_ban_obj, &force_obj,
-                          &fa_obj, &fb_obj))
+    double budget = 1.0;
+    int ok = plan_mode
+        ? PyArg_ParseTuple(args, "OOOOOOOd:budget_plan", &graph_obj, &opt_obj,
+                           &static_obj, &mask_obj, &force_obj, &fa_obj,
+                           &fb_obj, &budget)
+        : PyArg_ParseTuple(args, "OOOOOOO:partition_decide", &graph_obj,
+                           &opt_obj, &static_obj, &mask_obj, &force_obj,
+                           &fa_obj, &fb_obj);
+    if (!ok)
         return NULL;
     fxcut_partition_options opt;
     if (parse_options(opt_obj, &opt) < 0)
@@ -182,16 +226,25 @@ PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args)
     if (fxcut_load_graph(graph_obj, &gb) < 0)
         return NULL;
     const int32_t n = gb.graph.n;
-    Py_buffer sv, dv, fv, av, bv;
-    int s_held = 0, d_held = 0, f_held = 0, a_held = 0, b_held = 0;
+    Py_buffer sv, mv, fv, av, bv;
+    int s_held = 0, m_held = 0, f_held = 0, a_held = 0, b_held = 0;
     PyObject *result = NULL;
     fxcut_partition_result r;
     memset(&r, 0, sizeof r);
+    fxcut_budget_plan plan;
+    memset(&plan, 0, sizeof plan);
+    fxcut_budget_options bopt = {budget, NULL};
+    const uint8_t *mask = NULL;
     void *block = NULL;
 
     if (get_mask(static_obj, "static_lifetime", n, &sv, &s_held, &opt.static_lifetime) < 0 ||
-        get_mask(dont_ban_obj, "dont_ban", n, &dv, &d_held, &opt.dont_ban) < 0)
+        get_mask(mask_obj, plan_mode ? "input_storage" : "dont_ban", n, &mv,
+                 &m_held, &mask) < 0)
         goto out;
+    if (plan_mode)
+        bopt.input_storage = mask;
+    else
+        opt.dont_ban = mask;
     if (fxcut_get_buffer(force_obj, "force_save", 4, -1, &fv) < 0)
         goto out;
     f_held = 1;
@@ -213,9 +266,9 @@ PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args)
     opt.fuse_pair_b = bv.buf;
     opt.n_fuse_pairs = (int32_t)(av.len / 4);
 
-    /* One block for the per-node result arrays. */
+    /* One block for the per-node result (and plan) arrays. */
     size_t un = (size_t)n + 2;
-    block = malloc(un * (3 + 8 + 8 + 4 + 4));
+    block = malloc(un * (3 + 8 + 8 + 4 + 4 + 4 + 8));
     if (block == NULL) {
         PyErr_NoMemory();
         goto out;
@@ -225,9 +278,13 @@ PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args)
     p += un * 8;
     r.weight = (int64_t *)p;
     p += un * 8;
+    plan.memories = (double *)p;
+    p += un * 8;
     r.saved = (int32_t *)p;
     p += un * 4;
     r.chain = (int32_t *)p;
+    p += un * 4;
+    plan.candidates = (int32_t *)p;
     p += un * 4;
     r.tag = (int8_t *)p;
     p += un;
@@ -239,20 +296,25 @@ PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args)
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = fxcut_graph_validate(&gb.graph, &err);
-    if (rc == FXCUT_OK)
+    if (rc == FXCUT_OK && plan_mode)
+        rc = fxcut_budget_plan_decide(&gb.graph, &opt, &bopt, &r, &plan, &err);
+    else if (rc == FXCUT_OK)
         rc = fxcut_partition_decide(&gb.graph, &opt, &r, &err);
     Py_END_ALLOW_THREADS
-    if (rc != FXCUT_OK)
+    if (rc != FXCUT_OK) {
         raise_decide_error(module, &err, &r);
-    else
+    } else {
         result = build_result(&r, n);
+        if (result != NULL && plan_mode && add_plan(result, &plan) < 0)
+            Py_CLEAR(result);
+    }
 out:
     fxcut_partition_result_release(&r);
     free(block);
     if (s_held)
         PyBuffer_Release(&sv);
-    if (d_held)
-        PyBuffer_Release(&dv);
+    if (m_held)
+        PyBuffer_Release(&mv);
     if (f_held)
         PyBuffer_Release(&fv);
     if (a_held)
@@ -261,4 +323,14 @@ out:
         PyBuffer_Release(&bv);
     fxcut_release_graph(&gb);
     return result;
+}
+
+PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args)
+{
+    return decision_call(module, args, 0);
+}
+
+PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args)
+{
+    return decision_call(module, args, 1);
 }

@@ -2,15 +2,18 @@
 
 - :func:`recompute_param_aliases`, :func:`get_wrapped_partitioner`,
   :func:`get_no_copy_ops`, :func:`is_cast_op`: DeepCompile's ZeRO-3 API.
-- :func:`min_cut_rematerialization_partition`: a drop-in for torch's.
 - :func:`inductor_backend`, :func:`aot_backend`, :class:`InductorPartitioner`:
   ``torch.compile`` backends that partition with fxcut (imported on first use).
+- :func:`min_cut_rematerialization_partition`: a drop-in for torch's,
+  activation memory budget included.
+- :func:`memory_pareto`: the memory/recompute trade-off over a budget sweep.
 """
 
 from typing import Any
 
 from ._version import __version__
 from ._C import InfiniteCutError
+from .budget import ParetoPoint, memory_pareto
 from .lower import GraphArrays, LoweringError
 from .ops import get_no_copy_ops, is_cast_op
 from .partition import min_cut_rematerialization_partition
@@ -23,10 +26,12 @@ __all__ = [
     "InfiniteCutError",
     "LoweringError",
     "aot_backend",
+    "ParetoPoint",
     "get_no_copy_ops",
     "get_wrapped_partitioner",
     "inductor_backend",
     "is_cast_op",
+    "memory_pareto",
     "min_cut_rematerialization_partition",
     "recompute_param_aliases",
 ]

@@ -97,10 +97,29 @@ class Decision:
         nodes = self.arrays.nodes
         return [nodes[i] for i in self.saved]
 
-    def banned(self, i: int) -> str | None:
-        """Why node i is banned from recomputation, or None."""
-        reason = self.ban_reason[i]
-        return BAN_REASONS.get(reason) if self.node_class[i] & _C.C_BANNED else None
+    @classmethod
+    def from_core(cls, arrays: GraphArrays, out: dict, seconds: dict[str, float] | None = None) -> "Decision":
+        """From the dict the core's decision entry points return."""
+        network = None
+        if "net_tail" in out:
+            network = (
+                memoryview(out["net_tail"]).cast("i"),
+                memoryview(out["net_head"]).cast("i"),
+                memoryview(out["net_cap"]).cast("q"),
+            )
+        return cls(
+            arrays=arrays,
+            tag=out["tag"],
+            node_class=out["node_class"],
+            ban_reason=out["ban_reason"],
+            dist_from_bw=memoryview(out["dist_from_bw"]).cast("q"),
+            weight=memoryview(out["weight"]).cast("q"),
+            saved=list(memoryview(out["saved"]).cast("i")),
+            n_required_bw=out["n_required_bw"],
+            cut_value=out["cut_value"],
+            network=network,
+            seconds=dict(seconds or {}),
+        )
 
     def ban_counts(self) -> dict[str, int]:
         """How many nodes each ban rule banned, in BAN_REASONS order (rules
@@ -110,6 +129,11 @@ class Decision:
             if cls & _C.C_BANNED:
                 counts[reason] = counts.get(reason, 0) + 1
         return {BAN_REASONS.get(r, f"rule {r}"): c for r, c in counts.items() if c}
+
+    def banned(self, i: int) -> str | None:
+        """Why node i is banned from recomputation, or None."""
+        reason = self.ban_reason[i]
+        return BAN_REASONS.get(reason) if self.node_class[i] & _C.C_BANNED else None
 
 
 def _static_lifetime_mask(arrays: GraphArrays, indices: list[int]) -> bytes | None:
@@ -152,26 +176,21 @@ def _fuse_pairs(arrays: GraphArrays) -> tuple[array, array]:
     return fuse_a, fuse_b
 
 
-def decide(
-    graph: fx.Graph,
-    *,
-    num_fwd_outputs: int,
-    static_lifetime_input_indices: list[int] | None = None,
-    options: MinCutOptions | None = None,
-    dont_ban: set[fx.Node] | None = None,
-    keep_network: int = 0,
-    arrays: GraphArrays | None = None,
-) -> Decision:
-    """Run the C decision over ``graph`` (read only; nothing is written).
+def lower_graph(graph: fx.Graph) -> GraphArrays:
+    """The graph array of ``graph`` with the facts the decision reads."""
+    return lower_for_partition(graph, default_facts(), impure_random=_impure_random())
 
-    ``keep_network``: 1 returns the flow network with the decision, 2 builds
-    it without solving (``saved`` empty).
-    """
-    opts = options or MinCutOptions.from_config()
-    if arrays is None:
-        arrays = lower_for_partition(graph, default_facts(), impure_random=_impure_random())
-    t1 = time.perf_counter()
-    t0 = t1 - arrays.seconds
+
+def core_args(
+    arrays: GraphArrays,
+    num_fwd_outputs: int,
+    opts: MinCutOptions,
+    static_lifetime_input_indices: list[int],
+    keep_network: int = 0,
+) -> tuple[Any, ...]:
+    """The arguments every decision entry point of the core takes besides
+    the graph array and its per-call mask: options, static-lifetime mask,
+    forced saves, fuse pairs."""
     if not 0 <= num_fwd_outputs <= len(arrays.outputs):
         raise ValueError(
             f"num_fwd_outputs ({num_fwd_outputs}) must be between 0 and the "
@@ -191,23 +210,22 @@ def decide(
         int(opts.max_dist_from_bw),
         keep_network,
     )
-    dont_ban_mask: bytes | None = None
-    if dont_ban:
-        mask = bytearray(len(arrays))
-        for node in dont_ban:
-            mask[arrays.index[node]] = 1
-        dont_ban_mask = bytes(mask)
     fuse_a, fuse_b = _fuse_pairs(arrays)
+    return (
+        option_values,
+        _static_lifetime_mask(arrays, list(static_lifetime_input_indices)),
+        array("i", _bw_mutation_sources(arrays)),
+        fuse_a,
+        fuse_b,
+    )
+
+
+def call_core(fn: Any, arrays: GraphArrays, args: tuple[Any, ...], mask: bytes | None, *extra: Any) -> dict:
+    """``fn(arrays, options, static_lifetime, mask, force_save, fuse_a,
+    fuse_b, *extra)`` with the core's errors naming nodes."""
+    option_values, static_mask, force_save, fuse_a, fuse_b = args
     try:
-        out = _C.partition_decide(
-            arrays,
-            option_values,
-            _static_lifetime_mask(arrays, list(static_lifetime_input_indices or [])),
-            dont_ban_mask,
-            array("i", _bw_mutation_sources(arrays)),
-            fuse_a,
-            fuse_b,
-        )
+        return fn(arrays, option_values, static_mask, mask, force_save, fuse_a, fuse_b, *extra)
     except _C.InfiniteCutError as e:
         raise _conflict_error(arrays, list(getattr(e, "chain", []))) from None
     except (RuntimeError, ValueError, IndexError, OverflowError) as e:
@@ -215,36 +233,57 @@ def decide(
         if isinstance(node, int) and 0 <= node < len(arrays):
             raise type(e)(f"{e} [node {node} is {arrays.nodes[node].name!r}]") from None
         raise
+
+
+def decide(
+    graph: fx.Graph,
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int] | None = None,
+    options: MinCutOptions | None = None,
+    dont_ban: set[fx.Node] | None = None,
+    keep_network: int = 0,
+    arrays: GraphArrays | None = None,
+    dont_ban_mask: bytes | None = None,
+) -> Decision:
+    """Run the C decision over ``graph`` (read only; nothing is written).
+
+    ``arrays``: the graph's lowering, to reuse one across several cuts.
+    ``dont_ban`` (nodes) or ``dont_ban_mask`` (one byte per node): values the
+    cut may not ban (the memory budget's un-banned candidates).
+    ``keep_network``: 1 returns the flow network with the decision, 2 builds
+    it without solving (``saved`` empty).
+    """
+    opts = options or MinCutOptions.from_config()
+    if arrays is None:
+        arrays = lower_graph(graph)
+    t1 = time.perf_counter()
+    t0 = t1 - arrays.seconds
+    args = core_args(arrays, num_fwd_outputs, opts, list(static_lifetime_input_indices or []), keep_network)
+    if dont_ban:
+        mask = bytearray(dont_ban_mask or bytes(len(arrays)))
+        for node in dont_ban:
+            mask[arrays.index[node]] = 1
+        dont_ban_mask = bytes(mask)
+    out = call_core(_C.partition_decide, arrays, args, dont_ban_mask)
     t2 = time.perf_counter()
-    saved = list(memoryview(out["saved"]).cast("i"))
+    return Decision.from_core(arrays, out, {"lower": t1 - t0, "core": t2 - t1})
+
+
+def _log_decision(decision: Decision, seconds: dict[str, float], *, budget: float, stage: str) -> None:
+    """The one INFO line of a partition, and the bans per rule at DEBUG."""
+    lower = decision.arrays.seconds
+    core = sum(v for k, v in seconds.items() if k != "lower")
     log.info(
         "decision: %d nodes, %d needed by backward, %d saved, cut %d (lower %.1f ms, core %.1f ms)",
-        len(arrays), out["n_required_bw"], len(saved), out["cut_value"], (t1 - t0) * 1e3, (t2 - t1) * 1e3,
-    )
-    network = None
-    if "net_tail" in out:
-        network = (
-            memoryview(out["net_tail"]).cast("i"),
-            memoryview(out["net_head"]).cast("i"),
-            memoryview(out["net_cap"]).cast("q"),
-        )
-    decision = Decision(
-        arrays=arrays,
-        tag=out["tag"],
-        node_class=out["node_class"],
-        ban_reason=out["ban_reason"],
-        dist_from_bw=memoryview(out["dist_from_bw"]).cast("q"),
-        weight=memoryview(out["weight"]).cast("q"),
-        saved=saved,
-        n_required_bw=out["n_required_bw"],
-        cut_value=out["cut_value"],
-        network=network,
-        seconds={"lower": t1 - t0, "core": t2 - t1},
+        len(decision.arrays), decision.n_required_bw, len(decision.saved), decision.cut_value,
+        lower * 1e3, core * 1e3,
     )
     if log.isEnabledFor(logging.DEBUG):
         counts = decision.ban_counts()
         log.debug("bans: %s", ", ".join(f"{reason} {n}" for reason, n in counts.items()) or "none")
-    return decision
+        if budget < 1:
+            log.debug("budget %g decided by the %s pass", budget, stage)
 
 
 def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutError":
@@ -297,24 +336,23 @@ def _impure_random() -> bool:
     return True
 
 
-def _memory_budget(graph: fx.Graph) -> float:
+def _resolve_budget(joint_module: fx.GraphModule) -> tuple[float, list[float], list[fx.Node]]:
+    """The memory budget as torch resolves it, in increasing precedence:
+    the config, the first float ``meta["memory_budget"]``, a region
+    annotation.  Also the region values and unannotated nodes, for
+    :func:`fxcut.budget.check_regions` once the forward is known."""
     from torch._functorch import config
 
+    from .budget import legacy_budget, region_budgets
+
     budget = config.activation_memory_budget
-    for node in graph.nodes:
-        value = node.meta.get("memory_budget", None)
-        if isinstance(value, float):
-            budget = value
-            break
-    try:
-        from torch.fx.traceback import _get_memory_budget_annotation
-    except ImportError:  # pragma: no cover - older torch
-        return float(budget)
-    for node in graph.nodes:
-        annotated = _get_memory_budget_annotation(node)
-        if annotated is not None:
-            return float(annotated)
-    return float(budget)
+    legacy = legacy_budget(joint_module.graph)
+    if legacy is not None:
+        budget = legacy
+    regions, unannotated = region_budgets(joint_module)
+    if regions:
+        budget = regions[0]
+    return budget, regions, unannotated
 
 
 def _write_back_tags(decision: Decision) -> None:
@@ -354,27 +392,40 @@ def min_cut_rematerialization_partition(
         )
     if isinstance(num_fwd_outputs, bool) or not isinstance(num_fwd_outputs, int):
         raise TypeError(f"num_fwd_outputs must be an int, got {num_fwd_outputs!r}")
-    budget = _memory_budget(joint_module.graph)
-    if budget < 1:
-        raise NotImplementedError(
-            f"fxcut: activation_memory_budget={budget} (< 1) is not supported yet; "
-            "use torch's partitioner for memory budgets"
-        )
-
     graph = joint_module.graph
     _check_unique_names(graph)
+    from .budget import check_budget, check_regions, decide_with_budget
+
     facts = default_facts()
     impure_random = _impure_random()
     # Plan dead-code elimination and CSE, lower the graph as they will leave
     # it, and decide -- all before touching the user's graph, so a bad input
     # or an unsatisfiable decision leaves it exactly as it was.
+    budget, regions, unannotated = _resolve_budget(joint_module)
+    budget = check_budget(budget)
     prep = prepare.plan(graph, facts, cse=bool(config.cse), impure_random=impure_random)
     arrays = lower_for_partition(
         graph, facts, impure_random=impure_random, removed=prep.removed, replace=prep.replace
     )
     try:
-        decision = decide(
+        if regions:
+            # torch checks the regions once the forward is classified and
+            # before any cut: a budget-0 plan classifies without cutting.
+            probe = decide_with_budget(graph, 0.0, num_fwd_outputs=num_fwd_outputs,
+                                       static_lifetime_input_indices=static_lifetime_input_indices,
+                                       arrays=arrays)
+            if probe.stage != "no_backward":
+                fw = probe.decision.node_class
+                check_regions(
+                    regions,
+                    unannotated,
+                    lambda n: n.graph is not graph
+                    or (n in arrays.index and n.op == "call_function"
+                        and bool(fw[arrays.index[n]] & _C.C_REQUIRED_FW)),
+                )
+        chosen = decide_with_budget(
             graph,
+            budget,
             num_fwd_outputs=num_fwd_outputs,
             static_lifetime_input_indices=static_lifetime_input_indices,
             arrays=arrays,
@@ -394,12 +445,17 @@ def min_cut_rematerialization_partition(
         prepare.apply(joint_module, prep, arrays.nodes)
     except prepare.PreparationMismatch:
         log.error("fxcut: DCE/CSE plan diverged from the graph; deciding again on the graph as it is")
-        decision = decide(
+        chosen = decide_with_budget(
             joint_module.graph,
+            budget,
             num_fwd_outputs=num_fwd_outputs,
             static_lifetime_input_indices=static_lifetime_input_indices,
         )
     joint_graph = joint_module.graph
+    if chosen.stage == "knapsack" and config.visualize_memory_budget_pareto:
+        log.warning("fxcut: visualize_memory_budget_pareto is torch's SVG; fxcut.memory_pareto() "
+                    "sweeps the budget and plots it")
+    decision = chosen.decision
     arrays = decision.arrays
     tags = arrays.tag.tobytes()
     has_recomputable = any(t in (2, 3) for t in tags)
@@ -416,7 +472,7 @@ def min_cut_rematerialization_partition(
 
     static_nodes = OrderedSet(p for i, p in enumerate(primals) if i in static_indices)
 
-    if decision.n_required_bw == 0:
+    if chosen.stage == "no_backward":
         return tp.default_partition(
             joint_module,
             _joint_inputs,
@@ -425,7 +481,8 @@ def min_cut_rematerialization_partition(
             static_lifetime_input_nodes=static_nodes,
         )
 
-    saved_values = decision.saved_nodes
+    saved_values = chosen.saved_nodes
+    _log_decision(decision, chosen.seconds, budget=chosen.budget, stage=chosen.stage)
     if getattr(config, "_sync_decision_cross_ranks", False):
         saved_values = tp._sync_decision_cross_ranks(joint_graph, saved_values)
     return _build_modules(

@@ -70,3 +70,34 @@ def torch_decision(
         required_bw={n.name for n in info.required_bw_nodes},
         n_required_bw=len(info.required_bw_nodes),
     )
+
+
+def torch_budget_decision(
+    gm: fx.GraphModule,
+    num_fwd_outputs: int,
+    memory_budget: float,
+    static_lifetime_input_indices: list[int] | None = None,
+) -> list[str] | None:
+    """torch's ``choose_saved_values_set`` at ``memory_budget`` after the
+    same passes as :func:`torch_decision`: the saved values' names, or None
+    when no node is required for backward (torch partitions by default)."""
+    if tp.has_recomputable_ops(gm):
+        tp.cleanup_recompute_tags(gm, is_default_partition=False)
+    if not config.unsafe_allow_optimization_of_collectives:
+        tp.force_save_collectives(gm)
+    tp.force_save_effectful_ops(gm)
+    tp.force_save_bw_mutation_src(gm)
+    info = tp.classify_nodes(gm, static_lifetime_input_indices or [], num_fwd_outputs)
+    if len(info.required_bw_nodes) == 0:
+        return None
+    for node in reversed(gm.graph.nodes):
+        if node.op == "output":
+            node.dist_from_bw = int(1e9)
+        elif not info.is_required_fw(node):
+            node.dist_from_bw = 0
+        else:
+            node.dist_from_bw = int(1e9)
+            for user in node.users:
+                node.dist_from_bw = min(node.dist_from_bw, user.dist_from_bw + 1)
+    saved = tp.choose_saved_values_set(gm.graph, info, memory_budget=memory_budget)
+    return [n.name for n in saved]

@@ -1,0 +1,263 @@
+/*
+ * budget.c -- the activation memory budget, as torch's choose_saved_values_set
+ * decides it, up to its knapsack.
+ *
+ * One prepared graph (tags, classification, dist_from_bw), cut up to three
+ * times under ever fewer bans:
+ *   1. the plain cut (the caller's switches).  Budget 1 stops here; so does
+ *      a cut that saves no more bytes than the inputs.  The memory ratio of
+ *      a cut is (its bytes - the inputs' bytes) / (the plain cut's bytes -
+ *      the inputs' bytes), in torch's units (bytes / 1e9, float64).
+ *   2. "more aggressive": no used-far-apart, long-fusible-chain or
+ *      materialized-backward ban.  Stops when its ratio < budget.
+ *   3. "aggressive": no allowlist ban either.  Stops when its ratio < budget.
+ * Then the candidates: the nodes banned in cut 3 (graph order: with those
+ * switches off every ban happens in the per-node loop), needed by the
+ * backward (dist_from_bw < 10^9), not sharing an input's storage (unless a
+ * non-builtin op torch is told to include), not MUST_SAVE; sorted by size,
+ * largest first, stably.  Their memories are their sizes over the plain
+ * cut's excess, in the same units.  The runtimes and the knapsack are the
+ * caller's (the runtime estimate needs torch), as is the final cut.
+ */
+#include "partition_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DIST_FAR ((int64_t)1000000000)
+
+void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
+                                     fxcut_partition_options *out)
+{
+    *out = *opt;
+    out->ban_if_used_far_apart = 0;
+    out->ban_if_long_fusible_chains = 0;
+    out->ban_if_materialized_backward = 0;
+    out->ban_if_not_in_allowlist = 0;
+}
+
+static int is_input(const fxcut_graph *g, int32_t i)
+{
+    return g->kind[i] == FXCUT_PLACEHOLDER &&
+           (g->flags[i] & (FXCUT_F_PRIMAL | FXCUT_F_FWD_SEED)) != 0;
+}
+
+/* torch's sum(map(_size_of, nodes)) / 1e9: an exact integer sum, then one
+ * rounding to double and one division. */
+static int act_size(const fxcut_graph *g, const int32_t *nodes, int32_t count,
+                    double *out, fxcut_error *err)
+{
+    fxcut_wide total = 0;
+    for (int32_t k = 0; k < count; k++) {
+        int64_t s = g->nbytes[nodes[k]];
+        if (s == FXCUT_SIZE_UNKNOWN)
+            return fxcut_fail(err, FXCUT_E_SIZE, nodes[k],
+                              "node %d has no meta['val'] to size it (the "
+                              "memory budget sums the saved values' sizes)",
+                              (int)nodes[k]);
+        total += (fxcut_wide)s;
+    }
+    *out = (double)total / 1e9;
+    return FXCUT_OK;
+}
+
+/* The inputs as torch lists them: primals in graph order, then the forward
+ * seeds and offsets. */
+static int32_t list_inputs(const fxcut_graph *g, int32_t *out)
+{
+    int32_t count = 0;
+    for (int32_t i = 0; i < g->n; i++)
+        if (is_input(g, i) && (g->flags[i] & FXCUT_F_PRIMAL))
+            out[count++] = i;
+    for (int32_t i = 0; i < g->n; i++)
+        if (is_input(g, i) && !(g->flags[i] & FXCUT_F_PRIMAL))
+            out[count++] = i;
+    return count;
+}
+
+static void set_saved(fxcut_partition_result *res, const int32_t *nodes,
+                      int32_t count)
+{
+    memmove(res->saved, nodes, (size_t)count * sizeof *nodes);
+    res->n_saved = count;
+}
+
+/* Stable merge sort of idx by nbytes, largest first (Python's
+ * sorted(key=_size_of, reverse=True) keeps ties in order). */
+static void sort_by_size(int32_t *idx, int32_t *tmp, const int64_t *nbytes,
+                         int32_t n)
+{
+    for (int32_t width = 1; width < n; width *= 2) {
+        for (int32_t lo = 0; lo < n; lo += 2 * width) {
+            int32_t mid = lo + width < n ? lo + width : n;
+            int32_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+            int32_t a = lo, b = mid, k = lo;
+            while (a < mid && b < hi)
+                tmp[k++] = nbytes[idx[b]] > nbytes[idx[a]] ? idx[b++] : idx[a++];
+            while (a < mid)
+                tmp[k++] = idx[a++];
+            while (b < hi)
+                tmp[k++] = idx[b++];
+        }
+        memcpy(idx, tmp, (size_t)n * sizeof *idx);
+    }
+}
+
+/* The candidates of the knapsack, after the aggressive cut; must-save ones
+ * go to must_save (graph order). */
+static int list_candidates(const fxcut_ctx *c, const fxcut_budget_options *b,
+                           fxcut_budget_plan *plan, int32_t *must_save,
+                           int32_t *n_must_save, fxcut_error *err)
+{
+    const fxcut_graph *g = c->g;
+    const fxcut_partition_result *res = c->res;
+    int32_t count = 0, saves = 0;
+    for (int32_t i = 0; i < g->n; i++) {
+        if (!(res->node_class[i] & FXCUT_C_BANNED) ||
+            res->dist_from_bw[i] >= DIST_FAR)
+            continue;
+        int shares_input = b->input_storage != NULL && b->input_storage[i];
+        int non_builtin = c->opt->is_non_builtin_to_include &&
+                          (g->flags[i] & FXCUT_F_NON_BUILTIN);
+        if (shares_input && !non_builtin)
+            continue;
+        if (res->tag[i] == FXCUT_TAG_MUST_SAVE)
+            must_save[saves++] = i;
+        else
+            plan->candidates[count++] = i;
+    }
+    for (int32_t k = 0; k < count; k++)
+        if (g->nbytes[plan->candidates[k]] == FXCUT_SIZE_UNKNOWN)
+            return fxcut_fail(err, FXCUT_E_SIZE, plan->candidates[k],
+                              "node %d has no meta['val'] to size it (a "
+                              "memory-budget candidate)",
+                              (int)plan->candidates[k]);
+    int32_t *tmp = malloc(((size_t)count + 1) * sizeof *tmp);
+    if (tmp == NULL)
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
+    sort_by_size(plan->candidates, tmp, g->nbytes, count);
+    free(tmp);
+    plan->n_candidates = count;
+    *n_must_save = saves;
+    return FXCUT_OK;
+}
+
+/* The ratio of the current cut's saved bytes, as torch's get_mem_ratio. */
+static int mem_ratio(const fxcut_ctx *c, const fxcut_budget_plan *plan,
+                     double *ratio, fxcut_error *err)
+{
+    double size = 0.0;
+    int rc = act_size(c->g, c->res->saved, c->res->n_saved, &size, err);
+    if (rc == FXCUT_OK)
+        *ratio = (size - plan->min_act_size) /
+                 (plan->max_act_size - plan->min_act_size);
+    return rc;
+}
+
+static int plan_stages(fxcut_ctx *c, const fxcut_partition_options *opt,
+                       const fxcut_budget_options *b, fxcut_budget_plan *plan,
+                       int32_t *scratch, fxcut_error *err)
+{
+    const fxcut_graph *g = c->g;
+    fxcut_partition_result *res = c->res;
+    const double budget = b->memory_budget;
+    int32_t n_inputs = list_inputs(g, scratch);
+    if (budget == 0.0) {
+        set_saved(res, scratch, n_inputs);
+        plan->stage = FXCUT_STAGE_INPUTS;
+        return FXCUT_OK;
+    }
+    int rc = fxcut_decision_cut(c, opt, err);
+    plan->n_passes = 1;
+    if (rc != FXCUT_OK)
+        return rc;
+    plan->stage = FXCUT_STAGE_MIN_CUT;
+    if (budget == 1.0)
+        return FXCUT_OK;
+    rc = act_size(g, scratch, n_inputs, &plan->min_act_size, err);
+    if (rc == FXCUT_OK)
+        rc = act_size(g, res->saved, res->n_saved, &plan->max_act_size, err);
+    if (rc != FXCUT_OK || plan->max_act_size <= plan->min_act_size)
+        return rc;
+
+    fxcut_partition_options more = *opt;
+    more.ban_if_used_far_apart = 0;
+    more.ban_if_long_fusible_chains = 0;
+    more.ban_if_materialized_backward = 0;
+    more.dont_ban = NULL;
+    more.keep_network = 0;
+    rc = fxcut_decision_cut(c, &more, err);
+    plan->n_passes = 2;
+    if (rc == FXCUT_OK)
+        rc = mem_ratio(c, plan, &plan->ratio_more_aggressive, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    if (plan->ratio_more_aggressive < budget) {
+        plan->stage = FXCUT_STAGE_MORE_AGGRESSIVE;
+        return FXCUT_OK;
+    }
+
+    fxcut_partition_options aggressive;
+    fxcut_budget_aggressive_options(&more, &aggressive);
+    rc = fxcut_decision_cut(c, &aggressive, err);
+    plan->n_passes = 3;
+    if (rc == FXCUT_OK)
+        rc = mem_ratio(c, plan, &plan->ratio_aggressive, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    if (plan->ratio_aggressive < budget) {
+        plan->stage = FXCUT_STAGE_AGGRESSIVE;
+        return FXCUT_OK;
+    }
+
+    int32_t n_must_save = 0;
+    int32_t *must_save = scratch + n_inputs;
+    rc = list_candidates(c, b, plan, must_save, &n_must_save, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    if (plan->n_candidates == 0) {
+        /* inputs + must-save: scratch holds them back to back. */
+        set_saved(res, scratch, n_inputs + n_must_save);
+        plan->stage = FXCUT_STAGE_NO_CANDIDATES;
+        return FXCUT_OK;
+    }
+    const double excess = plan->max_act_size - plan->min_act_size;
+    for (int32_t k = 0; k < plan->n_candidates; k++)
+        plan->memories[k] =
+            ((double)g->nbytes[plan->candidates[k]] / 1e9) / excess;
+    plan->stage = FXCUT_STAGE_KNAPSACK;
+    return FXCUT_OK;
+}
+
+int fxcut_budget_plan_decide(const fxcut_graph *g,
+                             const fxcut_partition_options *opt,
+                             const fxcut_budget_options *bopt,
+                             fxcut_partition_result *res,
+                             fxcut_budget_plan *plan, fxcut_error *err)
+{
+    const double budget = bopt->memory_budget;
+    plan->stage = FXCUT_STAGE_NO_BACKWARD;
+    plan->min_act_size = plan->max_act_size = 0.0;
+    plan->ratio_more_aggressive = plan->ratio_aggressive = NAN;
+    plan->n_candidates = 0;
+    plan->n_passes = 0;
+    if (!(budget >= 0.0 && budget <= 1.0))
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "activation_memory_budget (%g) must be between 0 "
+                          "and 1", budget);
+    fxcut_ctx c;
+    int rc = fxcut_decision_prepare(&c, g, opt, res, err);
+    int32_t *scratch = NULL;
+    if (rc == FXCUT_OK && res->n_required_bw > 0) {
+        /* inputs, then must-save candidates: fewer than 2n together. */
+        scratch = malloc((2 * (size_t)g->n + 1) * sizeof *scratch);
+        if (scratch == NULL)
+            rc = fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
+        else
+            rc = plan_stages(&c, opt, bopt, plan, scratch, err);
+    }
+    free(scratch);
+    fxcut_decision_release(&c);
+    return rc;
+}

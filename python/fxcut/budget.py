@@ -1,0 +1,519 @@
+"""The activation memory budget: torch's ``choose_saved_values_set``, decided by fxcut.
+
+With ``torch._functorch.config.activation_memory_budget`` (or a node's
+``meta["memory_budget"]``, or a ``region_activation_memory_budget``
+annotation) below 1, torch trades recomputation for memory:
+
+1. budget 0 saves the inputs and nothing else;
+2. otherwise the plain min-cut; budget 1 stops there, and so does a cut
+   that saves no more than the inputs;
+3. the "more aggressive" and "aggressive" cuts (fewer bans), each taken when
+   its memory ratio is under the budget;
+4. else a 0-1 knapsack over the nodes still banned and needed by the
+   backward: which to keep saved so that the most runtime stays saved within
+   the budget; the others are un-banned (``dont_ban``) for a last cut.
+
+Steps 1-3 and the candidate list (order and ties as torch forms them) run
+in C over one lowered graph (:func:`fxcut._C.budget_plan`); the runtimes of
+the candidates come from torch's own per-node ``estimate_runtime`` (facts
+about ops, like sizes; memoised per op signature for ``"flops"``); the
+knapsack runs in C (:mod:`fxcut.knapsack`); the last cut reuses the same
+graph array.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+import torch
+import torch.fx as fx
+
+from . import _C
+from .knapsack import SOLVERS, KnapsackChoice, solve
+from .lower import GraphArrays
+
+STAGES: dict[int, str] = {
+    _C.STAGE_NO_BACKWARD: "no_backward",
+    _C.STAGE_INPUTS: "inputs",
+    _C.STAGE_MIN_CUT: "min_cut",
+    _C.STAGE_MORE_AGGRESSIVE: "more_aggressive",
+    _C.STAGE_AGGRESSIVE: "aggressive",
+    _C.STAGE_NO_CANDIDATES: "no_candidates",
+    _C.STAGE_KNAPSACK: "knapsack",
+}
+
+ESTIMATORS: tuple[str, ...] = ("flops", "profile", "testing")
+#: Solvers torch knows that fxcut hands back to torch's own code.
+_TORCH_SOLVERS = ("dynamic_memory_budget_dp",)
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def check_budget(budget: Any) -> float:
+    """The budget as a float; ValueError naming it unless it is in [0, 1]."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)):
+        raise ValueError(f"activation_memory_budget must be a number in [0, 1], got {budget!r}")
+    value = float(budget)
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise ValueError(f"activation_memory_budget must be in [0, 1], got {budget!r}")
+    return value
+
+
+def check_solver(solver: Any) -> None:
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+
+    if isinstance(solver, CustomKnapsackSolver):
+        return
+    if isinstance(solver, str) and (solver in SOLVERS or solver in _TORCH_SOLVERS):
+        return
+    known = ", ".join(repr(s) for s in (*SOLVERS, *_TORCH_SOLVERS))
+    raise ValueError(
+        f"unknown activation_memory_budget_solver {solver!r}; known: {known}, or a CustomKnapsackSolver"
+    )
+
+
+def check_estimator(estimator: Any) -> None:
+    from torch._inductor.custom_graph_pass import CustomRuntimeEstimator
+
+    if isinstance(estimator, CustomRuntimeEstimator) or (isinstance(estimator, str) and estimator in ESTIMATORS):
+        return
+    raise ValueError(
+        f"unknown activation_memory_budget_runtime_estimator {estimator!r}; known: "
+        f"{', '.join(map(repr, ESTIMATORS))}, or a CustomRuntimeEstimator"
+    )
+
+
+def legacy_budget(graph: fx.Graph) -> float | None:
+    """The first node's float ``meta["memory_budget"]`` (the old
+    ``MemoryBudgetMode`` marker), as torch reads it."""
+    for node in graph.nodes:
+        value = node.meta.get("memory_budget", None)
+        if isinstance(value, float):
+            return value
+    return None
+
+
+def region_budgets(joint_module: fx.GraphModule) -> tuple[list[float], list[fx.Node]]:
+    """``region_activation_memory_budget`` annotations of the joint graph and
+    of the subgraph modules under it (distinct values, in order), and the
+    annotated graph's nodes without one (torch requires full coverage of the
+    forward; the caller filters these by its classification)."""
+    try:
+        from torch.fx.traceback import _get_memory_budget_annotation
+    except ImportError:  # pragma: no cover - older torch
+        return [], []
+    values: list[float] = []
+    unannotated: list[fx.Node] = []
+    joint_graph = joint_module.graph
+    for node in joint_graph.nodes:
+        b = _get_memory_budget_annotation(node)
+        if b is None:
+            unannotated.append(node)
+        elif b not in values:
+            values.append(b)
+    for _, sub in joint_module.named_modules():
+        if isinstance(sub, fx.GraphModule) and sub.graph is not joint_graph:
+            for node in sub.graph.nodes:
+                b = _get_memory_budget_annotation(node)
+                if b is None:
+                    if node.op == "call_function":
+                        unannotated.append(node)
+                elif b not in values:
+                    values.append(b)
+    return values, unannotated
+
+
+def check_regions(values: list[float], unannotated: list[fx.Node], is_forward_op: Callable[[fx.Node], bool]) -> None:
+    """torch's rules for region budgets: one value per joint graph, covering
+    every forward op (nodes of subgraph modules count as forward ops)."""
+    if len(values) > 1:
+        raise RuntimeError(
+            "torch.autograd.graph.region_activation_memory_budget: conflicting budgets within one "
+            f"joint graph (nested subgraphs included): {sorted(values)}; separate them with a graph break"
+        )
+    if values:
+        missing = [n for n in unannotated if is_forward_op(n)]
+        if missing:
+            raise RuntimeError(
+                "torch.autograd.graph.region_activation_memory_budget: the budget must cover the whole "
+                f"forward (HOP bodies included), but {len(missing)} forward op(s) are unannotated: "
+                f"{[n.name for n in missing]}"
+            )
+
+
+# --------------------------------------------------------------------------- per-node facts
+
+
+def input_storage_mask(arrays: GraphArrays) -> bytes:
+    """1 where a node's value lives in the storage of a graph input (torch's
+    ``get_node_storage(node) in input_storages``; ``None`` counts as a
+    storage, as it does there)."""
+    from torch._inductor.fx_utils import get_node_storage
+
+    flags, kind = arrays.flags, arrays.kind
+    input_bits = _C.F_PRIMAL | _C.F_FWD_SEED
+    nodes = arrays.nodes
+    inputs = {
+        get_node_storage(nodes[i])
+        for i in range(len(nodes))
+        if kind[i] == _C.KIND_PLACEHOLDER and flags[i] & input_bits
+    }
+    none_is_input = None in inputs
+    mask = bytearray(len(nodes))
+    has_storage = torch._C._has_storage
+    for i, node in enumerate(nodes):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and has_storage(val):
+            if val.untyped_storage()._cdata in inputs:
+                mask[i] = 1
+        elif none_is_input:
+            mask[i] = 1
+    return bytes(mask)
+
+
+def _hint(x: Any) -> Any:
+    if isinstance(x, torch.SymInt):
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+        return optimization_hint(x, fallback=4096)
+    return x
+
+
+def _signature(value: Any) -> Any:
+    """A hashable stand-in for an argument of a node, as far as its flop count
+    can tell: a node by its value's shape, stride, dtype, device and layout
+    (symbols by their hints, as the estimator sees them), literals as they
+    are.  Raises TypeError for anything it cannot vouch for."""
+    if isinstance(value, fx.Node):
+        val = value.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return ("tensor", tuple(_hint(s) for s in val.shape), tuple(_hint(s) for s in val.stride()),
+                    val.dtype, val.device, val.layout)
+        if isinstance(val, torch.SymInt):
+            return ("symint", _hint(val))
+        if isinstance(val, (torch.SymFloat, torch.SymBool)):
+            return ("sym", type(val).__name__)
+        raise TypeError("argument without a tensor or symbolic value")
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_signature(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _signature(v)) for k, v in value.items()))
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype, torch.device,
+                                           torch.layout, torch.memory_format)):
+        return value
+    raise TypeError(f"argument of type {type(value).__name__}")
+
+
+class RuntimeEstimates:
+    """Per-node runtime estimates, as torch's ``estimate_runtime`` gives them
+    under the configured estimator.  ``"flops"`` depends only on the op and
+    its arguments' shapes, so equal signatures share one estimate (a model
+    of 48 equal layers is estimated once per layer shape); ``"profile"`` and
+    custom estimators are asked per node, as torch asks them."""
+
+    def __init__(self) -> None:
+        self._by_signature: dict[Any, float] = {}
+        self.calls = 0
+
+    def __call__(self, nodes: Sequence[fx.Node]) -> list[float]:
+        from torch._functorch import config
+        from torch._functorch import partitioners as tp
+
+        mode = config.activation_memory_budget_runtime_estimator
+        check_estimator(mode)
+        if mode == "testing":
+            return [1] * len(nodes)
+        if mode != "flops":
+            self.calls += len(nodes)
+            return [tp.estimate_runtime(node) for node in nodes]
+        out = []
+        for node in nodes:
+            try:
+                key = (node.target, _signature(node.args), _signature(node.kwargs))
+                hash(key)
+            except TypeError:
+                key = None
+            if key is not None and key in self._by_signature:
+                out.append(self._by_signature[key])
+                continue
+            self.calls += 1
+            value = tp.estimate_runtime(node)
+            if key is not None:
+                self._by_signature[key] = value
+            out.append(value)
+        return out
+
+
+# --------------------------------------------------------------------------- the decision
+
+
+@dataclass
+class BudgetDecision:
+    """What the budget pass decided, by node index."""
+
+    budget: float
+    stage: str
+    saved: list[int]
+    decision: Any  # fxcut.partition.Decision of the last cut (tags, classes)
+    min_act_size: float = 0.0
+    max_act_size: float = 0.0
+    ratio_more_aggressive: float = math.nan
+    ratio_aggressive: float = math.nan
+    candidates: list[int] = field(default_factory=list)
+    memories: list[float] = field(default_factory=list)
+    runtimes: list[float] = field(default_factory=list)
+    knapsack: KnapsackChoice | None = None
+    n_cuts: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def recomputed_candidates(self) -> list[int]:
+        if self.knapsack is None:
+            return []
+        return [self.candidates[k] for k in self.knapsack.recomputable]
+
+    @property
+    def saved_nodes(self) -> list[fx.Node]:
+        nodes = self.decision.arrays.nodes
+        return [nodes[i] for i in self.saved]
+
+
+def _torch_node_info(decision: Any, static_lifetime_input_indices: Sequence[int]) -> Any:
+    """torch's NodeInfo from fxcut's classification (for custom solvers)."""
+    from torch._functorch import partitioners as tp
+    from torch.utils._ordered_set import OrderedSet
+
+    nodes = decision.arrays.nodes
+    cls = decision.node_class
+    fw = OrderedSet(n for i, n in enumerate(nodes) if cls[i] & _C.C_REQUIRED_FW)
+    bw = OrderedSet(n for i, n in enumerate(nodes) if cls[i] & _C.C_REQUIRED_BW)
+    closure = OrderedSet(n for i, n in enumerate(nodes) if cls[i] & _C.C_TANGENTS_CLOSURE)
+    unclaimed = OrderedSet(n for n in nodes if n not in fw and n not in bw)
+    primals = [n for n in nodes if tp._is_primal(n)]
+    inputs = primals + [n for n in nodes if tp._is_fwd_seed_offset(n)]
+    static = OrderedSet(p for k, p in enumerate(primals) if k in static_lifetime_input_indices)
+    fw_order = {n: k for k, n in enumerate(n for n in nodes if n in fw)}
+    return tp.NodeInfo(inputs, fw, bw, closure, unclaimed, fw_order, static)
+
+
+def _knapsack(
+    solver: Any,
+    memories: list[float],
+    runtimes: list[float],
+    max_memory: float,
+    graph: fx.Graph,
+    candidate_nodes: list[fx.Node],
+    node_info: Callable[[], Any],
+) -> KnapsackChoice:
+    if isinstance(solver, str) and solver in SOLVERS:
+        return solve(solver, memories, runtimes, max_memory)
+    # dynamic_memory_budget_dp and custom solvers: torch's own dispatch.
+    from torch._functorch import partitioners as tp
+    from torch.utils._mode_utils import no_dispatch
+
+    with no_dispatch():
+        value, saved, recomputable = tp._optimize_runtime_with_given_memory(
+            graph, memories, runtimes, max_memory, node_info(), candidate_nodes
+        )
+    return KnapsackChoice(value, list(saved), list(recomputable), None)
+
+
+def decide_with_budget(
+    graph: fx.Graph,
+    budget: float,
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int] | None = None,
+    options: Any = None,
+    arrays: GraphArrays | None = None,
+    estimates: RuntimeEstimates | None = None,
+    solver: Any = None,
+) -> BudgetDecision:
+    """The budget pass over ``graph`` (read only).  ``arrays``: a lowering
+    of ``graph`` to reuse; ``estimates``: a runtime cache to share across
+    calls; ``solver``: overrides ``config.activation_memory_budget_solver``."""
+    from torch._functorch import config
+
+    from .partition import Decision, MinCutOptions, call_core, core_args, decide, lower_graph
+
+    budget = check_budget(budget)
+    solver = config.activation_memory_budget_solver if solver is None else solver
+    if 0.0 < budget < 1.0:
+        check_solver(solver)
+        check_estimator(config.activation_memory_budget_runtime_estimator)
+    opts = options or MinCutOptions.from_config()
+    statics = list(static_lifetime_input_indices or [])
+    t0 = time.perf_counter()
+    if arrays is None:
+        arrays = lower_graph(graph)
+    t1 = time.perf_counter()
+    mask = input_storage_mask(arrays) if 0.0 < budget < 1.0 else None
+    t2 = time.perf_counter()
+    out = call_core(_C.budget_plan, arrays, core_args(arrays, num_fwd_outputs, opts, statics), mask, budget)
+    t3 = time.perf_counter()
+    plan = Decision.from_core(arrays, out)
+    stage = STAGES[out["stage"]]
+    result = BudgetDecision(
+        budget=budget,
+        stage=stage,
+        saved=list(plan.saved),
+        decision=plan,
+        min_act_size=out["min_act_size"],
+        max_act_size=out["max_act_size"],
+        ratio_more_aggressive=out["ratio_more_aggressive"],
+        ratio_aggressive=out["ratio_aggressive"],
+        candidates=list(memoryview(out["candidates"]).cast("i")),
+        memories=list(memoryview(out["memories"]).cast("d")),
+        n_cuts=out["n_passes"],
+        seconds={"lower": t1 - t0, "storage": t2 - t1, "plan": t3 - t2},
+    )
+    if stage != "knapsack":
+        return result
+    nodes = arrays.nodes
+    candidate_nodes = [nodes[i] for i in result.candidates]
+    estimates = estimates if estimates is not None else RuntimeEstimates()
+    result.runtimes = estimates(candidate_nodes)
+    t4 = time.perf_counter()
+    result.knapsack = _knapsack(
+        solver, result.memories, result.runtimes, max(budget, 0), graph, candidate_nodes,
+        lambda: _torch_node_info(plan, statics),
+    )
+    t5 = time.perf_counter()
+    dont_ban = bytearray(len(arrays))
+    for k in result.knapsack.recomputable:
+        dont_ban[result.candidates[k]] = 1
+    aggressive = replace(
+        opts,
+        ban_if_used_far_apart=False,
+        ban_if_long_fusible_chains=False,
+        ban_if_materialized_backward=False,
+        ban_if_not_in_allowlist=False,
+    )
+    final = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
+                   options=aggressive, arrays=arrays, dont_ban_mask=bytes(dont_ban))
+    t6 = time.perf_counter()
+    result.decision = final
+    result.saved = list(final.saved)
+    result.n_cuts += 1
+    result.seconds.update(estimate=t4 - t3, knapsack=t5 - t4, final_cut=t6 - t5)
+    return result
+
+
+# --------------------------------------------------------------------------- the Pareto sweep
+
+
+class ParetoPoint(NamedTuple):
+    budget: float
+    saved_bytes: int
+    recompute_runtime: float
+    stage: str
+
+
+DEFAULT_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
+
+
+def recomputed_nodes(decision: Any, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
+    """The forward ops the backward recomputes when ``saved`` is saved: the
+    call_function forward nodes the backward outputs reach through their
+    inputs without passing a saved value or a placeholder (getitems, which
+    only unpack, left out)."""
+    arrays = decision.arrays
+    cls = decision.node_class
+    kind, in_ptr, in_idx = arrays.kind, arrays.in_ptr, arrays.in_idx
+    stop = set(saved)
+    seen: set[int] = set()
+    stack = [o for o in arrays.outputs[num_fwd_outputs:] if o >= 0]
+    while stack:
+        i = stack.pop()
+        if i in seen or i in stop or kind[i] == _C.KIND_PLACEHOLDER:
+            continue
+        seen.add(i)
+        stack.extend(in_idx[in_ptr[i]:in_ptr[i + 1]])
+    flags = arrays.flags
+    return sorted(
+        i for i in seen
+        if cls[i] & _C.C_REQUIRED_FW and kind[i] == _C.KIND_CALL_FUNCTION and not flags[i] & _C.F_GETITEM
+    )
+
+
+def memory_pareto(
+    joint_module: fx.GraphModule,
+    num_fwd_outputs: int,
+    *,
+    budgets: Sequence[float] = DEFAULT_BUDGETS,
+    static_lifetime_input_indices: list[int] | None = None,
+    solver: Any = None,
+    plot: str | None = None,
+) -> list[ParetoPoint]:
+    """The memory/runtime trade-off of the budget, one point per budget.
+
+    For each budget: the bytes the forward saves for the backward and the
+    estimated runtime of the forward ops the backward recomputes (under the
+    configured runtime estimator: flops by default), and the stage that
+    decided.  ``joint_module`` is left untouched (a copy gets the dead-code
+    elimination and CSE the partitioner applies); the graph is lowered once
+    and every estimate is shared across budgets.  ``plot``: a path to save a
+    PNG of recompute runtime against saved bytes (needs matplotlib).
+    """
+    from torch._functorch import config
+    from torch._functorch import partitioners as tp
+
+    from .capture import copy_graph_module
+    from .partition import lower_graph
+
+    points_budgets = [check_budget(b) for b in budgets]
+    gm = copy_graph_module(joint_module)
+    gm.graph.eliminate_dead_code()
+    if config.cse:
+        gm.graph = tp.fx_graph_cse(gm.graph)
+    arrays = lower_graph(gm.graph)
+    estimates = RuntimeEstimates()
+    points = []
+    for b in points_budgets:
+        d = decide_with_budget(gm.graph, b, num_fwd_outputs=num_fwd_outputs,
+                               static_lifetime_input_indices=static_lifetime_input_indices,
+                               arrays=arrays, estimates=estimates, solver=solver)
+        if d.stage == "no_backward":
+            points.append(ParetoPoint(b, 0, 0.0, d.stage))
+            continue
+        saved_bytes = sum(max(arrays.nbytes[i], 0) for i in d.saved)
+        recomputed = [arrays.nodes[i] for i in recomputed_nodes(d.decision, d.saved, num_fwd_outputs)]
+        runtime = float(sum(estimates(recomputed))) if recomputed else 0.0
+        points.append(ParetoPoint(b, saved_bytes, runtime, d.stage))
+    if plot is not None:
+        plot_pareto(points, plot)
+    return points
+
+
+def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("plotting the memory/runtime Pareto curve needs matplotlib") from None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    xs = [p.saved_bytes / 2**20 for p in points]
+    ys = [p.recompute_runtime for p in points]
+    ax.plot(xs, ys, marker="o")
+    for p, x, y in zip(points, xs, ys):
+        ax.annotate(f"{p.budget:g}", (x, y), textcoords="offset points", xytext=(0, 8), ha="center")
+    ax.set_xlabel("saved for backward (MiB)")
+    ax.set_ylabel("estimated runtime of recomputed forward ops")
+    ax.set_title("fxcut: activation memory budget")
+    ax.grid(True)
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)
+
+
+__all__ = [
+    "BudgetDecision", "ESTIMATORS", "ParetoPoint", "RuntimeEstimates", "STAGES", "check_budget",
+    "check_estimator", "check_solver", "decide_with_budget", "input_storage_mask", "memory_pareto",
+    "plot_pareto", "recomputed_nodes",
+]
