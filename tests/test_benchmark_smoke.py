@@ -61,7 +61,7 @@ def test_phases_cover_the_whole_partition_fn(result: benchmark.BenchResult) -> N
     for side in ("fxcut", "torch"):
         parts = {k: v for k, v in ph[side].items() if k != "total"}
         assert math.isclose(sum(parts.values()), ph[side]["total"], rel_tol=1e-9)
-    assert {"lowering", "C core", "cse (torch's fx_graph_cse)"} <= set(ph["fxcut"])
+    assert {"lowering", "decision (C core, budget passes)", "plan DCE + CSE (prepare.plan)"} <= set(ph["fxcut"])
 
 
 def test_outputs_are_written(result: benchmark.BenchResult, tmp_path) -> None:

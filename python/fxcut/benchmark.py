@@ -542,27 +542,23 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = False) -> dict[str, f
     from . import partition as fp
 
     clock = _PhaseClock()
-    decisions: list[Any] = []
     gm = cap.fresh()
     with ExitStack() as stack:
-        stack.enter_context(clock.wrap(fx.Graph, "eliminate_dead_code", "dce", top=True))
-        stack.enter_context(clock.wrap(fx.GraphModule, "recompile", "recompile", top=True))
-        stack.enter_context(clock.wrap(tp, "fx_graph_cse", "cse"))
         stack.enter_context(clock.wrap(tp, "_extract_fwd_bwd_modules", "extract"))
         if fxcut_side:
-            original_decide = fp.decide
+            from . import budget as fb
+            from . import prepare as fprep
 
-            def decide(*args: Any, **kwargs: Any) -> Any:
-                d = original_decide(*args, **kwargs)
-                decisions.append(d)
-                return d
-
-            fp.decide = decide
-            stack.callback(setattr, fp, "decide", original_decide)
-            stack.enter_context(clock.wrap(fp, "decide", "decide"))
+            stack.enter_context(clock.wrap(fprep, "plan", "plan"))
+            stack.enter_context(clock.wrap(fp, "lower_for_partition", "lower"))
+            stack.enter_context(clock.wrap(fb, "decide_with_budget", "decide"))
+            stack.enter_context(clock.wrap(fprep, "apply", "apply"))
             stack.enter_context(clock.wrap(fp, "_build_modules", "build_modules"))
             fn = fp.min_cut_rematerialization_partition
         else:
+            stack.enter_context(clock.wrap(fx.Graph, "eliminate_dead_code", "dce", top=True))
+            stack.enter_context(clock.wrap(fx.GraphModule, "recompile", "recompile", top=True))
+            stack.enter_context(clock.wrap(tp, "fx_graph_cse", "cse"))
             stack.enter_context(clock.wrap(tp, "choose_saved_values_set", "choose_saved_values_set"))
             stack.enter_context(clock.wrap(tp, "classify_nodes", "classify_nodes"))
             stack.enter_context(clock.wrap(tp, "reordering_to_mimic_autograd_engine", "after_extract"))
@@ -576,14 +572,11 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = False) -> dict[str, f
             total = time.perf_counter() - t0
     s = clock.seconds
     if fxcut_side:
-        (d,) = decisions
         out = {
-            "dce": s.get("dce", 0.0),
-            "recompile (after DCE and CSE)": s.get("recompile", 0.0),
-            "cse (torch's fx_graph_cse)": s.get("cse", 0.0),
-            "lowering": d.seconds["lower"],
-            "C core": d.seconds["core"],
-            "decide(): rest": s["decide"] - d.seconds["lower"] - d.seconds["core"],
+            "plan DCE + CSE (prepare.plan)": s.get("plan", 0.0),
+            "lowering": s.get("lower", 0.0),
+            "decision (C core, budget passes)": s.get("decide", 0.0),
+            "apply DCE + CSE in place, recompile": s.get("apply", 0.0),
             "module extraction (torch's _extract_fwd_bwd_modules)": s.get("extract", 0.0),
             "after extraction (reorder, raise_getitems, rng)": s["build_modules"] - s.get("extract", 0.0),
         }
