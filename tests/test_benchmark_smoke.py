@@ -73,3 +73,14 @@ def test_outputs_are_written(result: benchmark.BenchResult, tmp_path) -> None:
     assert open(paths["png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     # No 24-layer row: no targets to report against.
     assert result.targets == []
+
+
+def test_fxcut_bench_command_writes_the_table_with_a_progress_bar(tmp_path, capsys) -> None:
+    from fxcut import cli
+
+    assert cli.main(["bench", "--quick", "--out", str(tmp_path), "--no-docs"]) == 0
+    out, err = capsys.readouterr()
+    assert "[" in err and "#" in err and "/" in err  # the progress bar
+    for ext in ("json", "md", "txt", "png"):
+        assert (tmp_path / f"bench_partition.{ext}").stat().st_size > 0
+    assert "fxcut bench --quick" in (tmp_path / "bench_partition.md").read_text()

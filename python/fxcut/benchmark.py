@@ -43,12 +43,17 @@ torch's, for comparison), by wrapping the functions it calls.
 
 from __future__ import annotations
 
+import argparse
+
 import gc
 import json
 import math
 import os
 import platform
+import shlex
+import shutil
 import statistics
+import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
@@ -889,3 +894,83 @@ def write(result: BenchResult, out_dir: str, command: str | None = None) -> dict
 
 __all__ = ["BenchResult", "ModelConfig", "SizeResult", "capture", "format_report", "format_table",
            "phases", "plot", "run", "targets", "write", "QUICK"]
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr: ``[#####-----] k/N  last step``."""
+
+    def __init__(self, total: int, width: int = 30) -> None:
+        self.total = max(1, total)
+        self.width = width
+        self.done = 0
+        self.start = time.perf_counter()
+
+    def __call__(self, line: str) -> None:
+        self.done = min(self.done + 1, self.total)
+        filled = self.width * self.done // self.total
+        bar = "#" * filled + "-" * (self.width - filled)
+        elapsed = time.perf_counter() - self.start
+        sys.stderr.write(f"\r[{bar}] {self.done}/{self.total} {elapsed:6.1f} s  {line[:60]:<60}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def expected_steps(kwargs: dict[str, Any]) -> int:
+    """How many progress lines :func:`run` will emit for these arguments."""
+    layers = list(kwargs.get("layers", (1, 4, 12, 24, 48)))
+    rounds = max(int(kwargs.get("reps", 7)), int(kwargs.get("slow_reps", 5)))
+    per_size = 4 + rounds  # captured, nodes, warm-up, rounds, row
+    phases = int(kwargs.get("phase_reps", 5)) + 1 if kwargs.get("phase_layers", 24) else 0
+    return len(layers) * per_size + phases
+
+
+def main(argv: list[str] | None = None, prog: str = "bench/bench_partition.py") -> int:
+    """The benchmark's command line (bench/bench_partition.py and ``fxcut bench``)."""
+    p = argparse.ArgumentParser(prog=prog, description="fxcut's partitioner against torch's on GPT-style joint graphs.")
+    p.add_argument("--layers", type=int, nargs="+", default=[1, 4, 12, 24, 48])
+    p.add_argument("--reps", type=int, default=7, help="repetitions of the fast contenders (median reported)")
+    p.add_argument("--slow-reps", type=int, default=5,
+                   help="repetitions of torch's decision, torch's partition_fn and networkx")
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--heads", type=int, help="attention heads (default: hidden / 64)")
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=50257)
+    p.add_argument("--phase-layers", type=int, default=24,
+                   help="break the whole partition_fn into phases at this size (0: skip)")
+    p.add_argument("--phase-reps", type=int, default=5)
+    p.add_argument("--with-gc", action="store_true",
+                   help="leave Python's garbage collector on during the timed calls (off by default, as timeit)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the pipeline")
+    p.add_argument("--out", default=os.path.join("bench", "out"), help="directory for json/md/txt/png")
+    p.add_argument("--docs", default="docs", help="where the md table and png plot are copied")
+    p.add_argument("--no-docs", action="store_true", help="do not copy into --docs")
+    args = p.parse_args(argv)
+
+    if args.quick:
+        kwargs = dict(QUICK)
+    else:
+        heads = args.heads or max(1, args.hidden // 64)
+        kwargs = dict(layers=args.layers, reps=args.reps, slow_reps=args.slow_reps,
+                      model=ModelConfig(hidden=args.hidden, heads=heads, seq=args.seq,
+                                                  batch=args.batch, vocab=args.vocab),
+                      phase_layers=args.phase_layers or None, phase_reps=args.phase_reps)
+    bar = ProgressBar(expected_steps(kwargs))
+    result = run(progress=bar, with_gc=args.with_gc, **kwargs)
+    bar.close()
+    command = ("fxcut bench " if prog == "fxcut bench" else "PYTHONPATH=python python bench/bench_partition.py ") + \
+        shlex.join(sys.argv[1:] if argv is None else argv)
+    paths = write(result, args.out, command.strip())
+    print(format_report(result, command.strip()))
+    if not (args.quick or args.no_docs):
+        os.makedirs(args.docs, exist_ok=True)
+        shutil.copyfile(paths["md"], os.path.join(args.docs, "bench_partition.md"))
+        shutil.copyfile(paths["png"], os.path.join(args.docs, "bench_partition.png"))
+        paths["docs"] = args.docs
+    print("wrote " + ", ".join(paths.values()))
+    return 0
+
+

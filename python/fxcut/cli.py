@@ -3,6 +3,7 @@
     fxcut partition --model llama --layers 4 --zero3     # fxcut vs torch, side by side
     fxcut partition --module pkg.mod:factory --input 8,128:float32
     fxcut explain --model gpt2 VALUE                     # why VALUE was saved / recomputed
+    fxcut bench [--quick] [--layers 1 4 12 24 48]        # the benchmark, with a progress bar
     python -m fxcut                                      # the main job (see DEFAULT_ARGS)
 
 Models are traced with fake tensors, so a model of billions of parameters is
@@ -361,6 +362,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(e)
     e.add_argument("value", help="node name in the joint graph, e.g. addmm_3")
     e.add_argument("--json", action="store_true")
+    b = sub.add_parser("bench", add_help=False,
+                       help="benchmark fxcut against torch on GPT joint graphs (fxcut bench --help)")
+    b.add_argument("rest", nargs=argparse.REMAINDER)  # handled before parsing: see main()
     return parser
 
 
@@ -368,6 +372,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
         argv = list(DEFAULT_ARGS)
+    if argv[0] == "bench":
+        # The benchmark has its own options (argparse cannot hand a
+        # subcommand's unknown options through).
+        from .benchmark import main as bench_main
+
+        return bench_main(argv[1:], prog="fxcut bench")
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
