@@ -191,9 +191,10 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else "(no message)"
 
 
-def run_partition(args: argparse.Namespace) -> Any:
-    """Trace, then partition with fxcut and with torch on copies of the same
-    joint graph; returns a :class:`fxcut.report.Comparison`."""
+def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
+    """Trace (unless ``captured`` is given), then partition with fxcut and
+    with torch on copies of the same joint graph; returns a
+    :class:`fxcut.report.Comparison`."""
     from torch._functorch import config as functorch_config
     from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
@@ -203,7 +204,8 @@ def run_partition(args: argparse.Namespace) -> Any:
 
     if args.budget is not None and not 0 <= args.budget <= 1:
         raise UsageError(f"--budget {args.budget} must be between 0 and 1")
-    captured = _capture(args)
+    if captured is None:
+        captured = _capture(args)
     budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
 
     def run(fn: Any, walk: bool) -> tuple[Any, Any, float, list[Any]]:
@@ -296,6 +298,26 @@ def print_comparison(cmp: Any, out: Any = None) -> None:
         w(f"fxcut vs torch: saved values and graphs {verdict}{speed}\n")
 
 
+def write_html(args: argparse.Namespace, captured: Any, path: str) -> None:
+    """--html: the page of fxcut's decision on the prepared joint graph (as
+    explain sees it: dead code removed, CSE)."""
+    from .html import decide_prepared, render_html
+
+    gm = captured.fresh()
+    if args.zero3:
+        from .zero3 import recompute_param_aliases
+
+        recompute_param_aliases(gm.graph, captured.param_indices)
+    d = decide_prepared(gm, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
+    title = f"fxcut partition: {args.module or args.model}"
+    page = render_html(d, title=title, num_fwd_outputs=captured.num_fwd_outputs)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError as e:
+        raise UsageError(f"--html {path!r}: {e.strerror or e}") from None
+
+
 def run_explain(args: argparse.Namespace) -> dict[str, Any]:
     from .explain import UnknownNodeError, explain_value
 
@@ -357,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None, help="activation_memory_budget (default: config's)")
     p.add_argument("--no-torch", action="store_true", help="skip torch's partitioner")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
+    p.add_argument("--html", metavar="FILE", help="also write an HTML page drawing fxcut's decision")
     e = sub.add_parser("explain", help="why a value was saved or recomputed")
     _add_verbose(e, argparse.SUPPRESS)
     _add_model_args(e)
@@ -411,12 +434,15 @@ def _logging(verbose: int) -> Iterator[None]:
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         if args.command == "partition":
-            cmp = run_partition(args)
+            captured = _capture(args) if args.html else None
+            cmp = run_partition(args, captured)
             if args.json:
                 json.dump(cmp.as_dict(), sys.stdout, indent=2)
                 sys.stdout.write("\n")
             else:
                 print_comparison(cmp)
+            if args.html:
+                write_html(args, captured, args.html)
             return 0 if cmp.same_saved in (None, True) else 1
         if args.command == "explain":
             result = run_explain(args)

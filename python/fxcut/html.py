@@ -1,0 +1,281 @@
+"""A self-contained HTML page drawing one partition decision.
+
+    page = render_html(decide_prepared(gm, num_fwd_outputs=1), title="mlp")
+
+Every node of the joint graph gets one of five classes (saved, recomputed in
+backward, forward only, backward, banned).  Nodes are collapsed into blocks
+(a model's outermost numbered layer, from the ``nn_module_stack`` meta, else
+fixed-size chunks of graph order); the page draws one box per block with its
+counts per class, the cut (one ``.cut`` mark per saved node) and the edges
+between blocks, and a click on a block lists and draws its nodes.  Inline
+CSS, JS and SVG only: the page loads nothing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any
+
+import torch.fx as fx
+import torch.utils._pytree as pytree
+
+from . import _C
+from .partition import Decision, decide
+from .report import value_nbytes
+
+#: The classes, in legend order, with their colours.
+CLASSES: dict[str, tuple[str, str]] = {
+    "saved": ("#d62728", "saved for backward (the cut)"),
+    "recomputed": ("#ff7f0e", "recomputed in backward"),
+    "forward": ("#1f77b4", "forward only"),
+    "backward": ("#2ca02c", "backward"),
+    "banned": ("#7f7f7f", "banned from recomputation (forward)"),
+}
+
+#: Graph-order chunk size when no node names a layer.
+CHUNK = 200
+
+_LAYER = re.compile(r"^(.*?[.\[]'?(\d+)'?\]?)(?:[.\[]|$)")
+
+
+def decide_prepared(joint_module: fx.GraphModule, *, num_fwd_outputs: int,
+                    static_lifetime_input_indices: list[int] | None = None, **_: Any) -> Decision:
+    """The decision on ``joint_module`` prepared as the partitioner prepares
+    it (dead code removed, CSE when config.cse), as explain does;
+    ``joint_module`` is modified (pass a copy)."""
+    from torch._functorch import config
+    from torch._functorch.partitioners import fx_graph_cse
+
+    graph = joint_module.graph
+    graph.eliminate_dead_code()
+    if config.cse:
+        graph = fx_graph_cse(graph)
+    return decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_lifetime_input_indices)
+
+
+def _infer_num_fwd_outputs(d: Decision, output: fx.Node) -> int:
+    """Leading outputs without the required-in-backward bit are forward outputs."""
+    index = d.arrays.index
+    count = 0
+    for leaf in pytree.arg_tree_leaves(*output.args):
+        if isinstance(leaf, fx.Node) and leaf in index and d.node_class[index[leaf]] & _C.C_REQUIRED_BW:
+            break
+        count += 1
+    return count
+
+
+def classify(d: Decision, num_fwd_outputs: int | None = None) -> dict[fx.Node, str]:
+    """Each node's class (every node but the output), with explain's placement."""
+    from .explain import _placement
+
+    nodes = [n for n in d.arrays.nodes if n.op != "output"]
+    output = next((n for n in d.arrays.nodes if n.op == "output"), None)
+    has_backward = d.n_required_bw > 0 and output is not None
+    if not has_backward:
+        return {n: ("banned" if d.banned(i) else "forward") for i, n in enumerate(d.arrays.nodes) if n.op != "output"}
+    assert output is not None
+    if num_fwd_outputs is None:
+        num_fwd_outputs = _infer_num_fwd_outputs(d, output)
+    saved = set(d.saved_nodes)
+    forward, backward = _placement(output.graph, saved, num_fwd_outputs)
+    out: dict[fx.Node, str] = {}
+    for i, n in enumerate(d.arrays.nodes):
+        if n.op == "output":
+            continue
+        if n in saved:
+            out[n] = "saved"
+        elif n in backward and n in forward:
+            out[n] = "recomputed"
+        elif n in backward:
+            out[n] = "backward"
+        elif d.banned(i):
+            out[n] = "banned"
+        else:
+            out[n] = "forward"
+    assert len(out) == len(nodes)
+    return out
+
+
+def _layer_key(node: fx.Node) -> str | None:
+    """The outermost numbered module of the node (e.g. ``L['model'].blocks.3``)."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return None
+    for value in stack.values():
+        path = value[0] if isinstance(value, tuple) else str(value)
+        m = _LAYER.match(str(path))
+        if m:
+            return m.group(1)
+    return None
+
+
+def blocks_of(nodes: list[fx.Node]) -> list[tuple[str, list[int]]]:
+    """Blocks of node positions, in order of first appearance."""
+    keys = [_layer_key(n) for n in nodes]
+    if not any(keys):
+        return [(f"nodes {s}-{min(s + CHUNK, len(nodes)) - 1}", list(range(s, min(s + CHUNK, len(nodes)))))
+                for s in range(0, len(nodes), CHUNK)]
+    groups: dict[str, list[int]] = {}
+    for i, (n, k) in enumerate(zip(nodes, keys)):
+        name = k if k else ("inputs" if n.op == "placeholder" else "outside layers")
+        groups.setdefault(name, []).append(i)
+    return list(groups.items())
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.2f} MiB"
+
+
+def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs: int | None = None) -> str:
+    """The page for decision ``d`` (see the module's doc)."""
+    classes = classify(d, num_fwd_outputs)
+    nodes = list(classes)
+    pos = {n: i for i, n in enumerate(nodes)}
+    blocks = blocks_of(nodes)
+    block_of = [0] * len(nodes)
+    for b, (_, members) in enumerate(blocks):
+        for i in members:
+            block_of[i] = b
+    counts = dict.fromkeys(CLASSES, 0)
+    for c in classes.values():
+        counts[c] += 1
+    saved_bytes = 0
+    for n in nodes:
+        if classes[n] == "saved":
+            try:
+                saved_bytes += value_nbytes(n)
+            except Exception:  # symbolic sizes: leave it out
+                pass
+    edges = [[pos[a], pos[n]] for n in nodes for a in n.all_input_nodes if a in pos]
+    data = {
+        "classes": {k: v[0] for k, v in CLASSES.items()},
+        "nodes": [[n.name, classes[n], block_of[i], str(n.target)] for i, n in enumerate(nodes)],
+        "blocks": [name for name, _ in blocks],
+        "edges": edges,
+    }
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>",
+        f"<title>{esc(title)}</title>\n<style>{_CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        "<div id='summary'>",
+        f"<span class='stat'>nodes: <b class='count' data-class='nodes'>{len(nodes)}</b></span>",
+        f"<span class='stat'>saved: <b class='count' data-class='saved'>{counts['saved']}</b>"
+        f" (<b id='saved-bytes' data-bytes='{saved_bytes}'>{_mib(saved_bytes)}</b>)</span>",
+        f"<span class='stat'>recomputed: <b class='count' data-class='recomputed'>{counts['recomputed']}</b></span>",
+        f"<span class='stat'>forward only: <b class='count' data-class='forward'>{counts['forward']}</b></span>",
+        f"<span class='stat'>backward: <b class='count' data-class='backward'>{counts['backward']}</b></span>",
+        f"<span class='stat'>banned: <b class='count' data-class='banned'>{counts['banned']}</b></span>",
+        f"<span class='stat'>cut value: {d.cut_value}</span>",
+        "</div>\n<div id='legend' class='legend'>",
+    ]
+    for key, (colour, label) in CLASSES.items():
+        parts.append(f"<span class='legend-item' data-class='{key}'><i style='background:{colour}'></i>{esc(label)}</span>")
+    parts.append("<span class='legend-item'><i class='cutmark'></i>cut: one mark per saved node; "
+                 "red dashed edges: saved value used in backward</span></div>")
+    parts.append("<p class='hint'>Click a block to list and draw its nodes.</p>")
+    parts.append("<svg id='overview' xmlns='http://www.w3.org/2000/svg'></svg>\n<div id='blocks'>")
+    for b, (name, members) in enumerate(blocks):
+        bc = dict.fromkeys(CLASSES, 0)
+        for i in members:
+            bc[classes[nodes[i]]] += 1
+        summary = ", ".join(f"{k} {v}" for k, v in bc.items() if v)
+        parts.append(f"<div class='block' id='block-{b}' data-block='{b}'>"
+                     f"<div class='block-head' data-block='{b}'>{esc(name)} &mdash; {len(members)} nodes: {summary}</div>"
+                     f"<div class='block-body' hidden><svg class='detail' xmlns='http://www.w3.org/2000/svg'></svg><ul>")
+        for i in members:
+            n = nodes[i]
+            c = classes[n]
+            ban = d.banned(d.arrays.index[n])
+            extra = f" title='banned: {esc(ban)}'" if ban else ""
+            parts.append(f"<li class='node {c}' data-node='{esc(n.name)}' data-class='{c}'{extra}>"
+                         f"{esc(n.name)} <small>{esc(str(n.target))}</small> <em>{c}</em></li>")
+        parts.append("</ul></div></div>")
+    parts.append("</div>\n<script type='application/json' id='fxcut-data'>")
+    parts.append(json.dumps(data).replace("</", "<\\/"))
+    parts.append(f"</script>\n<script>{_JS}</script></body></html>\n")
+    return "".join(parts)
+
+
+_CSS = """
+body{font:13px sans-serif;margin:1em}
+#summary .stat{margin-right:1.5em}
+.legend{margin:.6em 0}.legend-item{margin-right:1.2em}
+.legend-item i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle;border:1px solid #333}
+.legend-item i.cutmark{background:#000;width:3px}
+.hint{color:#666}
+.block{border:1px solid #ccc;margin:2px 0}
+.block-head{cursor:pointer;padding:3px 6px;background:#f4f4f4}
+.block-head:hover{background:#e8e8ff}
+.block-body ul{columns:3;margin:4px 0}
+li.node{list-style:none;padding-left:4px;border-left:6px solid}
+li.saved{border-color:#d62728;font-weight:bold}li.recomputed{border-color:#ff7f0e}
+li.forward{border-color:#1f77b4}li.backward{border-color:#2ca02c}li.banned{border-color:#7f7f7f}
+svg text{font:11px sans-serif}
+#overview .blockbox{cursor:pointer}
+"""
+
+_JS = r"""
+(function(){
+var NS='http://www.w3.org/2000/svg';
+var D=JSON.parse(document.getElementById('fxcut-data').textContent);
+var C=D.classes, N=D.nodes, E=D.edges, order=['saved','recomputed','forward','backward','banned'];
+function el(tag,attrs,parent,text){var e=document.createElementNS(NS,tag);
+  for(var k in attrs)e.setAttribute(k,attrs[k]); if(text!==undefined)e.textContent=text;
+  if(parent)parent.appendChild(e); return e;}
+var nb=D.blocks.length, members=[], counts=[];
+for(var b=0;b<nb;b++){members.push([]);var c={};order.forEach(function(k){c[k]=0});counts.push(c);}
+N.forEach(function(n,i){members[n[2]].push(i);counts[n[2]][n[1]]++;});
+function isBw(c){return c==='backward'||c==='recomputed';}
+// overview: one box per block, a stacked bar of its classes, one .cut mark per saved node
+var ROW=28, X0=230, W=520, EX=X0+W+40, svg=document.getElementById('overview');
+svg.setAttribute('width',EX+260); svg.setAttribute('height',nb*ROW+20);
+var agg={}, cutAgg={};
+E.forEach(function(e){var a=N[e[0]],b=N[e[1]]; if(a[1]==='saved'&&isBw(b[1])){var k=a[2]+','+b[2];cutAgg[k]=(cutAgg[k]||0)+1;}
+  else if(a[2]!==b[2]){var k2=a[2]+','+b[2];agg[k2]=(agg[k2]||0)+1;}});
+function arc(k,n,cls,col,off){var p=k.split(','),s=+p[0],t=+p[1],y1=10+s*ROW+ROW/2-4,y2=10+t*ROW+ROW/2-4;
+  var bend=EX+off+Math.min(200,Math.abs(t-s)*12);
+  el('path',{d:'M'+(X0+W)+' '+y1+' C'+bend+' '+y1+' '+bend+' '+y2+' '+(X0+W)+' '+y2,'class':cls,
+    fill:'none',stroke:col,'stroke-width':Math.min(4,1+Math.log(n)),'stroke-dasharray':cls==='cut-edge'?'4 2':'',
+    opacity:.6},svg);}
+for(var k in agg)arc(k,agg[k],'edge','#999',0);
+for(var k in cutAgg)arc(k,cutAgg[k],'cut-edge','#d62728',20);
+for(var b=0;b<nb;b++){
+  var g=el('g',{'class':'blockbox','data-block':b},svg), y=10+b*ROW, total=members[b].length, x=X0;
+  el('text',{x:4,y:y+14},g,D.blocks[b].slice(-34)+' ('+total+')');
+  el('rect',{x:X0,y:y,width:W,height:ROW-8,fill:'#fff',stroke:'#333'},g);
+  order.forEach(function(k){var w=W*counts[b][k]/Math.max(total,1); if(w>0){
+    el('rect',{x:x,y:y,width:w,height:ROW-8,fill:C[k],'data-class':k},g).appendChild(
+      (function(){var t=document.createElementNS(NS,'title');t.textContent=k+': '+counts[b][k];return t;})());x+=w;}});
+  var saved=members[b].filter(function(i){return N[i][1]==='saved';});
+  saved.forEach(function(i,j){var cx=X0+W*(j+0.5)/Math.max(saved.length,1);
+    var m=el('line',{x1:cx,x2:cx,y1:y-2,y2:y+ROW-6,stroke:'#000','stroke-width':3,'class':'cut','data-node':N[i][0]},g);
+    el('title',{},m,N[i][0]+' (saved)');});
+  g.addEventListener('click',(function(bb){return function(){toggle(bb);};})(b));
+}
+// detail: the block's nodes in graph order on a grid, its edges, saved nodes with a thick border
+function drawDetail(b){
+  var box=document.querySelector('#block-'+b+' svg.detail'); if(box.getAttribute('data-drawn'))return;
+  box.setAttribute('data-drawn','1');
+  var ms=members[b], cols=Math.max(1,Math.min(12,Math.ceil(Math.sqrt(ms.length*2)))), CW=110, RH=34, at={};
+  box.setAttribute('width',cols*CW+20); box.setAttribute('height',Math.ceil(ms.length/cols)*RH+20);
+  ms.forEach(function(i,j){at[i]=[10+(j%cols)*CW,10+Math.floor(j/cols)*RH];});
+  E.forEach(function(e){var a=at[e[0]],c=at[e[1]]; if(!a||!c)return;
+    var cut=N[e[0]][1]==='saved'&&isBw(N[e[1]][1]);
+    el('line',{x1:a[0]+50,y1:a[1]+10,x2:c[0]+50,y2:c[1]+10,stroke:cut?'#d62728':'#bbb',
+      'stroke-width':cut?2:1,'stroke-dasharray':cut?'4 2':'','class':cut?'cut-edge':'edge'},box);});
+  ms.forEach(function(i){var n=N[i],p=at[i],s=n[1]==='saved';
+    var r=el('rect',{x:p[0],y:p[1],width:100,height:20,rx:3,fill:C[n[1]],stroke:s?'#000':'#333',
+      'stroke-width':s?4:1,'class':'gnode '+n[1],'data-node':n[0],'data-class':n[1]},box);
+    el('title',{},r,n[0]+' = '+n[3]+' ['+n[1]+']');
+    el('text',{x:p[0]+3,y:p[1]+14,fill:'#fff'},box,n[0].slice(0,15));});
+}
+function toggle(b){var body=document.querySelector('#block-'+b+' .block-body');
+  body.hidden=!body.hidden; if(!body.hidden){drawDetail(b);document.getElementById('block-'+b).scrollIntoView();}}
+document.querySelectorAll('.block-head').forEach(function(h){
+  h.addEventListener('click',function(){toggle(+h.getAttribute('data-block'));});});
+document.body.setAttribute('data-rendered','1');
+})();
+"""

@@ -1,0 +1,118 @@
+"""The HTML page of a decision: every node classed, the cut drawn, the counts right."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import Counter
+from html.parser import HTMLParser
+
+import pytest
+import zoo
+
+import fxcut.cli as cli
+from fxcut.html import CLASSES, classify, decide_prepared, render_html
+
+
+class _Page(HTMLParser):
+    """The page's node elements, counts, legend and cut marks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: dict[str, str] = {}
+        self.counts: dict[str, int] = {}
+        self.legend: set[str] = set()
+        self.cut: list[str] = []
+        self.blocks = 0
+        self._count: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if tag == "li" and "node" in classes:
+            self.nodes[a["data-node"]] = a["data-class"]
+        if "count" in classes:
+            self._count = a["data-class"]
+        if "legend-item" in classes and a.get("data-class"):
+            self.legend.add(a["data-class"])
+        if "cut" in classes:
+            self.cut.append(a["data-node"])
+        if "block" in classes:
+            self.blocks += 1
+
+    def handle_data(self, data: str) -> None:
+        if self._count is not None:
+            self.counts[self._count] = int(data)
+            self._count = None
+
+
+def _decision(name: str):
+    cap = zoo.capture(name)
+    d = decide_prepared(cap.fresh(), num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    return cap, d
+
+
+def _parse(text: str) -> _Page:
+    page = _Page()
+    page.feed(text)
+    page.close()
+    return page
+
+
+@pytest.mark.parametrize("case", ["mlp", "gpt2"])
+def test_page_marks_every_saved_node_and_counts_match(case):
+    cap, d = _decision(case)
+    page = _parse(render_html(d, title=case, num_fwd_outputs=cap.num_fwd_outputs))
+    saved = {n.name for n in d.saved_nodes}
+    assert saved and all(page.nodes[name] == "saved" for name in saved)
+    assert {name for name, c in page.nodes.items() if c == "saved"} == saved
+    assert page.legend == set(CLASSES)
+    classes = classify(d, cap.num_fwd_outputs)
+    assert page.nodes == {n.name: c for n, c in classes.items()}
+    expected = Counter(classes.values())
+    assert page.counts["nodes"] == len(classes) == len([n for n in d.arrays.nodes if n.op != "output"])
+    assert {k: page.counts[k] for k in CLASSES} == {k: expected[k] for k in CLASSES}
+    assert page.counts["saved"] == len(d.saved)
+    assert page.cut == []  # the cut marks are drawn by the page's script
+
+
+def test_gpt2_is_collapsed_into_layer_blocks():
+    cap, d = _decision("gpt2")
+    text = render_html(d, num_fwd_outputs=cap.num_fwd_outputs)
+    assert "L[&#x27;model&#x27;].blocks.0 &mdash;" in text and "L[&#x27;model&#x27;].blocks.1 &mdash;" in text
+    assert _parse(text).blocks < 10
+
+
+def test_cli_writes_the_page(tmp_path, capsys):
+    out = tmp_path / "out.html"
+    assert cli.main(["partition", "--model", "mlp", "--no-torch", "--html", str(out)]) == 0
+    assert "fxcut" in capsys.readouterr().out
+    page = _parse(out.read_text())
+    cap, d = _decision("mlp")
+    assert {name for name, c in page.nodes.items() if c == "saved"} == {n.name for n in d.saved_nodes}
+
+
+def test_cli_unwritable_html_is_one_line_error(tmp_path, capsys):
+    rc = cli.main(["partition", "--model", "mlp", "--no-torch", "--html", str(tmp_path / "no" / "x.html")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("fxcut: error: --html") and err.count("\n") == 1
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="Debian's chromium is not installed (scripts/test.sh installs it with apt-get)")
+def test_headless_chromium_draws_the_cut(tmp_path):
+    cap, d = _decision("gpt2")
+    path = tmp_path / "gpt2.html"
+    path.write_text(render_html(d, title="gpt2", num_fwd_outputs=cap.num_fwd_outputs))
+    base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*base, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=180,
+                         check=True).stdout
+    page = _parse(dom)
+    assert 'data-rendered="1"' in dom
+    assert Counter(page.cut) == Counter(n.name for n in d.saved_nodes)
+    assert "cut-edge" in dom
+    png = tmp_path / "shot.png"
+    subprocess.run([*base, "--window-size=1000,700", f"--screenshot={png}", path.as_uri()], capture_output=True,
+                   timeout=180, check=True)
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
