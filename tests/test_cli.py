@@ -193,9 +193,10 @@ def test_bad_input_exits_2_with_one_line_naming_it(capsys, argv, words):
     _one_line_error(capsys, argv, *words)
 
 
-def test_unsupported_budget_is_one_line(capsys):
-    _one_line_error(capsys, ["partition", "--model", "mlp", "--budget", "0.5", "--no-torch"],
-                    "not supported", "activation_memory_budget=0.5")
+def test_budget_partitions_like_torch(capsys):
+    assert cli.main(["partition", "--model", "gpt2", "--layers", "1", "--budget", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "saved values and graphs identical" in out
 
 
 # --------------------------------------------------------------------------- explain

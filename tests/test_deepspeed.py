@@ -57,7 +57,7 @@ def installed():
 def fxcut_calls(monkeypatch):
     """Counts of fxcut's walks and C decisions during the test."""
     calls = {"walk": 0, "decide": 0}
-    walk, decide = fxcut.zero3.recompute_param_aliases, fxcut.partition.decide
+    walk, decide = fxcut.zero3.recompute_param_aliases, fxcut.budget.decide_with_budget
 
     def spy_walk(*args, **kwargs):
         calls["walk"] += 1
@@ -68,7 +68,7 @@ def fxcut_calls(monkeypatch):
         return decide(*args, **kwargs)
 
     monkeypatch.setattr(fxcut.zero3, "recompute_param_aliases", spy_walk)
-    monkeypatch.setattr(fxcut.partition, "decide", spy_decide)
+    monkeypatch.setattr(fxcut.budget, "decide_with_budget", spy_decide)
     return calls
 
 

@@ -12,6 +12,7 @@ import torch.nn as nn
 from functorch.compile import make_boxed_func
 
 import fxcut
+import fxcut.budget
 import fxcut.partition
 import fxcut.zero3
 from fxcut.integrations.torch_compile import InductorPartitioner, zero3_param_indices
@@ -33,14 +34,14 @@ def fresh_compile():
 def decisions(monkeypatch):
     """Every decision fxcut's C core makes during the test, as (nodes, saved) pairs."""
     made: list[tuple[int, int]] = []
-    decide = fxcut.partition.decide
+    decide = fxcut.budget.decide_with_budget  # every partition decides through it
 
-    def spy(graph, **kwargs):
-        d = decide(graph, **kwargs)
-        made.append((len(d.arrays), len(d.saved)))
-        return d
+    def spy(*args, **kwargs):
+        chosen = decide(*args, **kwargs)
+        made.append((len(chosen.decision.arrays), len(chosen.decision.saved)))
+        return chosen
 
-    monkeypatch.setattr(fxcut.partition, "decide", spy)
+    monkeypatch.setattr(fxcut.budget, "decide_with_budget", spy)
     return made
 
 
