@@ -394,6 +394,8 @@ int fxcut_decision_cut(fxcut_ctx *c, const fxcut_partition_options *pass,
     for (int32_t i = 0; i < g->n; i++)
         if (res->node_class[i] & FXCUT_C_BANNED)
             add_edge(&el, 2 * g->n, V_IN(i), FXCUT_CAP_INF);
+    if (c->last_cut)
+        ctx_free(c); /* the users CSR, heap and stamps: ~40 B/node + 20 B/edge */
     if (pass->keep_network == 2) {
         /* Network only: the caller solves it (tests, benchmarks). */
     } else {
@@ -421,6 +423,7 @@ int fxcut_partition_decide(const fxcut_graph *g,
 {
     fxcut_ctx c;
     int rc = fxcut_decision_prepare(&c, g, opt, res, err);
+    c.last_cut = 1;
     if (rc == FXCUT_OK && res->n_required_bw > 0)
         rc = fxcut_decision_cut(&c, opt, err);
     fxcut_decision_release(&c);
