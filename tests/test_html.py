@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import os
 import subprocess
 from collections import Counter
 from html.parser import HTMLParser
@@ -105,14 +106,17 @@ def test_headless_chromium_draws_the_cut(tmp_path):
     path = tmp_path / "gpt2.html"
     path.write_text(render_html(d, title="gpt2", num_fwd_outputs=cap.num_fwd_outputs))
     base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path / 'profile'}"]
+    # The browser is no part of fxcut: keep the sanitizer run's preloaded ASan
+    # runtime (scripts/sanitize.sh) out of it.
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
     dom = subprocess.run([*base, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=180,
-                         check=True).stdout
+                         check=True, env=env).stdout
     page = _parse(dom)
     assert 'data-rendered="1"' in dom
     assert Counter(page.cut) == Counter(n.name for n in d.saved_nodes)
     assert "cut-edge" in dom
     png = tmp_path / "shot.png"
     subprocess.run([*base, "--window-size=1000,700", f"--screenshot={png}", path.as_uri()], capture_output=True,
-                   timeout=180, check=True)
+                   timeout=180, check=True, env=env)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
