@@ -26,9 +26,10 @@ class TorchDecision:
     n_required_bw: int
 
 
-def torch_decision(
-    gm: fx.GraphModule, num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None
-) -> TorchDecision:
+def _classified(gm: fx.GraphModule, num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None):
+    """torch's passes before the cut, in its order: tag clean-up, forced
+    saves, classification, dist_from_bw.  None when nothing is needed for
+    backward (torch then partitions by default)."""
     if tp.has_recomputable_ops(gm):
         tp.cleanup_recompute_tags(gm, is_default_partition=False)
     if not config.unsafe_allow_optimization_of_collectives:
@@ -37,7 +38,7 @@ def torch_decision(
     tp.force_save_bw_mutation_src(gm)
     info = tp.classify_nodes(gm, static_lifetime_input_indices or [], num_fwd_outputs)
     if len(info.required_bw_nodes) == 0:
-        return TorchDecision([], set(), set(), set(), 0)
+        return None
     for node in reversed(gm.graph.nodes):
         if node.op == "output":
             node.dist_from_bw = int(1e9)
@@ -47,21 +48,23 @@ def torch_decision(
             node.dist_from_bw = int(1e9)
             for user in node.users:
                 node.dist_from_bw = min(node.dist_from_bw, user.dist_from_bw + 1)
+    return info
+
+
+def torch_decision(
+    gm: fx.GraphModule, num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None
+) -> TorchDecision:
+    info = _classified(gm, num_fwd_outputs, static_lifetime_input_indices)
+    if info is None:
+        return TorchDecision([], set(), set(), set(), 0)
+    gentle = not config.aggressive_recomputation
     options = tp.MinCutOptions(
-        ban_if_used_far_apart=config.ban_recompute_used_far_apart,
-        ban_if_long_fusible_chains=config.ban_recompute_long_fusible_chains,
-        ban_if_materialized_backward=config.ban_recompute_materialized_backward,
-        ban_if_not_in_allowlist=config.ban_recompute_not_in_allowlist,
+        ban_if_used_far_apart=gentle and config.ban_recompute_used_far_apart,
+        ban_if_long_fusible_chains=gentle and config.ban_recompute_long_fusible_chains,
+        ban_if_materialized_backward=gentle and config.ban_recompute_materialized_backward,
+        ban_if_not_in_allowlist=gentle and config.ban_recompute_not_in_allowlist,
         ban_if_reduction=config.ban_recompute_reductions,
     )
-    if config.aggressive_recomputation:
-        options = tp.MinCutOptions(
-            ban_if_used_far_apart=False,
-            ban_if_long_fusible_chains=False,
-            ban_if_materialized_backward=False,
-            ban_if_not_in_allowlist=False,
-            ban_if_reduction=config.ban_recompute_reductions,
-        )
     saved, banned = tp.solve_min_cut(gm.graph, info, options)
     return TorchDecision(
         saved=[n.name for n in saved],
@@ -81,23 +84,8 @@ def torch_budget_decision(
     """torch's ``choose_saved_values_set`` at ``memory_budget`` after the
     same passes as :func:`torch_decision`: the saved values' names, or None
     when no node is required for backward (torch partitions by default)."""
-    if tp.has_recomputable_ops(gm):
-        tp.cleanup_recompute_tags(gm, is_default_partition=False)
-    if not config.unsafe_allow_optimization_of_collectives:
-        tp.force_save_collectives(gm)
-    tp.force_save_effectful_ops(gm)
-    tp.force_save_bw_mutation_src(gm)
-    info = tp.classify_nodes(gm, static_lifetime_input_indices or [], num_fwd_outputs)
-    if len(info.required_bw_nodes) == 0:
+    info = _classified(gm, num_fwd_outputs, static_lifetime_input_indices)
+    if info is None:
         return None
-    for node in reversed(gm.graph.nodes):
-        if node.op == "output":
-            node.dist_from_bw = int(1e9)
-        elif not info.is_required_fw(node):
-            node.dist_from_bw = 0
-        else:
-            node.dist_from_bw = int(1e9)
-            for user in node.users:
-                node.dist_from_bw = min(node.dist_from_bw, user.dist_from_bw + 1)
     saved = tp.choose_saved_values_set(gm.graph, info, memory_budget=memory_budget)
     return [n.name for n in saved]
