@@ -25,7 +25,7 @@ import fxcut
 from fxcut import _C
 from fxcut.lower import GraphArrays, LoweringError, lower_for_partition
 from fxcut.ops import default_facts
-from fxcut.partition import MinCutOptions, decide
+from fxcut.core import MinCutOptions, decide
 
 aten = torch.ops.aten
 

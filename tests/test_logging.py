@@ -11,7 +11,7 @@ import fxcut
 import fxcut.cli as cli
 import fxcut.partition
 import zoo
-from fxcut.partition import Decision, decide
+from fxcut.core import Decision, decide
 
 
 def _records(caplog, level: int) -> list[logging.LogRecord]:

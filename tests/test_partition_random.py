@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch._functorch import config
 
 import fxcut
-from fxcut.partition import decide
+from fxcut.core import decide
 from random_joint import random_joint
 from fxcut.torch_reference import torch_decision
 

@@ -13,7 +13,7 @@ from torch._functorch.compile_utils import fx_graph_cse
 
 from fxcut import prepare
 from fxcut.ops import default_facts
-from fxcut.partition import _impure_random
+from fxcut.core import _impure_random
 
 import zoo
 from random_joint import random_joint

@@ -8,7 +8,7 @@
    is made to last at least 0.2 s, so the check has a 40x margin and does
    not depend on the machine's speed.
 2. Eight threads each partition a different zoo graph with
-   ``fxcut.partition.decide`` (lowering in Python under the GIL, the C core
+   ``fxcut.core.decide`` (lowering in Python under the GIL, the C core
    in parallel), several rounds over, and get exactly what a serial run got.
 """
 
@@ -26,7 +26,7 @@ import pytest
 import synthetic_arrays
 import zoo
 from fxcut import _C
-from fxcut.partition import decide
+from fxcut.core import decide
 
 MIN_CALL_SECONDS = 0.2
 

@@ -4,7 +4,7 @@
 is allocated, whatever the size) at each requested number of layers and
 times, in one run, on the same joint graph:
 
-(a) ``decision``: fxcut's :func:`fxcut.partition.decide` (lowering + C core)
+(a) ``decision``: fxcut's :func:`fxcut.core.decide` (lowering + C core)
     vs torch's tag passes + classification + dist_from_bw + ``solve_min_cut``
     (:func:`fxcut.torch_reference.torch_decision`), both on the graph after
     dead-code elimination and CSE, as the partitioner sees it;
@@ -193,7 +193,7 @@ class Network:
 
 def network_of(graph: fx.Graph, num_fwd_outputs: int, static: list[int]) -> Network:
     """The flow network fxcut's decision builds for ``graph`` (not solved)."""
-    from .partition import decide
+    from .core import decide
 
     d = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static, keep_network=2)
     assert d.network is not None
@@ -350,7 +350,8 @@ class _Size:
 
         from . import min_cut_rematerialization_partition as fxcut_partition
         from .capture import copy_graph_module
-        from .partition import _write_back_tags, decide
+        from .core import decide
+        from .partition import _write_back_tags
         from .torch_reference import torch_decision
 
         self.cap, self.prepared, self.net, self.with_gc = cap, prepared, net, with_gc
@@ -460,7 +461,7 @@ class _Size:
         return len(fx_saved), p_fx == p_torch, value, sp_value
 
     def memory(self) -> dict[str, int | None]:
-        from .partition import decide
+        from .core import decide
         from .torch_reference import torch_decision
 
         out: dict[str, int | None] = {}

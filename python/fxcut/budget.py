@@ -259,7 +259,7 @@ class BudgetDecision:
     budget: float
     stage: str
     saved: list[int]
-    decision: Any  # fxcut.partition.Decision of the last cut (tags, classes)
+    decision: Any  # fxcut.core.Decision of the last cut (tags, classes)
     min_act_size: float = 0.0
     max_act_size: float = 0.0
     ratio_more_aggressive: float = math.nan
@@ -339,7 +339,7 @@ def decide_with_budget(
     calls; ``solver``: overrides ``config.activation_memory_budget_solver``."""
     from torch._functorch import config
 
-    from .partition import Decision, MinCutOptions, call_core, core_args, decide, lower_graph
+    from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph
 
     budget = check_budget(budget)
     solver = config.activation_memory_budget_solver if solver is None else solver
@@ -464,7 +464,7 @@ def memory_pareto(
     from torch._functorch import partitioners as tp
 
     from .capture import copy_graph_module
-    from .partition import lower_graph
+    from .core import lower_graph
 
     points_budgets = [check_budget(b) for b in budgets]
     gm = copy_graph_module(joint_module)

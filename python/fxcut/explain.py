@@ -9,7 +9,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from . import _C
-from .partition import Decision, decide
+from .core import Decision, decide
 from .report import value_nbytes
 
 _TAG_NAMES = {0: "MUST_SAVE", 1: "PREFER_SAVE", 2: "MUST_RECOMPUTE", 3: "PREFER_RECOMPUTE",

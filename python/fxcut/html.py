@@ -22,7 +22,7 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 from . import _C
-from .partition import Decision, decide
+from .core import Decision, decide
 from .report import value_nbytes
 
 #: The classes, in legend order, with their colours.

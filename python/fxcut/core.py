@@ -1,0 +1,320 @@
+"""The bridge between fxcut's Python layer and its C core.
+
+Everything that turns a lowered graph and torch's config into a call of
+``fxcut._C`` and the core's answer back into Python lives here: the options
+(:class:`MinCutOptions`), the decision (:class:`Decision`), the per-call
+arguments (:func:`core_args`), the call itself with errors naming nodes
+(:func:`call_core`), and :func:`decide`.  ``partition`` and ``budget`` both
+import it; it imports neither.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from . import _C
+from .lower import GraphArrays, lower_for_partition
+from .ops import default_facts, mutated_inputs
+
+aten = torch.ops.aten
+
+BAN_REASONS: dict[int, str] = {
+    _C.BAN_PRIMAL: "primal input",
+    _C.BAN_FWD_SEED: "forward RNG seed",
+    _C.BAN_MUST_SAVE: "marked MUST_SAVE",
+    _C.BAN_NOT_IN_ALLOWLIST: "not in recomputable allowlist",
+    _C.BAN_RANDOM: "random op",
+    _C.BAN_COMPUTE_INTENSIVE: "compute intensive op",
+    _C.BAN_NON_BUILTIN: "non-builtin op",
+    _C.BAN_MATERIALIZED_BACKWARD: "materialized in backward",
+    _C.BAN_FAR_FROM_BACKWARD: "too far from backward",
+    _C.BAN_REDUCTION: "reduction op",
+    _C.BAN_USED_FAR_APART: "used far apart (fusible user after an unfusible use)",
+    _C.BAN_LONG_FUSIBLE_CHAIN: "long fusible chain",
+}
+
+
+@dataclass
+class MinCutOptions:
+    """torch's MinCutOptions plus the config values the decision reads."""
+
+    ban_if_used_far_apart: bool
+    ban_if_long_fusible_chains: bool
+    ban_if_materialized_backward: bool
+    ban_if_not_in_allowlist: bool
+    ban_if_reduction: bool
+    recompute_views: bool
+    treat_parameters_as_free_to_save: bool
+    is_non_builtin_to_include: bool
+    unsafe_allow_optimization_of_collectives: bool
+    max_dist_from_bw: int
+
+    @classmethod
+    def from_config(cls) -> "MinCutOptions":
+        """Read ``torch._functorch.config`` now, as torch does at call time."""
+        from torch._functorch import config
+
+        aggressive = bool(config.aggressive_recomputation)
+        return cls(
+            ban_if_used_far_apart=bool(config.ban_recompute_used_far_apart) and not aggressive,
+            ban_if_long_fusible_chains=bool(config.ban_recompute_long_fusible_chains) and not aggressive,
+            ban_if_materialized_backward=bool(config.ban_recompute_materialized_backward) and not aggressive,
+            ban_if_not_in_allowlist=bool(config.ban_recompute_not_in_allowlist) and not aggressive,
+            ban_if_reduction=bool(config.ban_recompute_reductions),
+            recompute_views=bool(config.recompute_views),
+            treat_parameters_as_free_to_save=bool(config.treat_parameters_as_free_to_save),
+            is_non_builtin_to_include=bool(config.is_non_builtin_to_include),
+            unsafe_allow_optimization_of_collectives=bool(config.unsafe_allow_optimization_of_collectives),
+            max_dist_from_bw=int(config.max_dist_from_bw),
+        )
+
+
+@dataclass
+class Decision:
+    """What the C core decided for one joint graph, by node index."""
+
+    arrays: GraphArrays
+    tag: bytes
+    node_class: bytes
+    ban_reason: bytes
+    dist_from_bw: memoryview
+    weight: memoryview
+    saved: list[int]
+    n_required_bw: int
+    cut_value: int
+    network: tuple[memoryview, memoryview, memoryview] | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def saved_nodes(self) -> list[fx.Node]:
+        nodes = self.arrays.nodes
+        return [nodes[i] for i in self.saved]
+
+    @classmethod
+    def from_core(cls, arrays: GraphArrays, out: dict, seconds: dict[str, float] | None = None) -> "Decision":
+        """From the dict the core's decision entry points return."""
+        network = None
+        if "net_tail" in out:
+            network = (
+                memoryview(out["net_tail"]).cast("i"),
+                memoryview(out["net_head"]).cast("i"),
+                memoryview(out["net_cap"]).cast("q"),
+            )
+        return cls(
+            arrays=arrays,
+            tag=out["tag"],
+            node_class=out["node_class"],
+            ban_reason=out["ban_reason"],
+            dist_from_bw=memoryview(out["dist_from_bw"]).cast("q"),
+            weight=memoryview(out["weight"]).cast("q"),
+            saved=list(memoryview(out["saved"]).cast("i")),
+            n_required_bw=out["n_required_bw"],
+            cut_value=out["cut_value"],
+            network=network,
+            seconds=dict(seconds or {}),
+        )
+
+    def ban_counts(self) -> dict[str, int]:
+        """How many nodes each ban rule banned, in BAN_REASONS order (rules
+        that banned nothing left out)."""
+        counts = dict.fromkeys(BAN_REASONS, 0)
+        for cls, reason in zip(self.node_class, self.ban_reason):
+            if cls & _C.C_BANNED:
+                counts[reason] = counts.get(reason, 0) + 1
+        return {BAN_REASONS.get(r, f"rule {r}"): c for r, c in counts.items() if c}
+
+    def banned(self, i: int) -> str | None:
+        """Why node i is banned from recomputation, or None."""
+        reason = self.ban_reason[i]
+        return BAN_REASONS.get(reason) if self.node_class[i] & _C.C_BANNED else None
+
+
+def _static_lifetime_mask(arrays: GraphArrays, indices: list[int]) -> bytes | None:
+    if not indices:
+        return None
+    primals = [i for i, bits in enumerate(arrays.flags) if bits & _C.F_PRIMAL]
+    mask = bytearray(len(arrays))
+    for k in indices:
+        if 0 <= k < len(primals):
+            mask[primals[k]] = 1
+    return bytes(mask)
+
+
+def _bw_mutation_sources(arrays: GraphArrays) -> list[int]:
+    """Sources of mutations applied to the same input in forward and
+    backward: recomputing them would apply the mutation twice.  AOT Autograd
+    emits these copy_ nodes only at the end of the joint graph."""
+    mutated_in_backward: set[fx.Node] = set()
+    sources: list[int] = []
+    for node in reversed(arrays.nodes):
+        if node.op == "output":
+            continue
+        if node.target is not aten.copy_.default:
+            break
+        tag = node.meta.get("partitioner_tag")
+        if tag == "must_be_in_backward":
+            mutated_in_backward.add(node.args[0])  # type: ignore[arg-type]
+        elif tag == "must_be_in_forward" and node.args[0] in mutated_in_backward:
+            sources.append(arrays.index[node.args[1]])  # type: ignore[index]
+    return sources
+
+
+def _fuse_pairs(arrays: GraphArrays) -> tuple[array, array]:
+    fuse_a, fuse_b = array("i"), array("i")
+    for b, bits in enumerate(arrays.flags):
+        if bits & _C.F_MUTABLE_HOP:
+            for a in mutated_inputs(arrays.nodes[b]):
+                fuse_a.append(arrays.index[a])
+                fuse_b.append(b)
+    return fuse_a, fuse_b
+
+
+def lower_graph(graph: fx.Graph) -> GraphArrays:
+    """The graph array of ``graph`` with the facts the decision reads."""
+    return lower_for_partition(graph, default_facts(), impure_random=_impure_random())
+
+
+def core_args(
+    arrays: GraphArrays,
+    num_fwd_outputs: int,
+    opts: MinCutOptions,
+    static_lifetime_input_indices: list[int],
+    keep_network: int = 0,
+) -> tuple[Any, ...]:
+    """The arguments every decision entry point of the core takes besides
+    the graph array and its per-call mask: options, static-lifetime mask,
+    forced saves, fuse pairs."""
+    if not 0 <= num_fwd_outputs <= len(arrays.outputs):
+        raise ValueError(
+            f"num_fwd_outputs ({num_fwd_outputs}) must be between 0 and the "
+            f"graph's {len(arrays.outputs)} outputs"
+        )
+    option_values = (
+        num_fwd_outputs,
+        int(opts.ban_if_used_far_apart),
+        int(opts.ban_if_long_fusible_chains),
+        int(opts.ban_if_materialized_backward),
+        int(opts.ban_if_not_in_allowlist),
+        int(opts.ban_if_reduction),
+        int(opts.recompute_views),
+        int(opts.treat_parameters_as_free_to_save),
+        int(opts.is_non_builtin_to_include),
+        int(opts.unsafe_allow_optimization_of_collectives),
+        int(opts.max_dist_from_bw),
+        keep_network,
+    )
+    fuse_a, fuse_b = _fuse_pairs(arrays)
+    return (
+        option_values,
+        _static_lifetime_mask(arrays, list(static_lifetime_input_indices)),
+        array("i", _bw_mutation_sources(arrays)),
+        fuse_a,
+        fuse_b,
+    )
+
+
+def call_core(fn: Any, arrays: GraphArrays, args: tuple[Any, ...], mask: bytes | None, *extra: Any) -> dict:
+    """``fn(arrays, options, static_lifetime, mask, force_save, fuse_a,
+    fuse_b, *extra)`` with the core's errors naming nodes."""
+    option_values, static_mask, force_save, fuse_a, fuse_b = args
+    try:
+        return fn(arrays, option_values, static_mask, mask, force_save, fuse_a, fuse_b, *extra)
+    except _C.InfiniteCutError as e:
+        raise _conflict_error(arrays, list(getattr(e, "chain", []))) from None
+    except (RuntimeError, ValueError, IndexError, OverflowError) as e:
+        node = getattr(e, "node", -1)
+        if isinstance(node, int) and 0 <= node < len(arrays):
+            raise type(e)(f"{e} [node {node} is {arrays.nodes[node].name!r}]") from None
+        raise
+
+
+def decide(
+    graph: fx.Graph,
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int] | None = None,
+    options: MinCutOptions | None = None,
+    dont_ban: set[fx.Node] | None = None,
+    keep_network: int = 0,
+    arrays: GraphArrays | None = None,
+    dont_ban_mask: bytes | None = None,
+) -> Decision:
+    """Run the C decision over ``graph`` (read only; nothing is written).
+
+    ``arrays``: the graph's lowering, to reuse one across several cuts.
+    ``dont_ban`` (nodes) or ``dont_ban_mask`` (one byte per node): values the
+    cut may not ban (the memory budget's un-banned candidates).
+    ``keep_network``: 1 returns the flow network with the decision, 2 builds
+    it without solving (``saved`` empty).
+    """
+    opts = options or MinCutOptions.from_config()
+    if arrays is None:
+        arrays = lower_graph(graph)
+    t1 = time.perf_counter()
+    t0 = t1 - arrays.seconds
+    args = core_args(arrays, num_fwd_outputs, opts, list(static_lifetime_input_indices or []), keep_network)
+    if dont_ban:
+        mask = bytearray(dont_ban_mask or bytes(len(arrays)))
+        for node in dont_ban:
+            mask[arrays.index[node]] = 1
+        dont_ban_mask = bytes(mask)
+    out = call_core(_C.partition_decide, arrays, args, dont_ban_mask)
+    t2 = time.perf_counter()
+    return Decision.from_core(arrays, out, {"lower": t1 - t0, "core": t2 - t1})
+
+
+def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutError":
+    """An InfiniteCutError naming the chain of nodes that joins source and
+    sink by infinite edges, with what pins each end."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    parts = []
+    for i in chain:
+        node = arrays.nodes[i]
+        policy = node.meta.get("recompute")
+        label = f"{node.name} ({node.op} {node.target})"
+        if isinstance(policy, CheckpointPolicy):
+            label += f" [{policy.name}]"
+        unsaveable = _why_unsaveable(arrays, i)
+        if unsaveable:
+            label += f" [{unsaveable}]"
+        parts.append(label)
+    message = (
+        "fxcut: a value is needed in backward but can be neither saved nor recomputed "
+        "(conflicting recompute tags or bans); the chain of nodes is: " + " -> ".join(parts)
+    )
+    err = _C.InfiniteCutError(message)
+    err.chain = [arrays.nodes[i].name for i in chain]  # type: ignore[attr-defined]
+    err.nodes = [arrays.nodes[i] for i in chain]  # type: ignore[attr-defined]
+    return err
+
+
+def _why_unsaveable(arrays: GraphArrays, i: int) -> str | None:
+    """Why node i's value can never be saved (infinite weight), as the
+    partitioner sees its ``meta["val"]``; None when it can be."""
+    bits = arrays.flags[i]
+    if not bits & _C.F_NON_TENSOR or bits & (_C.F_SYM | _C.F_FREE_OBJECT):
+        return None
+    meta = arrays.nodes[i].meta
+    if "val" not in meta:
+        return "no meta['val']: cannot be saved"
+    val = meta["val"]
+    if isinstance(val, (list, tuple)):
+        return f"its value is a {type(val).__name__}: cannot be saved"
+    return f"meta['val'] is {type(val).__name__} {val!r:.40}, not a tensor: cannot be saved"
+
+
+def _impure_random() -> bool:
+    # As torch's dead-code elimination decides it at call time.
+    if torch._guards.TracingContext.try_get():
+        import torch._inductor.config as inductor_config
+
+        return bool(inductor_config.fallback_random)
+    return True
+
