@@ -22,6 +22,7 @@ import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 import fxcut
+from synthetic_arrays import DEFAULT_OPTIONS as OPTIONS
 from fxcut import _C
 from fxcut.lower import GraphArrays, LoweringError, lower_for_partition
 from fxcut.ops import default_facts
@@ -130,16 +131,14 @@ def set_at(field: str, index: int, value: int) -> Callable[[GraphArrays], array]
     return f
 
 
-OPTIONS = (1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1000, 0)
-
-
-def c_decide(lower: Callable[[fx.GraphModule], Any], options: tuple = OPTIONS, static: Any = None,
-             dont_ban: Any = None, force: Any = None, fuse: tuple[Any, Any] | None = None):
+def c_decide(lower: Callable[[fx.GraphModule], Any], options: Any = OPTIONS, static: Any = None,
+             dont_ban: Any = None, force: Any = None, fuse: tuple[Any, Any] | None = None,
+             num_fwd_outputs: Any = 1, **extra: Any):
     def call(gm: fx.GraphModule) -> Any:
         arrays = lower(gm)
-        fa, fb = fuse if fuse is not None else (array("i"), array("i"))
-        return _C.partition_decide(arrays, options, static, dont_ban,
-                                   force if force is not None else array("i"), fa, fb)
+        fa, fb = fuse if fuse is not None else (None, None)
+        return _C.partition_decide(arrays, options, num_fwd_outputs=num_fwd_outputs, static_lifetime=static,
+                                   dont_ban=dont_ban, force_save=force, fuse_a=fa, fuse_b=fb, **extra)
     return call
 
 
@@ -192,8 +191,12 @@ def test_c_core_given_a_strided_array() -> None:
           "nbytes must be a C-contiguous buffer")
 
 
-def test_c_core_given_an_options_tuple_of_the_wrong_length() -> None:
-    check(joint, c_decide(edited(joint), options=OPTIONS[:-1]), TypeError, "options must be a tuple of 12 ints")
+def test_c_core_given_options_without_an_attribute() -> None:
+    check(joint, c_decide(edited(joint), options=object()), TypeError,
+          "options has no attribute 'ban_if_used_far_apart'")
+    partial = type("Partial", (), {f.name: getattr(OPTIONS, f.name) for f in dataclasses.fields(OPTIONS)
+                                   if f.name != "max_dist_from_bw"})()
+    check(joint, c_decide(edited(joint), options=partial), TypeError, "options has no attribute 'max_dist_from_bw'")
 
 
 # ---------------------------------------------------------------------------
@@ -350,11 +353,10 @@ def test_c_core_given_forced_saves_and_fuse_pairs_out_of_range() -> None:
 
 
 def test_c_core_given_num_fwd_outputs_past_the_outputs() -> None:
-    options = (9,) + OPTIONS[1:]
-    check(joint, c_decide(edited(joint), options=options), ValueError,
+    check(joint, c_decide(edited(joint), num_fwd_outputs=9), ValueError,
           r"num_fwd_outputs \(9\) must be between 0 and the number of outputs \(3\)")
-    options = (-1,) + OPTIONS[1:]
-    check(joint, c_decide(edited(joint), options=options), ValueError, "num_fwd_outputs \\(-1\\) must be a non-negative")
+    check(joint, c_decide(edited(joint), num_fwd_outputs=-1), ValueError,
+          r"num_fwd_outputs \(-1\) must be between 0 and 2147483647")
 
 
 # ---------------------------------------------------------------------------
@@ -415,10 +417,23 @@ def _val(value: Any) -> Callable[[], fx.GraphModule]:
     return make
 
 
+def _assert_core_chain(e: BaseException) -> None:
+    """The C core's exception itself, its attributes kept: ``chain`` the
+    node indices of the path (as ``nodes``), ``node`` its first."""
+    assert type(e) is _C.InfiniteCutError
+    chain = e.chain  # type: ignore[attr-defined]
+    nodes = e.nodes  # type: ignore[attr-defined]
+    assert all(type(i) is int for i in chain) and len(chain) == len(nodes) >= 2
+    assert e.node == chain[0]  # type: ignore[attr-defined]
+    graph_nodes = list(nodes[0].graph.nodes)
+    assert [graph_nodes.index(n) for n in nodes] == chain
+
+
 def test_partition_of_a_needed_node_without_meta_val() -> None:
     e = check(_without_val, partition, fxcut.InfiniteCutError,
               r"relu_default \(call_function aten.relu.default\) \[no meta\['val'\]: cannot be saved\]")
-    assert e.chain == ["relu_default", "threshold_backward_default"]  # type: ignore[attr-defined]
+    assert [n.name for n in e.nodes] == ["relu_default", "threshold_backward_default"]  # type: ignore[attr-defined]
+    _assert_core_chain(e)
 
 
 def test_partition_of_a_needed_node_with_tensor_meta_but_no_val() -> None:
@@ -502,8 +517,8 @@ def test_partition_with_conflicting_tags_names_the_chain() -> None:
     e = check(_conflicting, partition, fxcut.InfiniteCutError,
               r"the chain of nodes is: native_dropout_default .*\[its value is a tuple: cannot be saved\] -> "
               r"getitem .*\[MUST_RECOMPUTE\]")
-    assert e.chain == ["native_dropout_default", "getitem"]  # type: ignore[attr-defined]
-    assert [n.name for n in e.nodes] == e.chain  # type: ignore[attr-defined]
+    assert [n.name for n in e.nodes] == ["native_dropout_default", "getitem"]  # type: ignore[attr-defined]
+    _assert_core_chain(e)
 
 
 def test_decide_with_conflicting_tags_under_every_option_set() -> None:
