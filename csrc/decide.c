@@ -428,9 +428,10 @@ void fxcut_partition_result_release(fxcut_partition_result *res)
 
 fxcut_result_sizes fxcut_result_sizes_for(int32_t n)
 {
-    /* chain: a path's nodes, each at most once; +2 leaves room for a path
-     * through the source and sink; +1 everywhere: no zero-size arrays. */
+    /* chain: the nodes of a shortest source -> sink path, each once (a
+     * node's X_out is entered from its X_in only, so its two vertices are
+     * adjacent on the path and merge), +2 for slack. */
     size_t un = n > 0 ? (size_t)n : 0;
-    fxcut_result_sizes s = {un + 1, un + 1, un + 2, un + 1};
+    fxcut_result_sizes s = {un, un, un + 2, un};
     return s;
 }
