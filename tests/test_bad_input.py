@@ -549,3 +549,107 @@ def test_min_cut_bad_networks() -> None:
         _C.min_cut(3, t, h, array("q", [1, 1]), 0, 2, 7)
     with pytest.raises(ValueError, match="n_vertices must be between 1 and"):
         _C.min_cut(0, t, h, array("q", [1, 1]), 0, 2)
+
+
+# ---------------------------------------------------------------------------
+# the binding: options by attribute, conversions that keep the real error,
+# sequences and buffers the caller can change during a call
+
+
+def test_c_core_given_keep_network_out_of_range() -> None:
+    for value in (3, -1, 256):
+        check(joint, c_decide(edited(joint), keep_network=value), ValueError,
+              rf"keep_network \(KEEP_NONE, KEEP_NETWORK or KEEP_BUILD_ONLY\) \({value}\) must be between 0 and 2")
+    check(joint, c_decide(edited(joint), keep_network="1"), TypeError, "keep_network .* must be an integer, got str")
+
+
+def test_c_core_given_an_option_that_is_not_an_integer() -> None:
+    check(joint, c_decide(edited(joint), options=dataclasses.replace(OPTIONS, max_dist_from_bw=1.5)), TypeError,
+          r"options.max_dist_from_bw must be an integer, got float")
+    e = check(joint, c_decide(edited(joint), options=dataclasses.replace(OPTIONS, max_dist_from_bw=10**400)),
+              OverflowError, r"options.max_dist_from_bw \(1000000000.*\) must be between")
+    assert "got int" not in str(e)
+    check(joint, c_decide(edited(joint), num_fwd_outputs=10**400), OverflowError,
+          r"num_fwd_outputs \(1000000000.*\) must be between 0 and 2147483647")
+
+
+class _Interrupting:
+    """A graph arrays object (or options) whose attribute `name` raises
+    KeyboardInterrupt when read; every other attribute is the wrapped one's."""
+
+    def __init__(self, wrapped: Any, name: str) -> None:
+        self._wrapped = wrapped
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == self._name:
+            raise KeyboardInterrupt(f"reading {attr}")
+        return getattr(self._wrapped, attr)
+
+
+def test_c_core_keeps_an_exception_a_getter_raises() -> None:
+    """Only a missing attribute is reported as missing; a KeyboardInterrupt
+    (or any other error) from a getter is raised as it is."""
+    for field in ("kind", "in_idx"):
+        e = check(joint, c_decide(lambda gm, f=field: _Interrupting(edited(joint)(gm), f)), KeyboardInterrupt,
+                  f"reading {field}")
+        assert type(e) is KeyboardInterrupt
+    e = check(joint, c_decide(edited(joint), options=_Interrupting(OPTIONS, "recompute_views")), KeyboardInterrupt,
+              "reading recompute_views")
+    assert type(e) is KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt, match="reading kind"):
+        _C.validate(_Interrupting(lower_for_partition(joint().graph, default_facts(), impure_random=True), "kind"))
+
+
+def test_c_core_given_a_released_memoryview() -> None:
+    def released(a: GraphArrays) -> memoryview:
+        view = memoryview(a.nbytes)
+        view.release()
+        return view
+
+    e = check(joint, c_decide(edited(joint, nbytes=released)), ValueError, "released memoryview")
+    assert "contiguous" not in str(e)
+
+
+class _ClearsList:
+    """A number whose conversion empties the list holding it (and, with
+    `bad`, then returns no float at all): once the list's last reference to
+    it is gone, the item itself is freed on return."""
+
+    def __init__(self, victim: list[Any], value: Any) -> None:
+        self.victim = victim
+        self.value = value
+
+    def __float__(self) -> Any:
+        self.victim.clear()
+        return self.value
+
+
+def test_c_knapsack_given_an_item_that_empties_its_list() -> None:
+    """Before the fix: a read past the emptied list (segfault) / of the freed
+    item (heap-use-after-free under ASan).  Now the list is copied first."""
+    memory: list[Any] = [0.25, 0.5, 0.125]
+    memory.insert(1, _ClearsList(memory, 0.375))
+    runtime = [3.0, 2.0, 1.0, 2.5]
+    got = _C.knapsack(memory, runtime, 0.5, "dp")
+    want = _C.knapsack([0.25, 0.375, 0.5, 0.125], runtime, 0.5, "dp")
+    assert memory == []
+    assert (list(got.save), list(got.order), got.value) == (list(want.save), list(want.order), want.value)
+    assert list(got.save) == [1, 0, 0, 1]
+
+    runtime2: list[Any] = [1.0, 2.0]
+    runtime2.append(_ClearsList(runtime2, "not a float"))
+    with pytest.raises(TypeError, match=r"runtime\[2\] must be a number, got _ClearsList") as info:
+        _C.knapsack([0.1, 0.2, 0.3], runtime2, 0.5, "greedy")
+    assert type(info.value.__cause__) is TypeError and "__float__ returned non-float" in str(info.value.__cause__)
+    assert runtime2 == []
+
+
+def test_c_knapsack_given_an_int_too_large_for_a_float() -> None:
+    with pytest.raises(OverflowError, match=r"runtime\[1\] \(int\) is too large for a float64") as info:
+        _C.knapsack([0.1, 0.2], [1.0, 10**400], 0.5, "dp")
+    assert type(info.value.__cause__) is OverflowError
+    with pytest.raises(TypeError, match=r"memory\[0\] must be a number, got str"):
+        _C.knapsack(["x"], [1.0], 0.5, "dp")
+    with pytest.raises(TypeError, match="memory must be a sequence of numbers, got int"):
+        _C.knapsack(3, [1.0], 0.5, "dp")
