@@ -62,10 +62,10 @@ for rep in range(reps):
     if peak is None:
         peak = hwm - before if exact else max(0, hwm - hwm_before)
     del out
-saved = sa.decide(arrays)["saved"]
+saved = sa.decide(arrays).saved
 print(json.dumps(dict(nodes=len(arrays), edges=arrays.n_edges, layers=arrays.layers,
                       seconds=min(times), peak=peak, exact_peak=exact, input_bytes=arrays.nbytes_total(),
-                      saved=len(saved) // 4)))
+                      saved=len(saved))))
 """
 
 

@@ -12,6 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* torch's thresholds: a node whose dist_from_bw is below NEAR_BACKWARD (a
+ * node with a path to the backward) but above max_dist_from_bw is banned;
+ * a fusible chain may run on for LONG_CHAIN forward positions. */
+#define NEAR_BACKWARD 1000
+#define LONG_CHAIN 100
+
 int fxcut_is_fusible(const fxcut_ctx *c, int32_t a, int32_t b)
 {
     const uint32_t *flags = c->g->flags;
@@ -136,7 +142,7 @@ int fxcut_should_ban(fxcut_ctx *c, int32_t i, fxcut_error *err)
     if (o->ban_if_materialized_backward && is_materialized_backward(c, i))
         return FXCUT_BAN_MATERIALIZED_BACKWARD;
     int64_t d = c->res->dist_from_bw[i];
-    if (d < 1000 && d > o->max_dist_from_bw)
+    if (d < NEAR_BACKWARD && d > o->max_dist_from_bw)
         return FXCUT_BAN_FAR_FROM_BACKWARD;
     if (o->ban_if_reduction) {
         /* Exact: up to 2^31 sizes below 2^63 sum below 2^94. */
@@ -284,7 +290,7 @@ int fxcut_ban_long_fusible_chains(fxcut_ctx *c, fxcut_error *err)
             if (c->stamp[2 * (size_t)cur] == epoch)
                 continue;
             c->stamp[2 * (size_t)cur] = epoch;
-            if (order > r + 100 && len == 0) {
+            if (order > r + LONG_CHAIN && len == 0) {
                 fxcut_ban_if_allowed(c, cur, FXCUT_BAN_LONG_FUSIBLE_CHAIN);
                 break;
             }

@@ -25,8 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DIST_FAR ((int64_t)1000000000)
-
 void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
                                      fxcut_partition_options *out)
 {
@@ -35,12 +33,6 @@ void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
     out->ban_if_long_fusible_chains = 0;
     out->ban_if_materialized_backward = 0;
     out->ban_if_not_in_allowlist = 0;
-}
-
-static int is_input(const fxcut_graph *g, int32_t i)
-{
-    return g->kind[i] == FXCUT_PLACEHOLDER &&
-           (g->flags[i] & (FXCUT_F_PRIMAL | FXCUT_F_FWD_SEED)) != 0;
 }
 
 /* torch's sum(map(_size_of, nodes)) / 1e9: an exact integer sum, then one
@@ -68,10 +60,10 @@ static int32_t list_inputs(const fxcut_graph *g, int32_t *out)
 {
     int32_t count = 0;
     for (int32_t i = 0; i < g->n; i++)
-        if (is_input(g, i) && (g->flags[i] & FXCUT_F_PRIMAL))
+        if (fxcut_is_input(g, i) && (g->flags[i] & FXCUT_F_PRIMAL))
             out[count++] = i;
     for (int32_t i = 0; i < g->n; i++)
-        if (is_input(g, i) && !(g->flags[i] & FXCUT_F_PRIMAL))
+        if (fxcut_is_input(g, i) && !(g->flags[i] & FXCUT_F_PRIMAL))
             out[count++] = i;
     return count;
 }
@@ -83,25 +75,10 @@ static void set_saved(fxcut_partition_result *res, const int32_t *nodes,
     res->n_saved = count;
 }
 
-/* Stable merge sort of idx by nbytes, largest first (Python's
- * sorted(key=_size_of, reverse=True) keeps ties in order). */
-static void sort_by_size(int32_t *idx, int32_t *tmp, const int64_t *nbytes,
-                         int32_t n)
+/* Sort key of the candidates: size, largest first. */
+static int larger(const void *nbytes, int32_t a, int32_t b)
 {
-    for (int32_t width = 1; width < n; width *= 2) {
-        for (int32_t lo = 0; lo < n; lo += 2 * width) {
-            int32_t mid = lo + width < n ? lo + width : n;
-            int32_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            int32_t a = lo, b = mid, k = lo;
-            while (a < mid && b < hi)
-                tmp[k++] = nbytes[idx[b]] > nbytes[idx[a]] ? idx[b++] : idx[a++];
-            while (a < mid)
-                tmp[k++] = idx[a++];
-            while (b < hi)
-                tmp[k++] = idx[b++];
-        }
-        memcpy(idx, tmp, (size_t)n * sizeof *idx);
-    }
+    return ((const int64_t *)nbytes)[a] > ((const int64_t *)nbytes)[b];
 }
 
 /* The candidates of the knapsack, after the aggressive cut; must-save ones
@@ -115,7 +92,7 @@ static int list_candidates(const fxcut_ctx *c, const fxcut_budget_options *b,
     int32_t count = 0, saves = 0;
     for (int32_t i = 0; i < g->n; i++) {
         if (!(res->node_class[i] & FXCUT_C_BANNED) ||
-            res->dist_from_bw[i] >= DIST_FAR)
+            res->dist_from_bw[i] >= FXCUT_DIST_FAR)
             continue;
         int shares_input = b->input_storage != NULL && b->input_storage[i];
         int non_builtin = c->opt->is_non_builtin_to_include &&
@@ -136,7 +113,7 @@ static int list_candidates(const fxcut_ctx *c, const fxcut_budget_options *b,
     int32_t *tmp = malloc(((size_t)count + 1) * sizeof *tmp);
     if (tmp == NULL)
         return fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
-    sort_by_size(plan->candidates, tmp, g->nbytes, count);
+    fxcut_sort_desc_stable(plan->candidates, tmp, count, larger, g->nbytes);
     free(tmp);
     plan->n_candidates = count;
     *n_must_save = saves;
@@ -185,8 +162,6 @@ static int plan_stages(fxcut_ctx *c, const fxcut_partition_options *opt,
     more.ban_if_used_far_apart = 0;
     more.ban_if_long_fusible_chains = 0;
     more.ban_if_materialized_backward = 0;
-    more.dont_ban = NULL;
-    more.keep_network = 0;
     rc = fxcut_decision_cut(c, &more, err);
     plan->n_passes = 2;
     if (rc == FXCUT_OK)
@@ -246,8 +221,12 @@ int fxcut_budget_plan_decide(const fxcut_graph *g,
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "activation_memory_budget (%g) must be between 0 "
                           "and 1", budget);
+    /* The passes un-ban nothing and keep no network (fxcut.h). */
+    fxcut_partition_options first = *opt;
+    first.dont_ban = NULL;
+    first.keep_network = FXCUT_KEEP_NONE;
     fxcut_ctx c;
-    int rc = fxcut_decision_prepare(&c, g, opt, res, err);
+    int rc = fxcut_decision_prepare(&c, g, &first, res, err);
     int32_t *scratch = NULL;
     if (rc == FXCUT_OK && res->n_required_bw > 0) {
         /* inputs, then must-save candidates: fewer than 2n together. */
@@ -255,7 +234,7 @@ int fxcut_budget_plan_decide(const fxcut_graph *g,
         if (scratch == NULL)
             rc = fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
         else
-            rc = plan_stages(&c, opt, bopt, plan, scratch, err);
+            rc = plan_stages(&c, &first, bopt, plan, scratch, err);
     }
     free(scratch);
     fxcut_decision_release(&c);

@@ -18,8 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DIST_FAR ((int64_t)1000000000)
-
 static int32_t classify_backward(fxcut_ctx *c)
 {
     const fxcut_graph *g = c->g;
@@ -47,12 +45,6 @@ static int32_t classify_backward(fxcut_ctx *c)
     return count;
 }
 
-static int is_input(const fxcut_graph *g, int32_t i)
-{
-    return g->kind[i] == FXCUT_PLACEHOLDER &&
-           (g->flags[i] & (FXCUT_F_PRIMAL | FXCUT_F_FWD_SEED)) != 0;
-}
-
 static int classify_forward(fxcut_ctx *c, fxcut_error *err)
 {
     const fxcut_graph *g = c->g;
@@ -64,7 +56,7 @@ static int classify_forward(fxcut_ctx *c, fxcut_error *err)
                           "out of memory classifying %d nodes", (int)g->n);
     for (int32_t i = 0; i < g->n; i++) {
         uint32_t f = g->flags[i];
-        if (is_input(g, i)) {
+        if (fxcut_is_input(g, i)) {
             cls[i] |= FXCUT_C_INPUT;
             state[i] = 1;
         } else if (f & FXCUT_F_MUST_BE_IN_BW) {
@@ -125,11 +117,11 @@ static void compute_dist_from_bw(fxcut_ctx *c)
     int64_t *dist = c->res->dist_from_bw;
     for (int32_t i = g->n - 1; i >= 0; i--) {
         if (g->kind[i] == FXCUT_OUTPUT) {
-            dist[i] = DIST_FAR;
+            dist[i] = FXCUT_DIST_FAR;
         } else if (!fxcut_is_fw(c, i)) {
             dist[i] = 0;
         } else {
-            int64_t d = DIST_FAR;
+            int64_t d = FXCUT_DIST_FAR;
             for (int32_t e = c->user_ptr[i]; e < c->user_ptr[i + 1]; e++) {
                 int64_t via = dist[c->user_idx[e]] + 1;
                 if (via < d)

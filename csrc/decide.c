@@ -15,9 +15,16 @@
 #define V_IN(i) (2 * (i))
 #define V_OUT(i) (2 * (i) + 1)
 
-/* INT_INF of torch's partitioner: the weight of a value never to be saved
- * but not strictly impossible to save (non-SymInt symbolic values). */
-#define INT_INF_WEIGHT ((int64_t)1000000)
+/* torch's get_node_weight: size * 1.1 ** clamp(dist_from_bw, 1, 100),
+ * 2x for a value whose users all fuse it (it would be written and read). */
+#define WEIGHT_DIST_MIN 1
+#define WEIGHT_DIST_MAX 100
+#define WEIGHT_GROWTH 1.1
+/* Weights stay below 2^62: sums of a few of them fit int64. */
+#define WEIGHT_LIMIT 4611686018427387904.0
+/* A SymInt / SymBool costs 1 to save, a SymFloat 4 (torch's choice). */
+#define WEIGHT_SYMINT 1
+#define WEIGHT_SYMFLOAT 4
 
 typedef struct {
     int32_t *tail;
@@ -106,7 +113,7 @@ static int node_weight(const fxcut_ctx *c, int32_t i, int64_t *w,
     const fxcut_partition_options *o = c->opt;
     const uint32_t f = g->flags[i];
     if (f & FXCUT_F_SYM) {
-        *w = (f & FXCUT_F_SYMFLOAT) ? 4 : 1;
+        *w = (f & FXCUT_F_SYMFLOAT) ? WEIGHT_SYMFLOAT : WEIGHT_SYMINT;
         return FXCUT_OK;
     }
     if (f & FXCUT_F_NON_TENSOR) {
@@ -126,12 +133,12 @@ static int node_weight(const fxcut_ctx *c, int32_t i, int64_t *w,
         *w = FXCUT_WEIGHT_INF;
         return FXCUT_OK;
     }
-    (void)INT_INF_WEIGHT; /* symbolic values are handled above */
     int64_t d = c->res->dist_from_bw[i];
-    double k = (double)(d > 100 ? 100 : (d < 1 ? 1 : d));
+    double k = (double)(d > WEIGHT_DIST_MAX ? WEIGHT_DIST_MAX
+                                            : (d < WEIGHT_DIST_MIN ? WEIGHT_DIST_MIN : d));
     /* As torch: int(size * 1.1 ** k), in double, truncated. */
-    double scaled = (double)size * pow(1.1, k);
-    if (!(scaled < 4611686018427387904.0)) /* 2^62 */
+    double scaled = (double)size * pow(WEIGHT_GROWTH, k);
+    if (!(scaled < WEIGHT_LIMIT))
         return fxcut_fail(err, FXCUT_E_OVERFLOW, i,
                           "weight of node %d (%lld bytes) exceeds 2^62",
                           (int)i, (long long)size);
@@ -192,79 +199,49 @@ static int build_node_edges(fxcut_ctx *c, edge_list *el, fxcut_error *err)
     return FXCUT_OK;
 }
 
-/* One source -> sink path of infinite edges, as node indices (consecutive
- * duplicates merged), or 0 nodes when there is none.  BFS from the source. */
-static int find_infinite_path(const fxcut_ctx *c, const edge_list *el,
-                              fxcut_error *err)
+/* The infinite path the max-flow found, as node indices (X_in / X_out of a
+ * node merged, source and sink left out): the result's chain. */
+static void keep_chain(void *arg, const int32_t *path, int32_t len)
 {
-    const int32_t nv = 2 * c->g->n + 2, source = nv - 2, sink = nv - 1;
-    int32_t *ptr = calloc((size_t)nv + 1, sizeof *ptr);
-    int32_t *adj = malloc(((size_t)el->len + 1) * sizeof *adj);
-    int32_t *prev = malloc((size_t)nv * sizeof *prev);
-    int32_t *queue = malloc((size_t)nv * sizeof *queue);
-    if (ptr == NULL || adj == NULL || prev == NULL || queue == NULL) {
-        free(ptr);
-        free(adj);
-        free(prev);
-        free(queue);
-        return fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
-    }
-    for (int64_t e = 0; e < el->len; e++)
-        if (el->cap[e] == FXCUT_CAP_INF)
-            ptr[el->tail[e] + 1]++;
-    for (int32_t v = 0; v < nv; v++)
-        ptr[v + 1] += ptr[v];
-    for (int64_t e = 0; e < el->len; e++)
-        if (el->cap[e] == FXCUT_CAP_INF)
-            adj[ptr[el->tail[e]]++] = el->head[e];
-    for (int32_t v = nv; v > 0; v--)
-        ptr[v] = ptr[v - 1];
-    ptr[0] = 0;
-    for (int32_t v = 0; v < nv; v++)
-        prev[v] = -2;
-    int32_t qh = 0, qt = 0;
-    queue[qt++] = source;
-    prev[source] = -1;
-    while (qh < qt && prev[sink] == -2) {
-        int32_t v = queue[qh++];
-        for (int32_t e = ptr[v]; e < ptr[v + 1]; e++)
-            if (prev[adj[e]] == -2) {
-                prev[adj[e]] = v;
-                queue[qt++] = adj[e];
-            }
-    }
-    fxcut_partition_result *res = c->res;
+    fxcut_partition_result *res = ((const fxcut_ctx *)arg)->res;
+    const int32_t source = 2 * ((const fxcut_ctx *)arg)->g->n;
     res->n_chain = 0;
-    if (prev[sink] != -2) {
-        /* Walk back, then reverse, keeping node indices only. */
-        for (int32_t v = prev[sink]; v != source && v >= 0; v = prev[v]) {
-            int32_t node = v / 2;
-            if (res->n_chain == 0 || res->chain[res->n_chain - 1] != node)
-                res->chain[res->n_chain++] = node;
-        }
-        for (int32_t a = 0, b = res->n_chain - 1; a < b; a++, b--) {
-            int32_t t = res->chain[a];
-            res->chain[a] = res->chain[b];
-            res->chain[b] = t;
-        }
+    for (int32_t k = 0; k < len; k++) {
+        if (path[k] >= source)
+            continue;
+        int32_t node = path[k] / 2;
+        if (res->n_chain == 0 || res->chain[res->n_chain - 1] != node)
+            res->chain[res->n_chain++] = node;
     }
-    free(ptr);
-    free(adj);
-    free(prev);
-    free(queue);
-    return FXCUT_OK;
 }
 
-/* Frees the edge list (fxcut_min_cut_release calls this once the residual
- * network is built). */
-static void edge_list_free(void *arg)
+/* What fxcut_min_cut_hooked needs: the edge list's release and the chain. */
+typedef struct {
+    fxcut_ctx *c;
+    edge_list *el;
+    int keep;
+} solve_args;
+
+/* Frees the edge list. */
+static void edge_list_free(edge_list *el)
 {
-    edge_list *el = arg;
     free(el->tail);
     free(el->head);
     free(el->cap);
     el->tail = el->head = NULL;
     el->cap = NULL;
+}
+
+static void solve_release(void *arg)
+{
+    const solve_args *a = arg;
+    if (!a->keep)
+        edge_list_free(a->el);
+}
+
+static void solve_infinite_path(void *arg, const int32_t *path, int32_t len)
+{
+    keep_chain(((const solve_args *)arg)->c, path, len);
 }
 
 /* Solves the network and reads the saved set off the cut.  Unless the
@@ -276,26 +253,31 @@ static int solve_and_extract(fxcut_ctx *c, edge_list *el, int keep,
     const fxcut_graph *g = c->g;
     fxcut_partition_result *res = c->res;
     const int32_t nv = 2 * g->n + 2;
-    int rc = find_infinite_path(c, el, err);
+    uint8_t *sink_side = malloc((size_t)nv);
+    if (sink_side == NULL) {
+        if (!keep)
+            edge_list_free(el);
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
+    }
+    fxcut_network net = {nv, el->len, el->tail, el->head, el->cap};
+    solve_args args = {c, el, keep};
+    const fxcut_min_cut_hooks hooks = {solve_release, solve_infinite_path,
+                                       &args};
+    fxcut_u128 value = {0, 0};
+    int rc = fxcut_min_cut_hooked(&net, nv - 2, nv - 1, FXCUT_MAXFLOW_DEFAULT,
+                                  &value, sink_side, &hooks, err);
     if (rc != FXCUT_OK)
-        return rc;
-    if (res->n_chain > 0)
+        free(sink_side);
+    if (rc == FXCUT_E_UNBOUNDED && res->n_chain > 0)
         return fxcut_fail(err, FXCUT_E_UNBOUNDED, res->chain[0],
                           "a value is needed in backward but can be neither "
                           "saved nor recomputed: %d nodes join source and "
                           "sink by infinite edges, starting at node %d",
                           (int)res->n_chain, (int)res->chain[0]);
-    uint8_t *sink_side = malloc((size_t)nv);
-    if (sink_side == NULL)
-        return fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
-    fxcut_network net = {nv, el->len, el->tail, el->head, el->cap};
-    rc = fxcut_min_cut_release(&net, nv - 2, nv - 1, FXCUT_MAXFLOW_DEFAULT,
-                               &res->cut_value, sink_side,
-                               keep ? NULL : edge_list_free, el, err);
-    if (rc != FXCUT_OK) {
-        free(sink_side);
+    if (rc != FXCUT_OK)
         return rc;
-    }
+    res->cut_value_hi = value.hi;
+    res->cut_value_lo = value.lo;
     res->n_saved = 0;
     for (int32_t i = 0; i < g->n; i++) {
         if (sink_side[V_IN(i)])
@@ -315,6 +297,12 @@ int fxcut_decision_prepare(fxcut_ctx *c, const fxcut_graph *g,
                            fxcut_partition_result *res, fxcut_error *err)
 {
     memset(c, 0, sizeof *c);
+    if (opt->keep_network > FXCUT_KEEP_MAX)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "keep_network (%d) must be %d (none), %d (keep) or "
+                          "%d (build only)", (int)opt->keep_network,
+                          FXCUT_KEEP_NONE, FXCUT_KEEP_NETWORK,
+                          FXCUT_KEEP_BUILD_ONLY);
     if (opt->num_fwd_outputs < 0 || opt->num_fwd_outputs > g->n_outputs)
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "num_fwd_outputs (%d) must be between 0 and the "
@@ -336,7 +324,7 @@ int fxcut_decision_prepare(fxcut_ctx *c, const fxcut_graph *g,
     res->n_saved = 0;
     res->n_chain = 0;
     res->n_required_bw = 0;
-    res->cut_value.hi = res->cut_value.lo = 0;
+    res->cut_value_hi = res->cut_value_lo = 0;
     res->net_tail = res->net_head = NULL;
     res->net_cap = NULL;
     res->net_len = 0;
@@ -369,7 +357,7 @@ int fxcut_decision_cut(fxcut_ctx *c, const fxcut_partition_options *pass,
     c->opt = pass;
     res->n_saved = 0;
     res->n_chain = 0;
-    res->cut_value.hi = res->cut_value.lo = 0;
+    res->cut_value_hi = res->cut_value_lo = 0;
     for (int32_t i = 0; i < g->n; i++) {
         res->node_class[i] &= (uint8_t)CLASS_BITS;
         res->ban_reason[i] = FXCUT_BAN_NONE;
@@ -396,12 +384,10 @@ int fxcut_decision_cut(fxcut_ctx *c, const fxcut_partition_options *pass,
             add_edge(&el, 2 * g->n, V_IN(i), FXCUT_CAP_INF);
     if (c->last_cut)
         ctx_free(c); /* the users CSR, heap and stamps: ~40 B/node + 20 B/edge */
-    if (pass->keep_network == 2) {
-        /* Network only: the caller solves it (tests, benchmarks). */
-    } else {
-        rc = solve_and_extract(c, &el, pass->keep_network != 0, err);
-    }
-    if (pass->keep_network) {
+    if (pass->keep_network != FXCUT_KEEP_BUILD_ONLY)
+        rc = solve_and_extract(c, &el, pass->keep_network != FXCUT_KEEP_NONE,
+                               err);
+    if (pass->keep_network != FXCUT_KEEP_NONE) {
         fxcut_partition_result_release(res);
         res->net_tail = el.tail;
         res->net_head = el.head;
@@ -438,4 +424,14 @@ void fxcut_partition_result_release(fxcut_partition_result *res)
     res->net_tail = res->net_head = NULL;
     res->net_cap = NULL;
     res->net_len = 0;
+}
+
+fxcut_result_sizes fxcut_result_sizes_for(int32_t n)
+{
+    /* chain: the nodes of a shortest source -> sink path, each once (a
+     * node's X_out is entered from its X_in only, so its two vertices are
+     * adjacent on the path and merge), +2 for slack. */
+    size_t un = n > 0 ? (size_t)n : 0;
+    fxcut_result_sizes s = {un, un, un + 2, un};
+    return s;
 }

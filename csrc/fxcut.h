@@ -10,6 +10,26 @@
  * fxcut_error with a message and the index of the offending node (or -1).
  * No entry point keeps state between calls; all memory is owned by the
  * caller or freed before return.
+ *
+ * The contract on inputs:
+ *   - fxcut_graph_validate checks a graph array (every invariant stated
+ *     above fxcut_graph).  fxcut_graph_users, fxcut_param_alias_walk,
+ *     fxcut_partition_decide and fxcut_budget_plan_decide REQUIRE a graph
+ *     that fxcut_graph_validate accepted; given any other, their behaviour
+ *     is undefined.  They check everything else they are given themselves:
+ *     the options (num_fwd_outputs, keep_network, the budget), the index
+ *     lists (params, force_save, the fuse pairs), each entry read once and
+ *     checked before it is used.
+ *   - fxcut_min_cut (maxflow.h) and fxcut_knapsack_solve (knapsack.h)
+ *     validate all of their input.
+ *   - No input array may change while an entry point runs: what was
+ *     validated is read again later.  A caller whose arrays another thread
+ *     can write (the binding: Python buffers, read without the GIL) copies
+ *     the arrays that hold indices first, and validates the copy.  The
+ *     other arrays (kinds, flags, tags, sizes, masks) are only compared and
+ *     summed, never used to address memory, so a torn value there gives a
+ *     wrong answer at worst.
+ *   - Caller-allocated result arrays are sized by fxcut_result_sizes_for.
  */
 #ifndef FXCUT_H
 #define FXCUT_H
@@ -120,7 +140,9 @@ enum fxcut_status {
     FXCUT_E_UNBOUNDED = 4,  /* source and sink joined by infinite edges */
     FXCUT_E_OVERFLOW = 5,   /* a quantity does not fit the integer type */
     FXCUT_E_SIZE = 6,       /* a node's size was needed but is unknown */
-    FXCUT_E_UNSUPPORTED = 7 /* a graph shape the core does not decide */
+    FXCUT_E_UNSUPPORTED = 7, /* a graph shape the core does not decide */
+    FXCUT_E_INTERNAL = 8    /* a broken invariant of the core itself: a
+                               bug (SystemError) */
 };
 
 typedef struct {
@@ -128,19 +150,6 @@ typedef struct {
     int64_t node;       /* offending node index, or -1 */
     char message[256];
 } fxcut_error;
-
-/* Sets err and returns code; message is printf-style. */
-int fxcut_fail(fxcut_error *err, int code, int64_t node, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-
-/* An exact unsigned 128-bit quantity (cut values can exceed 2^63). */
-typedef struct {
-    uint64_t hi;
-    uint64_t lo;
-} fxcut_u128;
 
 /* ---- graph.c ----------------------------------------------------------- */
 
@@ -202,6 +211,15 @@ enum fxcut_ban_reason {
 /* No X_in -> X_out edge for this node. */
 #define FXCUT_WEIGHT_NONE ((int64_t)-2)
 
+/* What a decision does with its flow network. */
+enum fxcut_keep_network {
+    FXCUT_KEEP_NONE = 0,       /* solve it and free it */
+    FXCUT_KEEP_NETWORK = 1,    /* solve it and hand it back (net_*) */
+    FXCUT_KEEP_BUILD_ONLY = 2, /* build it and hand it back unsolved:
+                                  saved stays empty, cut_value 0 */
+    FXCUT_KEEP_MAX = 2
+};
+
 /*
  * The options of torch's min-cut partitioner (MinCutOptions and the
  * torch._functorch.config values it reads), read by Python at call time.
@@ -220,7 +238,11 @@ typedef struct {
     int64_t max_dist_from_bw;
     /* n entries or NULL: primals whose lifetime is static (parameters) */
     const uint8_t *static_lifetime;
-    /* n entries or NULL: nodes the memory-budget pass un-bans */
+    /* n entries or NULL: nonzero for a node no ban rule may ban (the
+     * memory budget's recomputed knapsack candidates): it gets no source
+     * edge and no ban_reason.  Collectives stay banned unless
+     * unsafe_allow_optimization_of_collectives; a node tagged to be
+     * recomputed, a view and a SymFloat are never banned anyway. */
     const uint8_t *dont_ban;
     /* Nodes forced MUST_SAVE after the other tag passes (the sources of
      * mutations that happen both in forward and backward). */
@@ -230,14 +252,13 @@ typedef struct {
     const int32_t *fuse_pair_a;
     const int32_t *fuse_pair_b;
     int32_t n_fuse_pairs;
-    /* 1: hand the flow network back in the result (net_*); 2: build it and
-     * hand it back without solving (saved stays empty). */
+    /* enum fxcut_keep_network */
     uint8_t keep_network;
 } fxcut_partition_options;
 
 /*
- * What the decision produced.  Arrays of n entries are allocated by the
- * caller; saved must have room for n entries, chain for n + 2.
+ * What the decision produced.  The arrays are allocated by the caller, with
+ * the entries fxcut_result_sizes_for gives.
  */
 typedef struct {
     int8_t *tag;            /* tags after clean-up and forced saves */
@@ -251,7 +272,8 @@ typedef struct {
     int32_t *chain;         /* on FXCUT_E_UNBOUNDED: the nodes of one infinite
                                source -> sink path, in order */
     int32_t n_chain;
-    fxcut_u128 cut_value;
+    uint64_t cut_value_hi;  /* the cut's exact capacity: */
+    uint64_t cut_value_lo;  /* cut_value_hi * 2^64 + cut_value_lo */
     /* With opt->keep_network: the flow network (2n + 2 vertices: X_in = 2i,
      * X_out = 2i + 1, source 2n, sink 2n + 1; capacity -1 = infinite).
      * Owned by the result: release with fxcut_partition_result_release. */
@@ -262,6 +284,17 @@ typedef struct {
 } fxcut_partition_result;
 
 void fxcut_partition_result_release(fxcut_partition_result *res);
+
+/* Entries of the caller-allocated result arrays for a graph of n nodes: the
+ * one rule the binding and the fuzzers allocate by. */
+typedef struct {
+    size_t per_node;    /* tag, node_class, ban_reason, dist_from_bw, weight */
+    size_t saved;       /* fxcut_partition_result.saved */
+    size_t chain;       /* fxcut_partition_result.chain */
+    size_t candidates;  /* fxcut_budget_plan.candidates and .memories */
+} fxcut_result_sizes;
+
+fxcut_result_sizes fxcut_result_sizes_for(int32_t n);
 
 /*
  * The whole decision of torch's min_cut_rematerialization_partition at
@@ -329,7 +362,9 @@ typedef struct {
 } fxcut_budget_plan;
 
 /* Per pass: opt's ban switches, relaxed by the budget pass as torch
- * relaxes them; opt->dont_ban is ignored. */
+ * relaxes them.  opt->dont_ban and opt->keep_network are ignored: no pass
+ * un-bans anything (the knapsack's final cut is the caller's) or keeps its
+ * network. */
 int fxcut_budget_plan_decide(const fxcut_graph *g,
                              const fxcut_partition_options *opt,
                              const fxcut_budget_options *bopt,

@@ -1,22 +1,7 @@
 /* graph.c -- validation of a graph array and the users CSR. */
-#include "fxcut.h"
+#include "fxcut_internal.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
-
-int fxcut_fail(fxcut_error *err, int code, int64_t node, const char *fmt, ...)
-{
-    if (err != NULL) {
-        va_list ap;
-        err->code = code;
-        err->node = node;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* One CSR (ptr[0..n], idx[0..ptr[n])): monotone, in range, and every
  * referenced node precedes its referrer (graph order is topological).

@@ -9,6 +9,7 @@
  * is multiplied), so every table entry, and hence every tie, is the one
  * torch computes.  Quantisation rounds half to even, as Python's round().
  */
+#include "fxcut_internal.h"
 #include "knapsack.h"
 
 #include <math.h>
@@ -360,24 +361,10 @@ done:
 
 /* ---- greedy: torch's greedy_knapsack ------------------------------------ */
 
-/* Stable merge sort of idx by key, descending: Python's
- * sorted(..., reverse=True) keeps equal keys in their original order. */
-static void sort_desc(int32_t *idx, int32_t *tmp, const double *key, int32_t n)
+/* Sort key of greedy: runtime / memory, largest first. */
+static int higher_ratio(const void *ratio, int32_t a, int32_t b)
 {
-    for (int32_t width = 1; width < n; width *= 2) {
-        for (int32_t lo = 0; lo < n; lo += 2 * width) {
-            int32_t mid = lo + width < n ? lo + width : n;
-            int32_t hi = lo + 2 * width < n ? lo + 2 * width : n;
-            int32_t a = lo, b = mid, k = lo;
-            while (a < mid && b < hi)
-                tmp[k++] = key[idx[b]] > key[idx[a]] ? idx[b++] : idx[a++];
-            while (a < mid)
-                tmp[k++] = idx[a++];
-            while (b < hi)
-                tmp[k++] = idx[b++];
-        }
-        memcpy(idx, tmp, (size_t)n * sizeof *idx);
-    }
+    return ((const double *)ratio)[a] > ((const double *)ratio)[b];
 }
 
 static int solve_greedy(const fxcut_knapsack_problem *p, meter *m,
@@ -401,7 +388,7 @@ static int solve_greedy(const fxcut_knapsack_problem *p, meter *m,
         ratio[k] = p->runtime[k] / p->memory[k];
         res->order[k] = k;
     }
-    sort_desc(res->order, tmp, ratio, p->n);
+    fxcut_sort_desc_stable(res->order, tmp, p->n, higher_ratio, ratio);
     double total_memory = 0.0, total_runtime = 0.0;
     for (int32_t k = 0; k < p->n; k++) {
         int32_t i = res->order[k];

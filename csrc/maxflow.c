@@ -28,7 +28,7 @@
  *     value: the max-flow/min-cut theorem, as a guard against any
  *     arithmetic slip.  An edge's capacity is read back from its arc pair
  *     (res[a] + res[rev[a]], the pair invariant), so the input arrays are
- *     not needed after step 2: fxcut_min_cut_release hands them back to
+ *     not needed after step 2: fxcut_min_cut_hooked hands them back to
  *     the caller then, before the solver allocates its state.
  */
 #include "maxflow_internal.h"
@@ -42,13 +42,6 @@
 
 /* How many path vertices an unbounded-cut message names. */
 #define PATH_SHOWN 8
-
-static void u128_add(fxcut_u128 *x, uint64_t y)
-{
-    uint64_t lo = x->lo + y;
-    x->hi += lo < y;
-    x->lo = lo;
-}
 
 static int u128_equal(fxcut_u128 x, fxcut_u128 y)
 {
@@ -208,7 +201,7 @@ static int residual_build(const fxcut_network *net, int32_t sink,
  * names the path's first vertices, err->node the vertex after the source.
  */
 static int source_closure(const residual *r, int32_t source, uint8_t *in_r,
-                          fxcut_error *err)
+                          const fxcut_min_cut_hooks *hooks, fxcut_error *err)
 {
     const int32_t n = r->arcs.n, sink = r->arcs.sink;
     int32_t *queue = malloc((size_t)n * sizeof *queue);
@@ -236,22 +229,30 @@ static int source_closure(const residual *r, int32_t source, uint8_t *in_r,
     }
     int rc = FXCUT_OK;
     if (in_r[sink]) {
-        /* Walk back from the sink, writing the path into queue reversed. */
+        /* Walk back from the sink, writing the path into queue reversed,
+         * then turn it round. */
         int32_t len = 0;
         for (int32_t v = sink; v != source; v = parent[v])
             queue[len++] = v;
         queue[len++] = source;
+        for (int32_t a = 0, b = len - 1; a < b; a++, b--) {
+            int32_t t = queue[a];
+            queue[a] = queue[b];
+            queue[b] = t;
+        }
+        if (hooks != NULL && hooks->infinite_path != NULL)
+            hooks->infinite_path(hooks->arg, queue, len);
         char shown[8 * 12 + 16];
         size_t used = 0;
         int32_t show = len <= PATH_SHOWN ? len : PATH_SHOWN;
         for (int32_t i = 0; i < show; i++) {
             int k = snprintf(shown + used, sizeof shown - used, "%s%d",
-                             i ? " -> " : "", (int)queue[len - 1 - i]);
+                             i ? " -> " : "", (int)queue[i]);
             if (k < 0 || (size_t)k >= sizeof shown - used)
                 break;
             used += (size_t)k;
         }
-        rc = fxcut_fail(err, FXCUT_E_UNBOUNDED, queue[len - 2],
+        rc = fxcut_fail(err, FXCUT_E_UNBOUNDED, queue[1],
                         "min_cut: the source (%d) and the sink (%d) are "
                         "joined by a path of %d infinite-capacity edges, so "
                         "no cut is finite: %s%s", (int)source, (int)sink,
@@ -272,7 +273,7 @@ static fxcut_u128 capacity_leaving(const residual *r, const uint8_t *in_r)
             continue;
         for (int32_t a = r->first[v]; a < r->first[v + 1]; a++)
             if (!in_r[r->head[a]])
-                u128_add(&total, (uint64_t)r->res64[a]);
+                fxcut_u128_add(&total, (uint64_t)r->res64[a]);
     }
     return total;
 }
@@ -296,7 +297,7 @@ static fxcut_u128 capacity_leaving(const residual *r, const uint8_t *in_r)
                     continue;                                                 \
                 FLOW_T cap_ = (res)[a_] + (res)[(r)->rev[a_]];                \
                 if (cap_ >= (inf)) {                                          \
-                    (rc) = fxcut_fail((err), FXCUT_E_OVERFLOW, v_,            \
+                    (rc) = fxcut_fail((err), FXCUT_E_INTERNAL, v_,            \
                                       "min_cut: internal error: the cut "     \
                                       "crosses an edge of capacity >= the "   \
                                       "infinity (%d -> %d)", (int)v_,         \
@@ -304,7 +305,7 @@ static fxcut_u128 capacity_leaving(const residual *r, const uint8_t *in_r)
                     break;                                                    \
                 }                                                             \
                 fxcut_u128 c_ = FXCUT_FLOW_TO_U128(cap_);                     \
-                u128_add(&total_, c_.lo);                                     \
+                fxcut_u128_add(&total_, c_.lo);                                     \
                 total_.hi += c_.hi;                                           \
             }                                                                 \
         }                                                                     \
@@ -358,26 +359,26 @@ static int solve_i128(residual *r, int algorithm, fxcut_u128 inf,
 
 /* The entry points; see maxflow.h for the contract and the memory.
  * sink_side doubles as the R mask between steps 3 and 6. */
-int fxcut_min_cut_release(const fxcut_network *net, int32_t source,
-                          int32_t sink, int algorithm, fxcut_u128 *cut_value,
-                          uint8_t *sink_side, void (*release)(void *),
-                          void *release_arg, fxcut_error *err)
+int fxcut_min_cut_hooked(const fxcut_network *net, int32_t source,
+                         int32_t sink, int algorithm, fxcut_u128 *cut_value,
+                         uint8_t *sink_side, const fxcut_min_cut_hooks *hooks,
+                         fxcut_error *err)
 {
     residual r;
     int rc = validate(net, source, sink, algorithm, err);
     if (rc == FXCUT_OK)
         rc = residual_build(net, sink, &r, err);
     /* Steps 3-7 read the residual network only. */
-    if (release != NULL)
-        release(release_arg);
+    if (hooks != NULL && hooks->release != NULL)
+        hooks->release(hooks->arg);
     if (rc != FXCUT_OK)
         return rc;
-    rc = source_closure(&r, source, sink_side, err);
+    rc = source_closure(&r, source, sink_side, hooks, err);
     if (rc != FXCUT_OK)
         goto done;
 
     fxcut_u128 inf = capacity_leaving(&r, sink_side);
-    u128_add(&inf, 1);
+    fxcut_u128_add(&inf, 1);
     fxcut_u128 flow = {0, 0};
     if (inf.hi == 0 && inf.lo <= (uint64_t)INT64_MAX) {
         rc = solve_i64(&r, algorithm, (int64_t)inf.lo, sink_side, &flow,
@@ -392,7 +393,7 @@ int fxcut_min_cut_release(const fxcut_network *net, int32_t source,
 #endif
     }
     if (rc == FXCUT_OK && !u128_equal(*cut_value, flow))
-        rc = fxcut_fail(err, FXCUT_E_OVERFLOW, -1,
+        rc = fxcut_fail(err, FXCUT_E_INTERNAL, -1,
                         "min_cut: internal error: the flow (hi %llu, lo %llu) "
                         "differs from the cut (hi %llu, lo %llu)",
                         (unsigned long long)flow.hi,
@@ -408,6 +409,6 @@ int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
                   int algorithm, fxcut_u128 *cut_value, uint8_t *sink_side,
                   fxcut_error *err)
 {
-    return fxcut_min_cut_release(net, source, sink, algorithm, cut_value,
-                                 sink_side, NULL, NULL, err);
+    return fxcut_min_cut_hooked(net, source, sink, algorithm, cut_value,
+                                sink_side, NULL, err);
 }

@@ -5,7 +5,7 @@
 #ifndef FXCUT_MAXFLOW_H
 #define FXCUT_MAXFLOW_H
 
-#include "fxcut.h"
+#include "fxcut_internal.h"
 
 /* A capacity of FXCUT_CAP_INF means "infinite". */
 #define FXCUT_CAP_INF ((int64_t)-1)
@@ -63,16 +63,24 @@ int fxcut_min_cut(const fxcut_network *net, int32_t source, int32_t sink,
                   int algorithm, fxcut_u128 *cut_value, uint8_t *sink_side,
                   fxcut_error *err);
 
-/*
- * fxcut_min_cut, calling release(release_arg) exactly once (when release
- * is not NULL), as soon as net's arrays are no longer read: after the
- * residual network is built and before the solver allocates its state, or
- * on an early error.  A caller that owns the edge arrays frees them there,
- * so they never sit under the solver's memory.
- */
-int fxcut_min_cut_release(const fxcut_network *net, int32_t source,
-                          int32_t sink, int algorithm, fxcut_u128 *cut_value,
-                          uint8_t *sink_side, void (*release)(void *),
-                          void *release_arg, fxcut_error *err);
+/* Optional callbacks of fxcut_min_cut_hooked; any may be NULL. */
+typedef struct {
+    /* Called exactly once, as soon as net's arrays are no longer read:
+     * after the residual network is built and before the solver allocates
+     * its state, or on an early error.  A caller that owns the edge arrays
+     * frees them there, so they never sit under the solver's memory. */
+    void (*release)(void *arg);
+    /* On FXCUT_E_UNBOUNDED: the infinite path found (a shortest one, edges
+     * taken in input order), path[0] the source ... path[len - 1] the sink;
+     * the array is the solver's, valid during the call only. */
+    void (*infinite_path)(void *arg, const int32_t *path, int32_t len);
+    void *arg;
+} fxcut_min_cut_hooks;
+
+/* fxcut_min_cut with hooks (NULL: none). */
+int fxcut_min_cut_hooked(const fxcut_network *net, int32_t source,
+                         int32_t sink, int algorithm, fxcut_u128 *cut_value,
+                         uint8_t *sink_side, const fxcut_min_cut_hooks *hooks,
+                         fxcut_error *err);
 
 #endif /* FXCUT_MAXFLOW_H */

@@ -10,25 +10,79 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "fxcut.h"
 #include "py_binding.h"
+#include "knapsack.h"
+#include "maxflow.h"
 
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- module state ------------------------------------------------------ */
 
-typedef struct {
-    PyObject *infinite_cut_error; /* fxcut._C.InfiniteCutError */
-} module_state;
-
-static module_state *get_state(PyObject *module)
+fxcut_module_state *fxcut_state(PyObject *module)
 {
-    return (module_state *)PyModule_GetState(module);
+    return (fxcut_module_state *)PyModule_GetState(module);
 }
 
 /* ---- errors ------------------------------------------------------------ */
 
-PyObject *fxcut_raise(PyObject *module, const fxcut_error *err)
+/* The exception being handled, taken (normalized); NULL when none.  Python
+ * 3.12 has one call for it; older ones the (type, value, traceback)
+ * triple, deprecated since. */
+static PyObject *take_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (type == NULL)
+        return NULL;
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+#endif
+}
+
+/* Raises exc (a reference is stolen). */
+static void give_exception(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    PyErr_SetRaisedException(exc);
+#else
+    PyObject *type = (PyObject *)Py_TYPE(exc);
+    Py_INCREF(type);
+    PyErr_Restore(type, exc, PyException_GetTraceback(exc));
+#endif
+}
+
+PyObject *fxcut_raise_from_current(PyObject *type, const char *format, ...)
+{
+    PyObject *cause = take_exception();
+    va_list ap;
+    va_start(ap, format);
+    PyErr_FormatV(type, format, ap);
+    va_end(ap);
+    if (cause == NULL)
+        return NULL;
+    PyObject *exc = take_exception();
+    if (exc == NULL) {
+        Py_DECREF(cause);
+        return NULL;
+    }
+    Py_INCREF(cause);
+    PyException_SetContext(exc, cause);  /* steals */
+    PyException_SetCause(exc, cause);    /* steals */
+    give_exception(exc);
+    return NULL;
+}
+
+PyObject *fxcut_raise(PyObject *module, const fxcut_error *err,
+                      const char *attr, PyObject *value)
 {
     PyObject *type;
     switch (err->code) {
@@ -38,7 +92,7 @@ PyObject *fxcut_raise(PyObject *module, const fxcut_error *err)
     case FXCUT_E_NOMEM:
         return PyErr_NoMemory();
     case FXCUT_E_UNBOUNDED:
-        type = get_state(module)->infinite_cut_error;
+        type = fxcut_state(module)->infinite_cut_error;
         break;
     case FXCUT_E_OVERFLOW:
         type = PyExc_OverflowError;
@@ -49,6 +103,9 @@ PyObject *fxcut_raise(PyObject *module, const fxcut_error *err)
     case FXCUT_E_UNSUPPORTED:
         type = PyExc_NotImplementedError;
         break;
+    case FXCUT_E_INTERNAL:
+        type = PyExc_SystemError;
+        break;
     default:
         type = PyExc_ValueError;
         break;
@@ -57,15 +114,54 @@ PyObject *fxcut_raise(PyObject *module, const fxcut_error *err)
     if (exc == NULL)
         return NULL;
     PyObject *node = PyLong_FromLongLong((long long)err->node);
-    if (node == NULL || PyObject_SetAttrString(exc, "node", node) < 0) {
-        Py_XDECREF(node);
+    int rc = node == NULL ? -1 : PyObject_SetAttrString(exc, "node", node);
+    Py_XDECREF(node);
+    if (rc == 0 && attr != NULL)
+        rc = PyObject_SetAttrString(exc, attr, value);
+    if (rc < 0) {
         Py_DECREF(exc);
         return NULL;
     }
-    Py_DECREF(node);
     PyErr_SetObject(type, exc);
     Py_DECREF(exc);
     return NULL;
+}
+
+/* ---- results ----------------------------------------------------------- */
+
+PyObject *fxcut_pylong_from_u128(uint64_t hi, uint64_t lo)
+{
+    if (hi == 0)
+        return PyLong_FromUnsignedLongLong(lo);
+    PyObject *high = PyLong_FromUnsignedLongLong(hi);
+    PyObject *low = PyLong_FromUnsignedLongLong(lo);
+    PyObject *shift = PyLong_FromLong(64);
+    PyObject *shifted = NULL, *result = NULL;
+    if (high != NULL && low != NULL && shift != NULL)
+        shifted = PyNumber_Lshift(high, shift);
+    if (shifted != NULL)
+        result = PyNumber_Or(shifted, low);
+    Py_XDECREF(high);
+    Py_XDECREF(low);
+    Py_XDECREF(shift);
+    Py_XDECREF(shifted);
+    return result;
+}
+
+PyObject *fxcut_typed_view(const void *p, Py_ssize_t count, const char *format,
+                           Py_ssize_t itemsize)
+{
+    PyObject *bytes = PyBytes_FromStringAndSize(
+        count > 0 ? (const char *)p : "", count * itemsize);
+    if (bytes == NULL)
+        return NULL;
+    PyObject *raw = PyMemoryView_FromObject(bytes);
+    Py_DECREF(bytes);
+    if (raw == NULL || strcmp(format, "B") == 0)
+        return raw;
+    PyObject *view = PyObject_CallMethod(raw, "cast", "s", format);
+    Py_DECREF(raw);
+    return view;
 }
 
 /* ---- buffers ----------------------------------------------------------- */
@@ -74,18 +170,33 @@ int fxcut_get_buffer(PyObject *obj, const char *name, Py_ssize_t itemsize,
                      Py_ssize_t expected_len, Py_buffer *view)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        /* An object with the buffer protocol fails here only when its data
-         * is not contiguous (a strided numpy view): say that, not that it
-         * lacks the protocol. */
-        if (PyObject_CheckBuffer(obj))
-            PyErr_Format(PyExc_TypeError,
-                         "%s must be a C-contiguous buffer, got a "
-                         "non-contiguous %.100s", name, Py_TYPE(obj)->tp_name);
-        else
-            PyErr_Format(PyExc_TypeError,
-                         "%s must support the buffer protocol (array.array, "
-                         "numpy array), got %.100s", name,
-                         Py_TYPE(obj)->tp_name);
+        if (!PyObject_CheckBuffer(obj)) {
+            fxcut_raise_from_current(
+                PyExc_TypeError, "%s must support the buffer protocol "
+                "(array.array, numpy array), got %.100s", name,
+                Py_TYPE(obj)->tp_name);
+            return -1;
+        }
+        /* An exporter fails a contiguous request either because its data
+         * is strided (say so) or for a reason of its own, such as a
+         * released memoryview (keep that error). */
+        PyObject *why = take_exception();
+        Py_buffer probe;
+        if (PyObject_GetBuffer(obj, &probe, PyBUF_FULL_RO) == 0) {
+            int strided = !PyBuffer_IsContiguous(&probe, 'C');
+            PyBuffer_Release(&probe);
+            if (strided) {
+                give_exception(why);
+                fxcut_raise_from_current(
+                    PyExc_TypeError, "%s must be a C-contiguous buffer, got "
+                    "a non-contiguous %.100s", name, Py_TYPE(obj)->tp_name);
+                return -1;
+            }
+        } else {
+            PyErr_Clear();
+        }
+        if (why != NULL)
+            give_exception(why);
         return -1;
     }
     const char *fmt = view->format != NULL ? view->format : "B";
@@ -113,67 +224,127 @@ int fxcut_get_buffer(PyObject *obj, const char *name, Py_ssize_t itemsize,
     return 0;
 }
 
-/* The graph array as attributes of one Python object (fxcut.GraphArrays). */
-enum { GB_KIND, GB_FLAGS, GB_TAG, GB_AC, GB_NBYTES, GB_ARG_PTR, GB_ARG_IDX,
-       GB_IN_PTR, GB_IN_IDX, GB_OUTPUTS, GB_COUNT };
+int fxcut_copy_buffer(PyObject *obj, const char *name, Py_ssize_t itemsize,
+                      Py_ssize_t expected_len, int none_ok, void **out,
+                      Py_ssize_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    if (none_ok && obj == Py_None) {
+        if (expected_len > 0) {
+            PyErr_Format(PyExc_ValueError, "%s has 0 entries, expected %zd",
+                         name, expected_len);
+            return -1;
+        }
+        *out = malloc(1);
+        if (*out == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        return 0;
+    }
+    Py_buffer view;
+    if (fxcut_get_buffer(obj, name, itemsize, expected_len, &view) < 0)
+        return -1;
+    *out = malloc(view.len > 0 ? (size_t)view.len : 1);
+    if (*out == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(*out, view.buf, (size_t)view.len);
+    *len = view.len / itemsize;
+    PyBuffer_Release(&view);
+    return 0;
+}
 
+/* The graph array as attributes of one Python object (fxcut.GraphArrays). */
 struct graph_field {
     const char *name;
     Py_ssize_t itemsize;
 };
 
 static const struct graph_field graph_fields[GB_COUNT] = {
-    {"kind", 1},    {"flags", 4},   {"tag", 1},     {"ac_graph_id", 4},
-    {"nbytes", 8},  {"arg_ptr", 4}, {"arg_idx", 4}, {"in_ptr", 4},
-    {"in_idx", 4},  {"outputs", 4},
+    [GB_KIND] = {"kind", 1},       [GB_FLAGS] = {"flags", 4},
+    [GB_TAG] = {"tag", 1},         [GB_AC] = {"ac_graph_id", 4},
+    [GB_NBYTES] = {"nbytes", 8},   [GB_ARG_PTR] = {"arg_ptr", 4},
+    [GB_ARG_IDX] = {"arg_idx", 4}, [GB_IN_PTR] = {"in_ptr", 4},
+    [GB_IN_IDX] = {"in_idx", 4},   [GB_OUTPUTS] = {"outputs", 4},
 };
 
 void fxcut_release_graph(fxcut_graph_buffers *gb)
 {
-    for (int k = 0; k < GB_COUNT; k++)
+    for (int k = 0; k < GB_FIRST_INDEX; k++)
         if (gb->held[k]) {
             PyBuffer_Release(&gb->views[k]);
             gb->held[k] = 0;
         }
+    free(gb->copy);
+    gb->copy = NULL;
+}
+
+/* attr of obj; an AttributeError becomes a TypeError naming what is
+ * missing (with the original as its cause); anything else the getter
+ * raises (KeyboardInterrupt, ...) is kept. */
+static PyObject *get_field(PyObject *obj, const char *what, const char *name)
+{
+    PyObject *attr = PyObject_GetAttrString(obj, name);
+    if (attr == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
+        fxcut_raise_from_current(PyExc_TypeError, "%s has no attribute '%s'",
+                                 what, name);
+    return attr;
 }
 
 int fxcut_load_graph(PyObject *obj, fxcut_graph_buffers *gb)
 {
     memset(gb, 0, sizeof *gb);
     Py_ssize_t n = -1;
+    /* The index arrays, copied back to back: offsets in entries. */
+    Py_buffer index_views[GB_COUNT - GB_FIRST_INDEX];
+    Py_ssize_t offset[GB_COUNT - GB_FIRST_INDEX + 1];
+    int n_index_views = 0;
+    int rc = -1;
     for (int k = 0; k < GB_COUNT; k++) {
         const struct graph_field *f = &graph_fields[k];
-        PyObject *attr = PyObject_GetAttrString(obj, f->name);
-        if (attr == NULL) {
-            PyErr_Format(PyExc_TypeError,
-                         "graph arrays object has no attribute '%s'", f->name);
-            fxcut_release_graph(gb);
-            return -1;
-        }
+        PyObject *attr = get_field(obj, "graph arrays object", f->name);
+        if (attr == NULL)
+            goto out;
         Py_ssize_t expected = -1;
         if (k == GB_FLAGS || k == GB_TAG || k == GB_AC || k == GB_NBYTES)
             expected = n;
         else if (k == GB_ARG_PTR || k == GB_IN_PTR)
             expected = n + 1;
-        int rc = fxcut_get_buffer(attr, f->name, f->itemsize, expected,
-                                  &gb->views[k]);
+        Py_buffer *view = k < GB_FIRST_INDEX ? &gb->views[k]
+                                             : &index_views[k - GB_FIRST_INDEX];
+        int got = fxcut_get_buffer(attr, f->name, f->itemsize, expected, view);
         Py_DECREF(attr);
-        if (rc < 0) {
-            fxcut_release_graph(gb);
-            return -1;
-        }
-        gb->held[k] = 1;
+        if (got < 0)
+            goto out;
+        if (k < GB_FIRST_INDEX)
+            gb->held[k] = 1;
+        else
+            n_index_views++;
         if (k == GB_KIND) {
-            n = gb->views[k].len;
+            n = view->len;
             if (n > INT32_MAX - 1) {
                 PyErr_Format(PyExc_ValueError,
                              "graph has %zd nodes, more than int32 indexes",
                              n);
-                fxcut_release_graph(gb);
-                return -1;
+                goto out;
             }
         }
     }
+    offset[0] = 0;
+    for (int k = 0; k < GB_COUNT - GB_FIRST_INDEX; k++)
+        offset[k + 1] = offset[k] + index_views[k].len / 4;
+    gb->copy = malloc((size_t)offset[GB_COUNT - GB_FIRST_INDEX] * 4 + 4);
+    if (gb->copy == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (int k = 0; k < GB_COUNT - GB_FIRST_INDEX; k++)
+        memcpy(gb->copy + offset[k], index_views[k].buf,
+               (size_t)index_views[k].len);
     fxcut_graph *g = &gb->graph;
     g->n = (int32_t)n;
     g->kind = gb->views[GB_KIND].buf;
@@ -181,34 +352,49 @@ int fxcut_load_graph(PyObject *obj, fxcut_graph_buffers *gb)
     g->tag = gb->views[GB_TAG].buf;
     g->ac_graph_id = gb->views[GB_AC].buf;
     g->nbytes = gb->views[GB_NBYTES].buf;
-    g->arg_ptr = gb->views[GB_ARG_PTR].buf;
-    g->arg_idx = gb->views[GB_ARG_IDX].buf;
-    g->in_ptr = gb->views[GB_IN_PTR].buf;
-    g->in_idx = gb->views[GB_IN_IDX].buf;
-    g->outputs = gb->views[GB_OUTPUTS].buf;
-    g->n_outputs = (int32_t)(gb->views[GB_OUTPUTS].len / 4);
+#define INDEX_ARRAY(k) (gb->copy + offset[(k) - GB_FIRST_INDEX])
+#define INDEX_LEN(k) (offset[(k) - GB_FIRST_INDEX + 1] - offset[(k) - GB_FIRST_INDEX])
+    g->arg_ptr = INDEX_ARRAY(GB_ARG_PTR);
+    g->arg_idx = INDEX_ARRAY(GB_ARG_IDX);
+    g->in_ptr = INDEX_ARRAY(GB_IN_PTR);
+    g->in_idx = INDEX_ARRAY(GB_IN_IDX);
+    g->outputs = INDEX_ARRAY(GB_OUTPUTS);
+    g->n_outputs = (int32_t)INDEX_LEN(GB_OUTPUTS); /* checked below */
     /* The CSR edge counts must match the index arrays before the core reads
-     * ptr[n] as a bound. */
-    Py_ssize_t n_args = gb->views[GB_ARG_IDX].len / 4;
-    Py_ssize_t n_ins = gb->views[GB_IN_IDX].len / 4;
+     * ptr[n] as a bound (of the copy: the caller's may change). */
+    Py_ssize_t n_args = INDEX_LEN(GB_ARG_IDX), n_ins = INDEX_LEN(GB_IN_IDX),
+               n_outs = INDEX_LEN(GB_OUTPUTS);
+#undef INDEX_ARRAY
+#undef INDEX_LEN
+    if (n_args > INT32_MAX || n_ins > INT32_MAX || n_outs > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "arg_idx, in_idx and outputs must have fewer than "
+                        "2^31 entries");
+        goto out;
+    }
     if (g->arg_ptr[n] != n_args || g->in_ptr[n] != n_ins) {
         PyErr_Format(PyExc_ValueError,
                      "CSR ends do not match: arg_ptr[%zd] = %d with %zd "
                      "arg_idx entries, in_ptr[%zd] = %d with %zd in_idx "
                      "entries", n, (int)g->arg_ptr[n], n_args, n,
                      (int)g->in_ptr[n], n_ins);
-        fxcut_release_graph(gb);
-        return -1;
+        goto out;
     }
-    return 0;
+    rc = 0;
+out:
+    for (int k = 0; k < n_index_views; k++)
+        PyBuffer_Release(&index_views[k]);
+    if (rc < 0)
+        fxcut_release_graph(gb);
+    return rc;
 }
 
 /* ---- entry points ------------------------------------------------------ */
 
 PyDoc_STRVAR(validate_doc,
-"validate(graph) -> None\n\n"
+"validate($module, graph, /)\n--\n\n"
 "Check a graph array; raise ValueError / IndexError naming the first\n"
-"malformed entry.");
+"malformed entry (the exception's `node`: its node index, or -1).");
 
 static PyObject *py_validate(PyObject *module, PyObject *graph_obj)
 {
@@ -222,14 +408,14 @@ static PyObject *py_validate(PyObject *module, PyObject *graph_obj)
     Py_END_ALLOW_THREADS
     fxcut_release_graph(&gb);
     if (rc != FXCUT_OK)
-        return fxcut_raise(module, &err);
+        return fxcut_raise(module, &err, NULL, NULL);
     Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(param_alias_walk_doc,
-"param_alias_walk(graph, params) -> bytes\n\n"
+"param_alias_walk($module, graph, params, /)\n--\n\n"
 "DeepCompile's ZeRO-3 walk.  params: int32 buffer of parameter placeholder\n"
-"node indices.  Returns one byte per node, 1 where the node must be\n"
+"node indices.  Returns bytes, one per node: 1 where the node must be\n"
 "recomputed.");
 
 static PyObject *py_param_alias_walk(PyObject *module, PyObject *args)
@@ -241,40 +427,36 @@ static PyObject *py_param_alias_walk(PyObject *module, PyObject *args)
     fxcut_graph_buffers gb;
     if (fxcut_load_graph(graph_obj, &gb) < 0)
         return NULL;
-    Py_buffer params;
-    if (fxcut_get_buffer(params_obj, "params", 4, -1, &params) < 0) {
-        fxcut_release_graph(&gb);
-        return NULL;
-    }
-    if (params.len / 4 > INT32_MAX) {
+    void *params = NULL;
+    Py_ssize_t n_params = 0;
+    PyObject *out = NULL;
+    if (fxcut_copy_buffer(params_obj, "params", 4, -1, 0, &params,
+                          &n_params) < 0)
+        goto done;
+    if (n_params > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError,
                         "params must have fewer than 2^31 entries");
-        PyBuffer_Release(&params);
-        fxcut_release_graph(&gb);
-        return NULL;
+        goto done;
     }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, gb.graph.n);
-    if (out == NULL) {
-        PyBuffer_Release(&params);
-        fxcut_release_graph(&gb);
-        return NULL;
-    }
+    out = PyBytes_FromStringAndSize(NULL, gb.graph.n);
+    if (out == NULL)
+        goto done;
     uint8_t *recompute = (uint8_t *)PyBytes_AS_STRING(out);
     fxcut_error err = {0, -1, {0}};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = fxcut_graph_validate(&gb.graph, &err);
     if (rc == FXCUT_OK)
-        rc = fxcut_param_alias_walk(&gb.graph, params.buf,
-                                    (int32_t)(params.len / 4), recompute,
-                                    &err);
+        rc = fxcut_param_alias_walk(&gb.graph, params, (int32_t)n_params,
+                                    recompute, &err);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&params);
-    fxcut_release_graph(&gb);
     if (rc != FXCUT_OK) {
-        Py_DECREF(out);
-        return fxcut_raise(module, &err);
+        Py_CLEAR(out);
+        fxcut_raise(module, &err, NULL, NULL);
     }
+done:
+    free(params);
+    fxcut_release_graph(&gb);
     return out;
 }
 
@@ -286,9 +468,64 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL}
 };
 
+/* The header's constants, so Python never restates them. */
+#define C(prefix, name) {#prefix #name, (long long)FXCUT_##prefix##name}
+static const struct {
+    const char *name;
+    long long value;
+} constants[] = {
+    C(F_, PRIMAL), C(F_, TANGENT), C(F_, FWD_SEED), C(F_, BWD_SEED),
+    C(F_, NO_COPY), C(F_, CAST), C(F_, VIEW), C(F_, FUSIBLE),
+    C(F_, RECOMPUTABLE), C(F_, RANDOM), C(F_, COMPUTE_INTENSIVE),
+    C(F_, NON_BUILTIN), C(F_, GETITEM), C(F_, SYM), C(F_, SYMFLOAT),
+    C(F_, NON_TENSOR), C(F_, FREE_OBJECT), C(F_, MUST_BE_IN_BW),
+    C(F_, IMPURE), C(F_, COLLECTIVE), C(F_, CAT), C(F_, LIFT_FRESH),
+    C(F_, NO_FUSE_OUT), C(F_, WITH_EFFECTS), C(F_, BW_HOOK),
+    C(F_, VAL_IS_SEQ), C(F_, HAS_AC_ID), C(F_, IS_BACKWARD_TAG),
+    C(F_, MUTABLE_HOP),
+    {"KIND_PLACEHOLDER", FXCUT_PLACEHOLDER},
+    {"KIND_CALL_FUNCTION", FXCUT_CALL_FUNCTION},
+    {"KIND_GET_ATTR", FXCUT_GET_ATTR},
+    {"KIND_OUTPUT", FXCUT_OUTPUT},
+    {"KIND_CALL_MODULE", FXCUT_CALL_MODULE},
+    {"KIND_CALL_METHOD", FXCUT_CALL_METHOD},
+    C(TAG_, NONE), C(TAG_, MUST_SAVE), C(TAG_, PREFER_SAVE),
+    C(TAG_, MUST_RECOMPUTE), C(TAG_, PREFER_RECOMPUTE),
+    C(TAG_, MUST_CPU_OFFLOAD), C(TAG_, PREFER_CPU_OFFLOAD),
+    C(C_, REQUIRED_FW), C(C_, REQUIRED_BW), C(C_, TANGENTS_CLOSURE),
+    C(C_, INPUT), C(C_, BANNED), C(C_, SAVED), C(C_, SINK_SIDE),
+    C(C_, MUST_RECOMPUTE),
+    C(BAN_, NONE), C(BAN_, PRIMAL), C(BAN_, FWD_SEED), C(BAN_, MUST_SAVE),
+    C(BAN_, NOT_IN_ALLOWLIST), C(BAN_, RANDOM), C(BAN_, COMPUTE_INTENSIVE),
+    C(BAN_, NON_BUILTIN), C(BAN_, MATERIALIZED_BACKWARD),
+    C(BAN_, FAR_FROM_BACKWARD), C(BAN_, REDUCTION), C(BAN_, USED_FAR_APART),
+    C(BAN_, LONG_FUSIBLE_CHAIN),
+    C(, WEIGHT_INF), C(, WEIGHT_NONE), C(, SIZE_UNKNOWN), C(, CAP_INF),
+    C(KEEP_, NONE), C(KEEP_, NETWORK), C(KEEP_, BUILD_ONLY),
+    C(MAXFLOW_, DEFAULT), C(MAXFLOW_, PUSH_RELABEL), C(MAXFLOW_, DINIC),
+    C(STAGE_, NO_BACKWARD), C(STAGE_, INPUTS), C(STAGE_, MIN_CUT),
+    C(STAGE_, MORE_AGGRESSIVE), C(STAGE_, AGGRESSIVE),
+    C(STAGE_, NO_CANDIDATES), C(STAGE_, KNAPSACK),
+};
+#undef C
+
+static PyTypeObject *new_result_type(PyObject *module,
+                                     PyStructSequence_Desc *desc,
+                                     const char *attr)
+{
+    PyTypeObject *type = PyStructSequence_NewType(desc);
+    if (type == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, attr, (PyObject *)type) < 0) {
+        Py_DECREF(type);
+        return NULL;
+    }
+    return type;
+}
+
 static int module_exec(PyObject *module)
 {
-    module_state *st = get_state(module);
+    fxcut_module_state *st = fxcut_state(module);
     st->infinite_cut_error = PyErr_NewExceptionWithDoc(
         "fxcut._C.InfiniteCutError",
         "Source and sink of the min-cut network are joined by a path of "
@@ -299,95 +536,59 @@ static int module_exec(PyObject *module)
     if (PyModule_AddObjectRef(module, "InfiniteCutError",
                               st->infinite_cut_error) < 0)
         return -1;
-    /* The header's constants, so Python never restates them. */
-    static const struct {
-        const char *name;
-        long value;
-    } constants[] = {
-        {"F_PRIMAL", FXCUT_F_PRIMAL},
-        {"F_TANGENT", FXCUT_F_TANGENT},
-        {"F_FWD_SEED", FXCUT_F_FWD_SEED},
-        {"F_BWD_SEED", FXCUT_F_BWD_SEED},
-        {"F_NO_COPY", FXCUT_F_NO_COPY},
-        {"F_CAST", FXCUT_F_CAST},
-        {"F_VIEW", FXCUT_F_VIEW},
-        {"F_FUSIBLE", FXCUT_F_FUSIBLE},
-        {"F_RECOMPUTABLE", FXCUT_F_RECOMPUTABLE},
-        {"F_RANDOM", FXCUT_F_RANDOM},
-        {"F_COMPUTE_INTENSIVE", FXCUT_F_COMPUTE_INTENSIVE},
-        {"F_NON_BUILTIN", FXCUT_F_NON_BUILTIN},
-        {"F_GETITEM", FXCUT_F_GETITEM},
-        {"F_SYM", FXCUT_F_SYM},
-        {"F_SYMFLOAT", FXCUT_F_SYMFLOAT},
-        {"F_NON_TENSOR", FXCUT_F_NON_TENSOR},
-        {"F_FREE_OBJECT", FXCUT_F_FREE_OBJECT},
-        {"F_MUST_BE_IN_BW", FXCUT_F_MUST_BE_IN_BW},
-        {"F_IMPURE", FXCUT_F_IMPURE},
-        {"F_COLLECTIVE", FXCUT_F_COLLECTIVE},
-        {"F_CAT", FXCUT_F_CAT},
-        {"F_LIFT_FRESH", FXCUT_F_LIFT_FRESH},
-        {"F_NO_FUSE_OUT", FXCUT_F_NO_FUSE_OUT},
-        {"F_WITH_EFFECTS", FXCUT_F_WITH_EFFECTS},
-        {"F_BW_HOOK", FXCUT_F_BW_HOOK},
-        {"F_VAL_IS_SEQ", FXCUT_F_VAL_IS_SEQ},
-        {"F_HAS_AC_ID", FXCUT_F_HAS_AC_ID},
-        {"F_IS_BACKWARD_TAG", FXCUT_F_IS_BACKWARD_TAG},
-        {"KIND_PLACEHOLDER", FXCUT_PLACEHOLDER},
-        {"KIND_CALL_FUNCTION", FXCUT_CALL_FUNCTION},
-        {"KIND_GET_ATTR", FXCUT_GET_ATTR},
-        {"KIND_OUTPUT", FXCUT_OUTPUT},
-        {"KIND_CALL_MODULE", FXCUT_CALL_MODULE},
-        {"KIND_CALL_METHOD", FXCUT_CALL_METHOD},
-        {"F_MUTABLE_HOP", FXCUT_F_MUTABLE_HOP},
-        {"TAG_NONE", FXCUT_TAG_NONE},
-        {"C_REQUIRED_FW", FXCUT_C_REQUIRED_FW},
-        {"C_REQUIRED_BW", FXCUT_C_REQUIRED_BW},
-        {"C_TANGENTS_CLOSURE", FXCUT_C_TANGENTS_CLOSURE},
-        {"C_INPUT", FXCUT_C_INPUT},
-        {"C_BANNED", FXCUT_C_BANNED},
-        {"C_SAVED", FXCUT_C_SAVED},
-        {"C_SINK_SIDE", FXCUT_C_SINK_SIDE},
-        {"C_MUST_RECOMPUTE", FXCUT_C_MUST_RECOMPUTE},
-        {"BAN_NONE", FXCUT_BAN_NONE},
-        {"BAN_PRIMAL", FXCUT_BAN_PRIMAL},
-        {"BAN_FWD_SEED", FXCUT_BAN_FWD_SEED},
-        {"BAN_MUST_SAVE", FXCUT_BAN_MUST_SAVE},
-        {"BAN_NOT_IN_ALLOWLIST", FXCUT_BAN_NOT_IN_ALLOWLIST},
-        {"BAN_RANDOM", FXCUT_BAN_RANDOM},
-        {"BAN_COMPUTE_INTENSIVE", FXCUT_BAN_COMPUTE_INTENSIVE},
-        {"BAN_NON_BUILTIN", FXCUT_BAN_NON_BUILTIN},
-        {"BAN_MATERIALIZED_BACKWARD", FXCUT_BAN_MATERIALIZED_BACKWARD},
-        {"BAN_FAR_FROM_BACKWARD", FXCUT_BAN_FAR_FROM_BACKWARD},
-        {"BAN_REDUCTION", FXCUT_BAN_REDUCTION},
-        {"BAN_USED_FAR_APART", FXCUT_BAN_USED_FAR_APART},
-        {"BAN_LONG_FUSIBLE_CHAIN", FXCUT_BAN_LONG_FUSIBLE_CHAIN},
-        {"WEIGHT_INF", (long)FXCUT_WEIGHT_INF},
-        {"WEIGHT_NONE", (long)FXCUT_WEIGHT_NONE},
-        {"SIZE_UNKNOWN", (long)FXCUT_SIZE_UNKNOWN},
-        {"STAGE_NO_BACKWARD", FXCUT_STAGE_NO_BACKWARD},
-        {"STAGE_INPUTS", FXCUT_STAGE_INPUTS},
-        {"STAGE_MIN_CUT", FXCUT_STAGE_MIN_CUT},
-        {"STAGE_MORE_AGGRESSIVE", FXCUT_STAGE_MORE_AGGRESSIVE},
-        {"STAGE_AGGRESSIVE", FXCUT_STAGE_AGGRESSIVE},
-        {"STAGE_NO_CANDIDATES", FXCUT_STAGE_NO_CANDIDATES},
-        {"STAGE_KNAPSACK", FXCUT_STAGE_KNAPSACK},
-    };
-    for (size_t k = 0; k < sizeof constants / sizeof constants[0]; k++)
-        if (PyModule_AddIntConstant(module, constants[k].name,
-                                    constants[k].value) < 0)
+    st->decision_type = new_result_type(module, &fxcut_decision_desc,
+                                        "Decision");
+    if (st->decision_type == NULL)
+        return -1;
+    st->plan_type = new_result_type(module, &fxcut_plan_desc, "BudgetPlan");
+    if (st->plan_type == NULL)
+        return -1;
+    st->knapsack_type = new_result_type(module, &fxcut_knapsack_desc,
+                                        "KnapsackResult");
+    if (st->knapsack_type == NULL)
+        return -1;
+    for (size_t k = 0; k < sizeof constants / sizeof constants[0]; k++) {
+        PyObject *v = PyLong_FromLongLong(constants[k].value);
+        if (v == NULL || PyModule_AddObjectRef(module, constants[k].name,
+                                               v) < 0) {
+            Py_XDECREF(v);
             return -1;
-    return 0;
+        }
+        Py_DECREF(v);
+    }
+    PyObject *solvers = PyTuple_New(FXCUT_KNAPSACK_NUM_SOLVERS);
+    if (solvers == NULL)
+        return -1;
+    for (int s = 0; s < FXCUT_KNAPSACK_NUM_SOLVERS; s++) {
+        PyObject *name = PyUnicode_FromString(fxcut_knapsack_solver_name(s));
+        if (name == NULL) {
+            Py_DECREF(solvers);
+            return -1;
+        }
+        PyTuple_SET_ITEM(solvers, s, name);
+    }
+    int rc = PyModule_AddObjectRef(module, "KNAPSACK_SOLVERS", solvers);
+    Py_DECREF(solvers);
+    return rc;
 }
 
 static int module_traverse(PyObject *module, visitproc visit, void *arg)
 {
-    Py_VISIT(get_state(module)->infinite_cut_error);
+    fxcut_module_state *st = fxcut_state(module);
+    Py_VISIT(st->infinite_cut_error);
+    Py_VISIT(st->decision_type);
+    Py_VISIT(st->plan_type);
+    Py_VISIT(st->knapsack_type);
     return 0;
 }
 
 static int module_clear(PyObject *module)
 {
-    Py_CLEAR(get_state(module)->infinite_cut_error);
+    fxcut_module_state *st = fxcut_state(module);
+    Py_CLEAR(st->infinite_cut_error);
+    Py_CLEAR(st->decision_type);
+    Py_CLEAR(st->plan_type);
+    Py_CLEAR(st->knapsack_type);
     return 0;
 }
 
@@ -396,8 +597,18 @@ static void module_free(void *module)
     module_clear((PyObject *)module);
 }
 
+/* The core keeps no state and the module keeps its own per interpreter, so
+ * it supports sub-interpreters with their own GIL (3.12+) and runs without
+ * the GIL in free-threaded builds (3.13+): every array the core indexes
+ * with is a private copy, every sequence a private tuple. */
 static PyModuleDef_Slot module_slots[] = {
     {Py_mod_exec, module_exec},
+#ifdef Py_mod_multiple_interpreters
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL}
 };
 
@@ -405,7 +616,7 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "fxcut._C",
     .m_doc = "fxcut's C core: graph-array walks, min-cut and knapsack.",
-    .m_size = sizeof(module_state),
+    .m_size = sizeof(fxcut_module_state),
     .m_methods = module_methods,
     .m_slots = module_slots,
     .m_traverse = module_traverse,

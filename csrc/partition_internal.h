@@ -5,7 +5,7 @@
 #ifndef FXCUT_PARTITION_INTERNAL_H
 #define FXCUT_PARTITION_INTERNAL_H
 
-#include "fxcut.h"
+#include "fxcut_internal.h"
 #include "maxflow.h"
 
 /* One decision's working state.  Everything here is owned by decide.c. */
@@ -30,13 +30,6 @@ typedef struct {
      * before the max-flow allocates, which sets the peak. */
     uint8_t last_cut;
 } fxcut_ctx;
-
-/* Exact sums of many int64 sizes. */
-#if defined(__SIZEOF_INT128__)
-__extension__ typedef __int128 fxcut_wide;
-#else
-typedef long double fxcut_wide;
-#endif
 
 static inline int fxcut_must_recompute(int8_t tag)
 {

@@ -1,6 +1,16 @@
 /*
- * py_binding.h -- helpers shared by the binding files (module.c and the
- * py_*.c files that add entry points).  Only binding files include Python.
+ * py_binding.h -- what the binding files (module.c and the py_*.c files
+ * that add entry points) share.  Only binding files include Python.
+ *
+ * Memory safety at the boundary: the core reads its arrays without the GIL,
+ * so another thread may write a caller's buffer meanwhile.  Every array
+ * whose values the core uses as indices (the CSR arrays, outputs, params,
+ * force_save, the fuse pairs, a network's edges) is therefore COPIED, with
+ * the GIL held, before it is validated: the core validates and reads the
+ * copy, which nobody else can write.  The other arrays are read in place
+ * (fxcut.h: they are only compared and summed).  Sequences (knapsack) are
+ * copied to a tuple before any item is converted, so an item's __float__
+ * cannot shrink or free what is being iterated.
  */
 #ifndef FXCUT_PY_BINDING_H
 #define FXCUT_PY_BINDING_H
@@ -8,50 +18,102 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "fxcut.h"
+#include "fxcut_internal.h"
 
-/* The buffers behind one fxcut_graph; release with fxcut_release_graph. */
+/* The fields of a graph arrays object (fxcut.GraphArrays), in the order
+ * they are read; GB_FIRST_INDEX .. GB_COUNT-1 hold indices and are copied. */
+enum {
+    GB_KIND, GB_FLAGS, GB_TAG, GB_AC, GB_NBYTES,
+    GB_ARG_PTR, GB_ARG_IDX, GB_IN_PTR, GB_IN_IDX, GB_OUTPUTS,
+    GB_COUNT,
+    GB_FIRST_INDEX = GB_ARG_PTR
+};
+
+/* One fxcut_graph: the value arrays as held buffers, the index arrays as
+ * one private copy.  Release with fxcut_release_graph. */
 typedef struct {
     fxcut_graph graph;
-    Py_buffer views[10];
-    int held[10];
+    Py_buffer views[GB_FIRST_INDEX];
+    int held[GB_FIRST_INDEX];
+    int32_t *copy;
 } fxcut_graph_buffers;
+
+/* The module's state: the exception and the result types. */
+typedef struct {
+    PyObject *infinite_cut_error; /* fxcut._C.InfiniteCutError */
+    PyTypeObject *decision_type;  /* fxcut._C.Decision */
+    PyTypeObject *plan_type;      /* fxcut._C.BudgetPlan */
+    PyTypeObject *knapsack_type;  /* fxcut._C.KnapsackResult */
+} fxcut_module_state;
+
+fxcut_module_state *fxcut_state(PyObject *module);
 
 /* Read-only, C-contiguous, flat buffer of integers of `itemsize` bytes with
  * `expected_len` entries (-1: any).  Sets TypeError / ValueError naming
- * `name` and returns -1 on mismatch. */
+ * `name` and returns -1 on mismatch; an exception the exporter raised (a
+ * released memoryview) is kept. */
 int fxcut_get_buffer(PyObject *obj, const char *name, Py_ssize_t itemsize,
                      Py_ssize_t expected_len, Py_buffer *view);
 
+/* A private copy of such a buffer: *out is malloc'ed (free() it, with or
+ * without the GIL), *len its entries.  obj None gives 0 entries when
+ * none_ok. */
+int fxcut_copy_buffer(PyObject *obj, const char *name, Py_ssize_t itemsize,
+                      Py_ssize_t expected_len, int none_ok, void **out,
+                      Py_ssize_t *len);
+
 /* Loads the attributes kind, flags, tag, ac_graph_id, nbytes, arg_ptr,
- * arg_idx, in_ptr, in_idx, outputs of obj.  Checks lengths only; the core's
- * fxcut_graph_validate checks the contents. */
+ * arg_idx, in_ptr, in_idx, outputs of obj.  Checks lengths and the CSR
+ * ends; the core's fxcut_graph_validate checks the contents. */
 int fxcut_load_graph(PyObject *obj, fxcut_graph_buffers *gb);
 void fxcut_release_graph(fxcut_graph_buffers *gb);
 
-/* Raises the Python exception for err (with attribute `node`); returns
- * NULL. */
-PyObject *fxcut_raise(PyObject *module, const fxcut_error *err);
+/* Raises the Python exception for err, with attribute `node` and, when
+ * attr is not NULL, attribute attr = value; returns NULL. */
+PyObject *fxcut_raise(PyObject *module, const fxcut_error *err,
+                      const char *attr, PyObject *value);
 
-/* Entry points defined in other binding files. */
+/* Raises type(message) with the exception being handled as its __cause__
+ * (and __context__); returns NULL. */
+PyObject *fxcut_raise_from_current(PyObject *type, const char *format, ...);
+
+/* hi * 2^64 + lo as a Python int. */
+PyObject *fxcut_pylong_from_u128(uint64_t hi, uint64_t lo);
+
+/* A read-only memoryview of a copy of count items of p, of struct format
+ * `format` ('b', 'B', 'i', 'q', 'd') and itemsize bytes each. */
+PyObject *fxcut_typed_view(const void *p, Py_ssize_t count, const char *format,
+                           Py_ssize_t itemsize);
+
+/* Entry points defined in the py_*.c files. */
 PyObject *fxcut_py_min_cut(PyObject *module, PyObject *args,
                            PyObject *kwargs);
 extern const char fxcut_py_min_cut_doc[];
-PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args);
+PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args,
+                                    PyObject *kwargs);
 extern const char fxcut_py_partition_decide_doc[];
-PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args);
+PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args,
+                               PyObject *kwargs);
 extern const char fxcut_py_budget_plan_doc[];
-PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args);
+PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args,
+                            PyObject *kwargs);
 extern const char fxcut_py_knapsack_doc[];
 
+/* The result types py_decide.c and py_knapsack.c fill (module.c makes
+ * them in module_exec). */
+extern PyStructSequence_Desc fxcut_decision_desc;
+extern PyStructSequence_Desc fxcut_plan_desc;
+extern PyStructSequence_Desc fxcut_knapsack_desc;
+
+#define FXCUT_KW_METHOD(name, fn, doc)                                        \
+    {name, (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS, doc}
+
 #define FXCUT_EXTRA_METHODS                                                   \
-    {"min_cut", (PyCFunction)(void (*)(void))fxcut_py_min_cut,                \
-     METH_VARARGS | METH_KEYWORDS, fxcut_py_min_cut_doc},                     \
-    {"partition_decide", (PyCFunction)fxcut_py_partition_decide,              \
-     METH_VARARGS, fxcut_py_partition_decide_doc},                        \
-    {"budget_plan", (PyCFunction)fxcut_py_budget_plan, METH_VARARGS,       \
-     fxcut_py_budget_plan_doc},                                             \
-    {"knapsack", (PyCFunction)fxcut_py_knapsack, METH_VARARGS,             \
-     fxcut_py_knapsack_doc},
+    FXCUT_KW_METHOD("min_cut", fxcut_py_min_cut, fxcut_py_min_cut_doc),       \
+    FXCUT_KW_METHOD("partition_decide", fxcut_py_partition_decide,            \
+                    fxcut_py_partition_decide_doc),                           \
+    FXCUT_KW_METHOD("budget_plan", fxcut_py_budget_plan,                      \
+                    fxcut_py_budget_plan_doc),                                \
+    FXCUT_KW_METHOD("knapsack", fxcut_py_knapsack, fxcut_py_knapsack_doc),
 
 #endif /* FXCUT_PY_BINDING_H */

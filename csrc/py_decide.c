@@ -1,336 +1,460 @@
 /*
- * py_decide.c -- binding of fxcut_partition_decide.
- *
- * partition_decide(graph, options, static_lifetime, dont_ban, force_save,
- *                  fuse_a, fuse_b) -> dict
- *   options: tuple (num_fwd_outputs, ban_if_used_far_apart,
- *     ban_if_long_fusible_chains, ban_if_materialized_backward,
- *     ban_if_not_in_allowlist, ban_if_reduction, recompute_views,
- *     treat_parameters_as_free_to_save, is_non_builtin_to_include,
- *     unsafe_allow_optimization_of_collectives, max_dist_from_bw,
- *     keep_network)
- *   static_lifetime, dont_ban: n bytes, or None
- *   force_save, fuse_a, fuse_b: int32 buffers
- * The dict holds tag, node_class, ban_reason (n bytes each), dist_from_bw
- * and weight (n int64 each, as bytes), saved (int32 bytes), n_required_bw,
- * cut_value (int), and with keep_network net_tail / net_head (int32 bytes)
- * and net_cap (int64 bytes).  On an infinite path the InfiniteCutError has
- * attribute `chain`: the node indices of the path.
- *
- * budget_plan(graph, options, static_lifetime, input_storage, force_save,
- *             fuse_a, fuse_b, budget) -> dict
- *   fxcut_budget_plan_decide: the same dict (saved: the answer unless the
- *   stage is the knapsack's), plus stage, min_act_size, max_act_size,
- *   ratio_more_aggressive, ratio_aggressive (floats), candidates (int32
- *   bytes), memories (float64 bytes), n_passes.  input_storage: n bytes or
- *   None.
+ * py_decide.c -- binding of fxcut_partition_decide and
+ * fxcut_budget_plan_decide: fxcut._C.partition_decide and
+ * fxcut._C.budget_plan.  The signatures and results are in the docstrings.
  */
 #include "py_binding.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#define COMMON_ARGS_DOC                                                       \
+"graph: a graph arrays object (fxcut.GraphArrays).  options: an object with\n" \
+"the boolean attributes ban_if_used_far_apart, ban_if_long_fusible_chains,\n" \
+"ban_if_materialized_backward, ban_if_not_in_allowlist, ban_if_reduction,\n" \
+"recompute_views, treat_parameters_as_free_to_save,\n"                       \
+"is_non_builtin_to_include, unsafe_allow_optimization_of_collectives and\n"  \
+"the integer max_dist_from_bw (fxcut.core.MinCutOptions).\n"                \
+"num_fwd_outputs: how many of graph.outputs are forward outputs.\n"           \
+"static_lifetime: None or n bytes, 1 for a primal of static lifetime.\n"      \
+"force_save: None or int32 node indices forced MUST_SAVE.  fuse_a, fuse_b:\n" \
+"None or int32 buffers of one length: (a, b) pairs, b a mutable HOP that\n"  \
+"mutates a.\n"
+
+#define DECISION_DOC                                                          \
+"Returns a Decision: tag (memoryview 'b'), node_class, ban_reason ('B'),\n"   \
+"dist_from_bw, weight ('q'), saved ('i'), n_required_bw, cut_value (int),\n"  \
+"network (None, or (tail 'i', head 'i', cap 'q')).  Errors name the node\n"   \
+"in the exception's `node`; an InfiniteCutError also has `chain`, the\n"     \
+"node indices of one infinite source -> sink path.\n"
+
 const char fxcut_py_partition_decide_doc[] =
-    "partition_decide(graph, options, static_lifetime, dont_ban, force_save, "
-    "fuse_a, fuse_b) -> dict\n\nThe min-cut partition decision; see "
-    "csrc/py_decide.c.";
+"partition_decide($module, graph, options, /, *, num_fwd_outputs,\n"
+"                 keep_network=0, static_lifetime=None, dont_ban=None,\n"
+"                 force_save=None, fuse_a=None, fuse_b=None)\n--\n\n"
+"The min-cut partition decision at memory budget 1.\n\n" COMMON_ARGS_DOC
+"keep_network: KEEP_NONE, KEEP_NETWORK (hand the flow network back) or\n"
+"KEEP_BUILD_ONLY (hand it back unsolved).  dont_ban: None or n bytes, 1 for\n"
+"a node no ban rule may ban.\n" DECISION_DOC;
 
 const char fxcut_py_budget_plan_doc[] =
-    "budget_plan(graph, options, static_lifetime, input_storage, force_save, "
-    "fuse_a, fuse_b, budget) -> dict\n\nThe activation memory budget's "
-    "passes up to the knapsack; see csrc/py_decide.c.";
+"budget_plan($module, graph, options, /, *, num_fwd_outputs, memory_budget,\n"
+"            static_lifetime=None, input_storage=None, force_save=None,\n"
+"            fuse_a=None, fuse_b=None)\n--\n\n"
+"The activation memory budget's passes up to the knapsack.\n\n"
+COMMON_ARGS_DOC
+"memory_budget: a float in [0, 1].  input_storage: None or n bytes, 1 for a\n"
+"node whose storage is an input's.\n"
+"Returns a BudgetPlan: decision (a Decision; its saved is the answer unless\n"
+"stage is STAGE_KNAPSACK), stage, min_act_size, max_act_size,\n"
+"ratio_more_aggressive, ratio_aggressive (floats, NaN where not reached),\n"
+"candidates ('i'), memories ('d'), n_passes.\n";
 
-static int parse_options(PyObject *tuple, fxcut_partition_options *o)
-{
-    long long v[12];
-    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != 12) {
-        PyErr_SetString(PyExc_TypeError, "options must be a tuple of 12 ints");
-        return -1;
-    }
-    for (Py_ssize_t k = 0; k < 12; k++) {
-        v[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, k));
-        if (v[k] == -1 && PyErr_Occurred())
-            return -1;
-    }
-    if (v[0] < 0 || v[0] > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError,
-                     "num_fwd_outputs (%lld) must be a non-negative int32",
-                     v[0]);
-        return -1;
-    }
-    memset(o, 0, sizeof *o);
-    o->num_fwd_outputs = (int32_t)v[0];
-    o->ban_if_used_far_apart = v[1] != 0;
-    o->ban_if_long_fusible_chains = v[2] != 0;
-    o->ban_if_materialized_backward = v[3] != 0;
-    o->ban_if_not_in_allowlist = v[4] != 0;
-    o->ban_if_reduction = v[5] != 0;
-    o->recompute_views = v[6] != 0;
-    o->treat_parameters_as_free_to_save = v[7] != 0;
-    o->is_non_builtin_to_include = v[8] != 0;
-    o->unsafe_allow_optimization_of_collectives = v[9] != 0;
-    o->max_dist_from_bw = v[10];
-    o->keep_network = (uint8_t)(v[11] < 0 || v[11] > 2 ? 1 : v[11]);
-    return 0;
-}
+/* ---- result types ------------------------------------------------------ */
 
-/* An optional n-byte mask: None -> NULL. */
-static int get_mask(PyObject *obj, const char *name, Py_ssize_t n,
-                    Py_buffer *view, int *held, const uint8_t **out)
-{
-    *out = NULL;
-    *held = 0;
-    if (obj == Py_None)
-        return 0;
-    if (fxcut_get_buffer(obj, name, 1, n, view) < 0)
-        return -1;
-    *held = 1;
-    *out = view->buf;
-    return 0;
-}
+static PyStructSequence_Field decision_fields[] = {
+    {"tag", "recompute tags after the tag passes (int8, TAG_*)"},
+    {"node_class", "C_* bits per node"},
+    {"ban_reason", "BAN_* per node"},
+    {"dist_from_bw", "torch's dist_from_bw per node (int64)"},
+    {"weight", "X_in -> X_out capacity per node, WEIGHT_INF / WEIGHT_NONE"},
+    {"saved", "saved node indices in graph order (int32)"},
+    {"n_required_bw", "nodes required in backward; 0: nothing was cut"},
+    {"cut_value", "the cut's exact capacity"},
+    {"network", "None, or the flow network (tail, head, cap)"},
+    {NULL, NULL}
+};
 
-static PyObject *bytes_of(const void *p, Py_ssize_t len)
-{
-    return PyBytes_FromStringAndSize(len > 0 ? (const char *)p : "", len);
-}
+PyStructSequence_Desc fxcut_decision_desc = {
+    "fxcut._C.Decision", "What partition_decide decided, by node index.",
+    decision_fields, 9
+};
 
-static PyObject *u128_to_int(fxcut_u128 v)
-{
-    PyObject *hi = PyLong_FromUnsignedLongLong(v.hi);
-    PyObject *lo = PyLong_FromUnsignedLongLong(v.lo);
-    PyObject *shift = PyLong_FromLong(64);
-    PyObject *out = NULL, *hi_shifted = NULL;
-    if (hi != NULL && lo != NULL && shift != NULL)
-        hi_shifted = PyNumber_Lshift(hi, shift);
-    if (hi_shifted != NULL)
-        out = PyNumber_Or(hi_shifted, lo);
-    Py_XDECREF(hi);
-    Py_XDECREF(lo);
-    Py_XDECREF(shift);
-    Py_XDECREF(hi_shifted);
-    return out;
-}
+static PyStructSequence_Field plan_fields[] = {
+    {"decision", "the Decision of the last cut the plan made"},
+    {"stage", "STAGE_*: what the plan settled on"},
+    {"min_act_size", "the inputs' size, bytes / 1e9"},
+    {"max_act_size", "the plain cut's saved size, bytes / 1e9"},
+    {"ratio_more_aggressive", "memory ratio of the second pass, or NaN"},
+    {"ratio_aggressive", "memory ratio of the third pass, or NaN"},
+    {"candidates", "the knapsack's items, largest first (int32)"},
+    {"memories", "their sizes on the budget's scale (float64)"},
+    {"n_passes", "min-cuts solved"},
+    {NULL, NULL}
+};
 
-static int set_item(PyObject *d, const char *key, PyObject *value)
+PyStructSequence_Desc fxcut_plan_desc = {
+    "fxcut._C.BudgetPlan", "What budget_plan planned.", plan_fields, 9
+};
+
+/* Sets slot k of the struct sequence; value NULL fails (-1). */
+static int set_field(PyObject *seq, Py_ssize_t k, PyObject *value)
 {
     if (value == NULL)
         return -1;
-    int rc = PyDict_SetItemString(d, key, value);
-    Py_DECREF(value);
-    return rc;
+    PyStructSequence_SetItem(seq, k, value);
+    return 0;
 }
 
-static PyObject *build_result(const fxcut_partition_result *r, int32_t n)
+static PyObject *build_decision(PyObject *module,
+                                const fxcut_partition_result *r, int32_t n)
 {
-    PyObject *d = PyDict_New();
+    PyObject *d = PyStructSequence_New(fxcut_state(module)->decision_type);
     if (d == NULL)
         return NULL;
-    if (set_item(d, "tag", bytes_of(r->tag, n)) < 0 ||
-        set_item(d, "node_class", bytes_of(r->node_class, n)) < 0 ||
-        set_item(d, "ban_reason", bytes_of(r->ban_reason, n)) < 0 ||
-        set_item(d, "dist_from_bw", bytes_of(r->dist_from_bw, (Py_ssize_t)n * 8)) < 0 ||
-        set_item(d, "weight", bytes_of(r->weight, (Py_ssize_t)n * 8)) < 0 ||
-        set_item(d, "saved", bytes_of(r->saved, (Py_ssize_t)r->n_saved * 4)) < 0 ||
-        set_item(d, "n_required_bw", PyLong_FromLong(r->n_required_bw)) < 0 ||
-        set_item(d, "cut_value", u128_to_int(r->cut_value)) < 0) {
-        Py_DECREF(d);
-        return NULL;
+    PyObject *network = Py_None;
+    Py_INCREF(network);
+    if (r->net_tail != NULL) {
+        Py_DECREF(network);
+        network = Py_BuildValue(
+            "(NNN)", fxcut_typed_view(r->net_tail, r->net_len, "i", 4),
+            fxcut_typed_view(r->net_head, r->net_len, "i", 4),
+            fxcut_typed_view(r->net_cap, r->net_len, "q", 8));
     }
-    if (r->net_tail != NULL &&
-        (set_item(d, "net_tail", bytes_of(r->net_tail, (Py_ssize_t)r->net_len * 4)) < 0 ||
-         set_item(d, "net_head", bytes_of(r->net_head, (Py_ssize_t)r->net_len * 4)) < 0 ||
-         set_item(d, "net_cap", bytes_of(r->net_cap, (Py_ssize_t)r->net_len * 8)) < 0)) {
+    if (set_field(d, 8, network) < 0 || set_field(d, 0, fxcut_typed_view(r->tag, n, "b", 1)) < 0 ||
+        set_field(d, 1, fxcut_typed_view(r->node_class, n, "B", 1)) < 0 ||
+        set_field(d, 2, fxcut_typed_view(r->ban_reason, n, "B", 1)) < 0 ||
+        set_field(d, 3, fxcut_typed_view(r->dist_from_bw, n, "q", 8)) < 0 ||
+        set_field(d, 4, fxcut_typed_view(r->weight, n, "q", 8)) < 0 ||
+        set_field(d, 5, fxcut_typed_view(r->saved, r->n_saved, "i", 4)) < 0 ||
+        set_field(d, 6, PyLong_FromLong(r->n_required_bw)) < 0 ||
+        set_field(d, 7, fxcut_pylong_from_u128(r->cut_value_hi,
+                                               r->cut_value_lo)) < 0) {
         Py_DECREF(d);
         return NULL;
     }
     return d;
 }
 
-/* Raise err; for an infinite path attach the chain of node indices. */
-static PyObject *raise_decide_error(PyObject *module, const fxcut_error *err,
-                                    const fxcut_partition_result *r)
+static PyObject *build_plan(PyObject *module, PyObject *decision,
+                            const fxcut_budget_plan *plan)
 {
-    fxcut_raise(module, err);
-    if (err->code != FXCUT_E_UNBOUNDED)
-        return NULL;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    PyObject *chain = PyList_New(r->n_chain);
-    if (chain != NULL) {
-        for (int32_t k = 0; k < r->n_chain; k++) {
-            PyObject *v = PyLong_FromLong(r->chain[k]);
-            if (v == NULL) {
-                Py_CLEAR(chain);
-                break;
-            }
-            PyList_SET_ITEM(chain, k, v);
-        }
-    }
-    if (chain == NULL || value == NULL ||
-        PyObject_SetAttrString(value, "chain", chain) < 0) {
-        Py_XDECREF(chain);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
+    PyObject *p = PyStructSequence_New(fxcut_state(module)->plan_type);
+    if (p == NULL) {
+        Py_DECREF(decision);
         return NULL;
     }
-    Py_DECREF(chain);
-    PyErr_Restore(type, value, tb);
-    return NULL;
+    if (set_field(p, 0, decision) < 0 ||
+        set_field(p, 1, PyLong_FromLong(plan->stage)) < 0 ||
+        set_field(p, 2, PyFloat_FromDouble(plan->min_act_size)) < 0 ||
+        set_field(p, 3, PyFloat_FromDouble(plan->max_act_size)) < 0 ||
+        set_field(p, 4, PyFloat_FromDouble(plan->ratio_more_aggressive)) < 0 ||
+        set_field(p, 5, PyFloat_FromDouble(plan->ratio_aggressive)) < 0 ||
+        set_field(p, 6, fxcut_typed_view(plan->candidates, plan->n_candidates,
+                                         "i", 4)) < 0 ||
+        set_field(p, 7, fxcut_typed_view(plan->memories, plan->n_candidates,
+                                         "d", 8)) < 0 ||
+        set_field(p, 8, PyLong_FromLong(plan->n_passes)) < 0) {
+        Py_DECREF(p);
+        return NULL;
+    }
+    return p;
 }
 
-/* The plan's fields, added to the decision's dict. */
-static int add_plan(PyObject *d, const fxcut_budget_plan *plan)
+/* ---- arguments --------------------------------------------------------- */
+
+/* An integer argument in [lo, hi]; the error names it and says what it
+ * got (a non-integer, an int too large for int64, a value out of range). */
+static int int_arg(PyObject *obj, const char *name, long long lo,
+                   long long hi, long long *out)
 {
-    if (set_item(d, "stage", PyLong_FromLong(plan->stage)) < 0 ||
-        set_item(d, "min_act_size", PyFloat_FromDouble(plan->min_act_size)) < 0 ||
-        set_item(d, "max_act_size", PyFloat_FromDouble(plan->max_act_size)) < 0 ||
-        set_item(d, "ratio_more_aggressive",
-                 PyFloat_FromDouble(plan->ratio_more_aggressive)) < 0 ||
-        set_item(d, "ratio_aggressive",
-                 PyFloat_FromDouble(plan->ratio_aggressive)) < 0 ||
-        set_item(d, "candidates", bytes_of(plan->candidates,
-                                           (Py_ssize_t)plan->n_candidates * 4)) < 0 ||
-        set_item(d, "memories", bytes_of(plan->memories,
-                                         (Py_ssize_t)plan->n_candidates * 8)) < 0 ||
-        set_item(d, "n_passes", PyLong_FromLong(plan->n_passes)) < 0)
+    PyObject *index = PyNumber_Index(obj);
+    if (index == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            fxcut_raise_from_current(PyExc_TypeError,
+                                     "%s must be an integer, got %.100s", name,
+                                     Py_TYPE(obj)->tp_name);
         return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        Py_DECREF(index);
+        return -1;
+    }
+    if (overflow != 0 || v < lo || v > hi) {
+        PyErr_Format(overflow != 0 ? PyExc_OverflowError : PyExc_ValueError,
+                     "%s (%R) must be between %lld and %lld", name, index, lo,
+                     hi);
+        Py_DECREF(index);
+        return -1;
+    }
+    Py_DECREF(index);
+    *out = v;
     return 0;
 }
 
-/*
- * partition_decide and budget_plan share their arguments: the graph, the
- * options, two optional n-byte masks (static_lifetime and dont_ban, or
- * static_lifetime and input_storage), force_save, fuse_a, fuse_b; the
- * budget plan takes the budget last.
- */
-static PyObject *decision_call(PyObject *module, PyObject *args, int plan_mode)
+/* The ban switches and max_dist_from_bw, read from options by attribute. */
+static int read_options(PyObject *options, fxcut_partition_options *o)
 {
-    PyObject *graph_obj, *opt_obj, *static_obj, *mask_obj, *force_obj,
-        *fa_obj, *fb_obj;
-    double budget = 1.0;
-    int ok = plan_mode
-        ? PyArg_ParseTuple(args, "OOOOOOOd:budget_plan", &graph_obj, &opt_obj,
-                           &static_obj, &mask_obj, &force_obj, &fa_obj,
-                           &fb_obj, &budget)
-        : PyArg_ParseTuple(args, "OOOOOOO:partition_decide", &graph_obj,
-                           &opt_obj, &static_obj, &mask_obj, &force_obj,
-                           &fa_obj, &fb_obj);
-    if (!ok)
-        return NULL;
-    fxcut_partition_options opt;
-    if (parse_options(opt_obj, &opt) < 0)
-        return NULL;
-    fxcut_graph_buffers gb;
-    if (fxcut_load_graph(graph_obj, &gb) < 0)
-        return NULL;
-    const int32_t n = gb.graph.n;
-    Py_buffer sv, mv, fv, av, bv;
-    int s_held = 0, m_held = 0, f_held = 0, a_held = 0, b_held = 0;
-    PyObject *result = NULL;
-    fxcut_partition_result r;
-    memset(&r, 0, sizeof r);
-    fxcut_budget_plan plan;
-    memset(&plan, 0, sizeof plan);
-    fxcut_budget_options bopt = {budget, NULL};
-    const uint8_t *mask = NULL;
-    void *block = NULL;
+    static const struct {
+        const char *name;
+        size_t offset;
+    } switches[] = {
+#define SW(f) {#f, offsetof(fxcut_partition_options, f)}
+        SW(ban_if_used_far_apart), SW(ban_if_long_fusible_chains),
+        SW(ban_if_materialized_backward), SW(ban_if_not_in_allowlist),
+        SW(ban_if_reduction), SW(recompute_views),
+        SW(treat_parameters_as_free_to_save), SW(is_non_builtin_to_include),
+        SW(unsafe_allow_optimization_of_collectives),
+#undef SW
+    };
+    for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++) {
+        PyObject *v = PyObject_GetAttrString(options, switches[k].name);
+        if (v == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_AttributeError))
+                fxcut_raise_from_current(PyExc_TypeError,
+                                         "options has no attribute '%s'",
+                                         switches[k].name);
+            return -1;
+        }
+        int truth = PyObject_IsTrue(v);
+        Py_DECREF(v);
+        if (truth < 0)
+            return -1;
+        *((uint8_t *)o + switches[k].offset) = (uint8_t)truth;
+    }
+    PyObject *v = PyObject_GetAttrString(options, "max_dist_from_bw");
+    if (v == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError))
+            fxcut_raise_from_current(PyExc_TypeError,
+                                     "options has no attribute "
+                                     "'max_dist_from_bw'");
+        return -1;
+    }
+    long long dist = 0;
+    int rc = int_arg(v, "options.max_dist_from_bw", INT64_MIN, INT64_MAX,
+                     &dist);
+    Py_DECREF(v);
+    o->max_dist_from_bw = dist;
+    return rc;
+}
 
-    if (get_mask(static_obj, "static_lifetime", n, &sv, &s_held, &opt.static_lifetime) < 0 ||
-        get_mask(mask_obj, plan_mode ? "input_storage" : "dont_ban", n, &mv,
-                 &m_held, &mask) < 0)
-        goto out;
-    if (plan_mode)
-        bopt.input_storage = mask;
-    else
-        opt.dont_ban = mask;
-    if (fxcut_get_buffer(force_obj, "force_save", 4, -1, &fv) < 0)
-        goto out;
-    f_held = 1;
-    if (fxcut_get_buffer(fa_obj, "fuse_a", 4, -1, &av) < 0)
-        goto out;
-    a_held = 1;
-    if (fxcut_get_buffer(fb_obj, "fuse_b", 4, av.len / 4, &bv) < 0)
-        goto out;
-    b_held = 1;
-    if (fv.len / 4 > INT32_MAX || av.len / 4 > INT32_MAX) {
+/* What both entry points take besides their own arguments, and the
+ * private copies behind it. */
+typedef struct {
+    fxcut_graph_buffers gb;
+    int graph_held;
+    fxcut_partition_options opt;
+    void *static_lifetime, *mask, *force, *fuse_a, *fuse_b;
+    void *block;
+    fxcut_partition_result r;
+    fxcut_budget_plan plan;
+} call_state;
+
+static void call_state_free(call_state *cs)
+{
+    fxcut_partition_result_release(&cs->r);
+    free(cs->block);
+    free(cs->static_lifetime);
+    free(cs->mask);
+    free(cs->force);
+    free(cs->fuse_a);
+    free(cs->fuse_b);
+    if (cs->graph_held)
+        fxcut_release_graph(&cs->gb);
+}
+
+/* An optional n-byte mask, copied: None -> NULL. */
+static int get_mask(PyObject *obj, const char *name, Py_ssize_t n, void **out)
+{
+    *out = NULL;
+    if (obj == Py_None)
+        return 0;
+    Py_ssize_t len;
+    return fxcut_copy_buffer(obj, name, 1, n, 0, out, &len);
+}
+
+static int load_common(call_state *cs, PyObject *graph, PyObject *options,
+                       PyObject *num_fwd, PyObject *statics,
+                       PyObject *mask, const char *mask_name, PyObject *force,
+                       PyObject *fuse_a, PyObject *fuse_b)
+{
+    memset(cs, 0, sizeof *cs);
+    long long nfwd;
+    if (int_arg(num_fwd, "num_fwd_outputs", 0, INT32_MAX, &nfwd) < 0 ||
+        read_options(options, &cs->opt) < 0)
+        return -1;
+    cs->opt.num_fwd_outputs = (int32_t)nfwd;
+    if (fxcut_load_graph(graph, &cs->gb) < 0)
+        return -1;
+    cs->graph_held = 1;
+    const int32_t n = cs->gb.graph.n;
+    Py_ssize_t n_force, n_a, n_b;
+    if (get_mask(statics, "static_lifetime", n, &cs->static_lifetime) < 0 ||
+        get_mask(mask, mask_name, n, &cs->mask) < 0 ||
+        fxcut_copy_buffer(force, "force_save", 4, -1, 1, &cs->force,
+                          &n_force) < 0 ||
+        fxcut_copy_buffer(fuse_a, "fuse_a", 4, -1, 1, &cs->fuse_a, &n_a) < 0 ||
+        fxcut_copy_buffer(fuse_b, "fuse_b", 4, n_a, 1, &cs->fuse_b, &n_b) < 0)
+        return -1;
+    if (n_force > INT32_MAX || n_a > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError,
                         "force_save and fuse_a / fuse_b must have fewer than "
                         "2^31 entries");
-        goto out;
+        return -1;
     }
-    opt.force_save = fv.buf;
-    opt.n_force_save = (int32_t)(fv.len / 4);
-    opt.fuse_pair_a = av.buf;
-    opt.fuse_pair_b = bv.buf;
-    opt.n_fuse_pairs = (int32_t)(av.len / 4);
+    cs->opt.static_lifetime = cs->static_lifetime;
+    cs->opt.force_save = cs->force;
+    cs->opt.n_force_save = (int32_t)n_force;
+    cs->opt.fuse_pair_a = cs->fuse_a;
+    cs->opt.fuse_pair_b = cs->fuse_b;
+    cs->opt.n_fuse_pairs = (int32_t)n_a;
 
-    /* One block for the per-node result (and plan) arrays. */
-    size_t un = (size_t)n + 2;
-    block = malloc(un * (3 + 8 + 8 + 4 + 4 + 4 + 8));
-    if (block == NULL) {
+    /* One block for the result (and plan) arrays, at the core's sizes. */
+    fxcut_result_sizes z = fxcut_result_sizes_for(n);
+    size_t bytes = z.per_node * (2 * 8 + 3) + z.saved * 4 + z.chain * 4 +
+                   z.candidates * (8 + 4);
+    char *p = cs->block = malloc(bytes);
+    if (p == NULL) {
         PyErr_NoMemory();
-        goto out;
+        return -1;
     }
-    char *p = block;
-    r.dist_from_bw = (int64_t *)p;
-    p += un * 8;
-    r.weight = (int64_t *)p;
-    p += un * 8;
-    plan.memories = (double *)p;
-    p += un * 8;
-    r.saved = (int32_t *)p;
-    p += un * 4;
-    r.chain = (int32_t *)p;
-    p += un * 4;
-    plan.candidates = (int32_t *)p;
-    p += un * 4;
-    r.tag = (int8_t *)p;
-    p += un;
-    r.node_class = (uint8_t *)p;
-    p += un;
-    r.ban_reason = (uint8_t *)p;
+    /* 8-byte arrays first, then 4-byte, then bytes: each aligned. */
+    cs->r.dist_from_bw = (int64_t *)(void *)p;
+    p += z.per_node * 8;
+    cs->r.weight = (int64_t *)(void *)p;
+    p += z.per_node * 8;
+    cs->plan.memories = (double *)(void *)p;
+    p += z.candidates * 8;
+    cs->r.saved = (int32_t *)(void *)p;
+    p += z.saved * 4;
+    cs->r.chain = (int32_t *)(void *)p;
+    p += z.chain * 4;
+    cs->plan.candidates = (int32_t *)(void *)p;
+    p += z.candidates * 4;
+    cs->r.tag = (int8_t *)p;
+    p += z.per_node;
+    cs->r.node_class = (uint8_t *)p;
+    p += z.per_node;
+    cs->r.ban_reason = (uint8_t *)p;
+    return 0;
+}
 
+/* Raises err; an infinite path carries its chain of node indices. */
+static PyObject *raise_decide_error(PyObject *module, const fxcut_error *err,
+                                    const fxcut_partition_result *r)
+{
+    if (err->code != FXCUT_E_UNBOUNDED)
+        return fxcut_raise(module, err, NULL, NULL);
+    PyObject *chain = PyList_New(r->n_chain);
+    if (chain == NULL)
+        return NULL;
+    for (int32_t k = 0; k < r->n_chain; k++) {
+        PyObject *v = PyLong_FromLong(r->chain[k]);
+        if (v == NULL) {
+            Py_DECREF(chain);
+            return NULL;
+        }
+        PyList_SET_ITEM(chain, k, v);
+    }
+    fxcut_raise(module, err, "chain", chain);
+    Py_DECREF(chain);
+    return NULL;
+}
+
+PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args,
+                                    PyObject *kwargs)
+{
+    static char *keywords[] = {"", "", "num_fwd_outputs", "keep_network",
+                               "static_lifetime", "dont_ban", "force_save",
+                               "fuse_a", "fuse_b", NULL};
+    PyObject *graph, *options, *num_fwd = NULL, *keep_obj = NULL;
+    PyObject *statics = Py_None, *dont_ban = Py_None, *force = Py_None,
+             *fuse_a = Py_None, *fuse_b = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs,
+                                     "OO|$OOOOOOO:partition_decide", keywords,
+                                     &graph, &options, &num_fwd, &keep_obj,
+                                     &statics, &dont_ban, &force, &fuse_a,
+                                     &fuse_b))
+        return NULL;
+    /* "|$" makes every keyword optional; num_fwd_outputs is not. */
+    if (num_fwd == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "partition_decide() missing required keyword-only "
+                        "argument: 'num_fwd_outputs'");
+        return NULL;
+    }
+    long long keep = FXCUT_KEEP_NONE;
+    if (keep_obj != NULL &&
+        int_arg(keep_obj, "keep_network (KEEP_NONE, KEEP_NETWORK or "
+                "KEEP_BUILD_ONLY)", FXCUT_KEEP_NONE, FXCUT_KEEP_MAX,
+                &keep) < 0)
+        return NULL;
+    call_state cs;
+    PyObject *result = NULL;
+    if (load_common(&cs, graph, options, num_fwd, statics, dont_ban,
+                    "dont_ban", force, fuse_a, fuse_b) < 0)
+        goto out;
+    cs.opt.keep_network = (uint8_t)keep;
+    cs.opt.dont_ban = cs.mask;
     fxcut_error err = {0, -1, {0}};
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = fxcut_graph_validate(&gb.graph, &err);
-    if (rc == FXCUT_OK && plan_mode)
-        rc = fxcut_budget_plan_decide(&gb.graph, &opt, &bopt, &r, &plan, &err);
-    else if (rc == FXCUT_OK)
-        rc = fxcut_partition_decide(&gb.graph, &opt, &r, &err);
+    rc = fxcut_graph_validate(&cs.gb.graph, &err);
+    if (rc == FXCUT_OK)
+        rc = fxcut_partition_decide(&cs.gb.graph, &cs.opt, &cs.r, &err);
     Py_END_ALLOW_THREADS
-    if (rc != FXCUT_OK) {
-        raise_decide_error(module, &err, &r);
-    } else {
-        result = build_result(&r, n);
-        if (result != NULL && plan_mode && add_plan(result, &plan) < 0)
-            Py_CLEAR(result);
-    }
+    if (rc != FXCUT_OK)
+        raise_decide_error(module, &err, &cs.r);
+    else
+        result = build_decision(module, &cs.r, cs.gb.graph.n);
 out:
-    fxcut_partition_result_release(&r);
-    free(block);
-    if (s_held)
-        PyBuffer_Release(&sv);
-    if (m_held)
-        PyBuffer_Release(&mv);
-    if (f_held)
-        PyBuffer_Release(&fv);
-    if (a_held)
-        PyBuffer_Release(&av);
-    if (b_held)
-        PyBuffer_Release(&bv);
-    fxcut_release_graph(&gb);
+    call_state_free(&cs);
     return result;
 }
 
-PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args)
+PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args,
+                               PyObject *kwargs)
 {
-    return decision_call(module, args, 0);
-}
-
-PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args)
-{
-    return decision_call(module, args, 1);
+    static char *keywords[] = {"", "", "num_fwd_outputs", "memory_budget",
+                               "static_lifetime", "input_storage",
+                               "force_save", "fuse_a", "fuse_b", NULL};
+    PyObject *graph, *options, *num_fwd = NULL, *budget_obj = NULL;
+    PyObject *statics = Py_None, *storage = Py_None, *force = Py_None,
+             *fuse_a = Py_None, *fuse_b = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOO:budget_plan",
+                                     keywords, &graph, &options, &num_fwd,
+                                     &budget_obj, &statics, &storage, &force,
+                                     &fuse_a, &fuse_b))
+        return NULL;
+    if (num_fwd == NULL || budget_obj == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "budget_plan() missing required keyword-only argument: "
+                     "'%s'", num_fwd == NULL ? "num_fwd_outputs"
+                                             : "memory_budget");
+        return NULL;
+    }
+    double budget = PyFloat_AsDouble(budget_obj);
+    if (budget == -1.0 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            fxcut_raise_from_current(PyExc_TypeError,
+                                     "memory_budget must be a number, got "
+                                     "%.100s", Py_TYPE(budget_obj)->tp_name);
+        return NULL;
+    }
+    call_state cs;
+    PyObject *result = NULL;
+    if (load_common(&cs, graph, options, num_fwd, statics, storage,
+                    "input_storage", force, fuse_a, fuse_b) < 0)
+        goto out;
+    fxcut_budget_options bopt = {budget, cs.mask};
+    fxcut_error err = {0, -1, {0}};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fxcut_graph_validate(&cs.gb.graph, &err);
+    if (rc == FXCUT_OK)
+        rc = fxcut_budget_plan_decide(&cs.gb.graph, &cs.opt, &bopt, &cs.r,
+                                      &cs.plan, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != FXCUT_OK) {
+        raise_decide_error(module, &err, &cs.r);
+    } else {
+        PyObject *decision = build_decision(module, &cs.r, cs.gb.graph.n);
+        if (decision != NULL)
+            result = build_plan(module, decision, &cs.plan);
+    }
+out:
+    call_state_free(&cs);
+    return result;
 }

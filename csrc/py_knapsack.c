@@ -16,21 +16,48 @@
 #include <string.h>
 
 const char fxcut_py_knapsack_doc[] =
-    "knapsack(memory, runtime, max_memory, solver) -> (save, order, value, "
-    "peak_bytes)\n\nOne of torch's knapsack solvers (dp, greedy, "
-    "dp_knapsack_sliding_hirschberg) or fxcut's dp_lean; see "
-    "csrc/py_knapsack.c.";
+"knapsack($module, memory, runtime, max_memory, solver, /)\n--\n\n"
+"One of torch's knapsack solvers ('dp', 'greedy',\n"
+"'dp_knapsack_sliding_hirschberg') or fxcut's 'dp_lean' (KNAPSACK_SOLVERS).\n"
+"memory, runtime: sequences of n numbers (copied first; ints convert to\n"
+"float64 as Python converts them).  Returns a KnapsackResult: save\n"
+"(memoryview 'B', 1 for an item that stays saved), order (memoryview 'i',\n"
+"the order the solver reports its lists in), value (the runtime torch's\n"
+"solver reports), peak_bytes (the solver's peak heap use).";
 
-/* The floats of a sequence into out[0 .. n). */
-static int read_floats(PyObject *seq, const char *name, Py_ssize_t n,
+static PyStructSequence_Field knapsack_fields[] = {
+    {"save", "1 for an item that stays saved (uint8)"},
+    {"order", "the items in the order the solver lists them (int32)"},
+    {"value", "the runtime torch's solver reports"},
+    {"peak_bytes", "the solver's peak heap use"},
+    {NULL, NULL}
+};
+
+PyStructSequence_Desc fxcut_knapsack_desc = {
+    "fxcut._C.KnapsackResult", "What a knapsack solver chose.",
+    knapsack_fields, 4
+};
+
+/* The floats of a tuple (a private copy of the caller's sequence: an
+ * item's __float__ can neither shrink it nor free the item) into
+ * out[0 .. n). */
+static int read_floats(PyObject *tuple, const char *name, Py_ssize_t n,
                        double *out)
 {
     for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(seq, k);
+        PyObject *item = PyTuple_GET_ITEM(tuple, k);
         double v = PyFloat_AsDouble(item);
         if (v == -1.0 && PyErr_Occurred()) {
-            PyErr_Format(PyExc_TypeError, "%s[%zd] must be a number, got %.100s",
-                         name, k, Py_TYPE(item)->tp_name);
+            if (PyErr_ExceptionMatches(PyExc_TypeError))
+                fxcut_raise_from_current(PyExc_TypeError,
+                                         "%s[%zd] must be a number, got "
+                                         "%.100s", name, k,
+                                         Py_TYPE(item)->tp_name);
+            else if (PyErr_ExceptionMatches(PyExc_OverflowError))
+                fxcut_raise_from_current(PyExc_OverflowError,
+                                         "%s[%zd] (%.100s) is too large for "
+                                         "a float64", name, k,
+                                         Py_TYPE(item)->tp_name);
             return -1;
         }
         out[k] = v;
@@ -38,13 +65,29 @@ static int read_floats(PyObject *seq, const char *name, Py_ssize_t n,
     return 0;
 }
 
-PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args)
+/* A tuple copy of a sequence; the error names it. */
+static PyObject *as_tuple(PyObject *obj, const char *name)
 {
-    PyObject *mem_obj, *rt_obj;
+    PyObject *t = PySequence_Tuple(obj);
+    if (t == NULL && PyErr_ExceptionMatches(PyExc_TypeError))
+        fxcut_raise_from_current(PyExc_TypeError,
+                                 "%s must be a sequence of numbers, got "
+                                 "%.100s", name, Py_TYPE(obj)->tp_name);
+    return t;
+}
+
+PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args,
+                            PyObject *kwargs)
+{
+    static char *keywords[] = {"", "", "", "", NULL};
+    PyObject *mem_obj, *rt_obj, *name_obj;
     double max_memory;
-    const char *name;
-    if (!PyArg_ParseTuple(args, "OOds:knapsack", &mem_obj, &rt_obj,
-                          &max_memory, &name))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOdU:knapsack", keywords,
+                                     &mem_obj, &rt_obj, &max_memory,
+                                     &name_obj))
+        return NULL;
+    const char *name = PyUnicode_AsUTF8(name_obj);
+    if (name == NULL)
         return NULL;
     int solver = -1;
     for (int s = 0; s < FXCUT_KNAPSACK_NUM_SOLVERS; s++)
@@ -54,24 +97,26 @@ PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args)
         PyErr_Format(PyExc_ValueError,
                      "unknown knapsack solver %R; fxcut's C solvers are 'dp', "
                      "'dp_lean', 'greedy' and 'dp_knapsack_sliding_hirschberg'",
-                     PyTuple_GET_ITEM(args, 3));
+                     name_obj);
         return NULL;
     }
-    PyObject *mem = PySequence_Fast(mem_obj, "memory must be a sequence");
+    PyObject *mem = as_tuple(mem_obj, "memory");
     if (mem == NULL)
         return NULL;
-    PyObject *rt = PySequence_Fast(rt_obj, "runtime must be a sequence");
+    PyObject *rt = as_tuple(rt_obj, "runtime");
     if (rt == NULL) {
         Py_DECREF(mem);
         return NULL;
     }
-    PyObject *result = NULL, *save = NULL, *order = NULL;
+    PyObject *result = NULL;
     double *values = NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(mem);
-    if (PySequence_Fast_GET_SIZE(rt) != n) {
+    uint8_t *save = NULL;
+    int32_t *order = NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(mem);
+    if (PyTuple_GET_SIZE(rt) != n) {
         PyErr_Format(PyExc_ValueError,
                      "memory has %zd items but runtime has %zd", n,
-                     PySequence_Fast_GET_SIZE(rt));
+                     PyTuple_GET_SIZE(rt));
         goto out;
     }
     if (n > INT32_MAX) {
@@ -79,35 +124,45 @@ PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args)
         goto out;
     }
     values = malloc(2 * ((size_t)n + 1) * sizeof *values);
-    save = PyBytes_FromStringAndSize(NULL, n);
-    order = PyBytes_FromStringAndSize(NULL, n * 4);
+    save = malloc((size_t)n + 1);
+    order = malloc(((size_t)n + 1) * sizeof *order);
     if (values == NULL || save == NULL || order == NULL) {
-        if (values == NULL)
-            PyErr_NoMemory();
+        PyErr_NoMemory();
         goto out;
     }
     if (read_floats(mem, "memory", n, values) < 0 ||
         read_floats(rt, "runtime", n, values + n + 1) < 0)
         goto out;
     fxcut_knapsack_problem p = {(int32_t)n, values, values + n + 1, max_memory};
-    fxcut_knapsack_result r = {(uint8_t *)PyBytes_AS_STRING(save),
-                               (int32_t *)(void *)PyBytes_AS_STRING(order),
-                               0.0, 0};
+    fxcut_knapsack_result r = {save, order, 0.0, 0};
     fxcut_error err = {0, -1, {0}};
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = fxcut_knapsack_solve(&p, solver, &r, &err);
     Py_END_ALLOW_THREADS
     if (rc != FXCUT_OK) {
-        fxcut_raise(module, &err);
+        fxcut_raise(module, &err, NULL, NULL);
         goto out;
     }
-    result = Py_BuildValue("(OOdn)", save, order, r.value,
-                           (Py_ssize_t)r.peak_bytes);
+    result = PyStructSequence_New(fxcut_state(module)->knapsack_type);
+    if (result == NULL)
+        goto out;
+    PyObject *items[4] = {fxcut_typed_view(save, n, "B", 1),
+                          fxcut_typed_view(order, n, "i", 4),
+                          PyFloat_FromDouble(r.value),
+                          PyLong_FromSize_t(r.peak_bytes)};
+    for (int k = 0; k < 4; k++) {
+        if (items[k] == NULL)
+            Py_CLEAR(result);
+        if (result != NULL)
+            PyStructSequence_SetItem(result, k, items[k]);
+        else
+            Py_XDECREF(items[k]);
+    }
 out:
     free(values);
-    Py_XDECREF(save);
-    Py_XDECREF(order);
+    free(save);
+    free(order);
     Py_DECREF(mem);
     Py_DECREF(rt);
     return result;

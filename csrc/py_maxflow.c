@@ -3,16 +3,18 @@
 #include "maxflow.h"
 
 const char fxcut_py_min_cut_doc[] =
-"min_cut(n_vertices, tail, head, cap, source, sink, algorithm=0)\n"
-"    -> (cut_value: int, sink_side: bytes)\n\n"
+"min_cut($module, n_vertices, tail, head, cap, source, sink,\n"
+"        algorithm=MAXFLOW_DEFAULT)\n--\n\n"
 "Minimum source-sink cut of the network with n_vertices vertices and the\n"
 "edges tail[e] -> head[e] of capacity cap[e] (tail, head: int32 buffers;\n"
-"cap: int64 buffer, -1 = infinite).  sink_side[v] is 1 exactly for the\n"
-"vertices that can reach the sink in the residual network of a maximum\n"
-"flow (networkx's minimum_cut partition[1]); cut_value is exact.\n"
-"algorithm: 0 default, 1 push-relabel, 2 Dinic.  Raises InfiniteCutError\n"
-"when source and sink are joined by infinite edges, IndexError for a\n"
-"vertex out of range, ValueError for other malformed input.";
+"cap: int64 buffer, CAP_INF = infinite; all three copied first).  Returns\n"
+"(cut_value, sink_side): sink_side (bytes) is 1 exactly for the vertices\n"
+"that can reach the sink in the residual network of a maximum flow\n"
+"(networkx's minimum_cut partition[1]); cut_value (int) is exact.\n"
+"algorithm: MAXFLOW_DEFAULT, MAXFLOW_PUSH_RELABEL or MAXFLOW_DINIC.\n"
+"Raises InfiniteCutError when source and sink are joined by infinite\n"
+"edges, IndexError for a vertex out of range, ValueError for other\n"
+"malformed input.";
 
 /* A Python-side integer that must fit an int32 vertex index before the
  * core sees it; out of range, the core's own message. */
@@ -29,24 +31,19 @@ static int vertex_arg(Py_ssize_t value, Py_ssize_t n, const char *name,
     return 0;
 }
 
-/* hi * 2^64 + lo as a Python int. */
-static PyObject *u128_to_pylong(fxcut_u128 x)
+/* The private copies of the edge arrays; the solver frees them (without
+ * the GIL) as soon as its residual network is built. */
+typedef struct {
+    void *tail, *head, *cap;
+} edge_copies;
+
+static void free_edges(void *arg)
 {
-    if (x.hi == 0)
-        return PyLong_FromUnsignedLongLong(x.lo);
-    PyObject *hi = PyLong_FromUnsignedLongLong(x.hi);
-    PyObject *lo = PyLong_FromUnsignedLongLong(x.lo);
-    PyObject *shift = PyLong_FromLong(64);
-    PyObject *shifted = NULL, *result = NULL;
-    if (hi != NULL && lo != NULL && shift != NULL)
-        shifted = PyNumber_Lshift(hi, shift);
-    if (shifted != NULL)
-        result = PyNumber_Or(shifted, lo);
-    Py_XDECREF(hi);
-    Py_XDECREF(lo);
-    Py_XDECREF(shift);
-    Py_XDECREF(shifted);
-    return result;
+    edge_copies *e = arg;
+    free(e->tail);
+    free(e->head);
+    free(e->cap);
+    e->tail = e->head = e->cap = NULL;
 }
 
 PyObject *fxcut_py_min_cut(PyObject *module, PyObject *args, PyObject *kwargs)
@@ -71,44 +68,36 @@ PyObject *fxcut_py_min_cut(PyObject *module, PyObject *args, PyObject *kwargs)
         vertex_arg(sink, n, "sink", &sink32) < 0)
         return NULL;
 
-    Py_buffer tail, head, cap;
-    if (fxcut_get_buffer(tail_obj, "tail", 4, -1, &tail) < 0)
-        return NULL;
-    Py_ssize_t m = tail.len / 4;
-    if (fxcut_get_buffer(head_obj, "head", 4, m, &head) < 0) {
-        PyBuffer_Release(&tail);
-        return NULL;
-    }
-    if (fxcut_get_buffer(cap_obj, "cap", 8, m, &cap) < 0) {
-        PyBuffer_Release(&head);
-        PyBuffer_Release(&tail);
+    edge_copies edges = {NULL, NULL, NULL};
+    Py_ssize_t m, m_head, m_cap;
+    if (fxcut_copy_buffer(tail_obj, "tail", 4, -1, 0, &edges.tail, &m) < 0 ||
+        fxcut_copy_buffer(head_obj, "head", 4, m, 0, &edges.head, &m_head) < 0 ||
+        fxcut_copy_buffer(cap_obj, "cap", 8, m, 0, &edges.cap, &m_cap) < 0) {
+        free_edges(&edges);
         return NULL;
     }
     PyObject *side = PyBytes_FromStringAndSize(NULL, n);
     if (side == NULL) {
-        PyBuffer_Release(&cap);
-        PyBuffer_Release(&head);
-        PyBuffer_Release(&tail);
+        free_edges(&edges);
         return NULL;
     }
-
-    fxcut_network net = {(int32_t)n, (int64_t)m, tail.buf, head.buf,
-                         cap.buf};
+    fxcut_network net = {(int32_t)n, (int64_t)m, edges.tail, edges.head,
+                         edges.cap};
+    const fxcut_min_cut_hooks hooks = {free_edges, NULL, &edges};
     fxcut_u128 value = {0, 0};
     fxcut_error err = {0, -1, {0}};
     int rc;
+    uint8_t *sink_side = (uint8_t *)PyBytes_AS_STRING(side);
     Py_BEGIN_ALLOW_THREADS
-    rc = fxcut_min_cut(&net, source32, sink32, algorithm, &value,
-                       (uint8_t *)PyBytes_AS_STRING(side), &err);
+    rc = fxcut_min_cut_hooked(&net, source32, sink32, algorithm, &value,
+                              sink_side, &hooks, &err);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&cap);
-    PyBuffer_Release(&head);
-    PyBuffer_Release(&tail);
+    free_edges(&edges); /* already freed by the hook: a no-op */
     if (rc != FXCUT_OK) {
         Py_DECREF(side);
-        return fxcut_raise(module, &err);
+        return fxcut_raise(module, &err, NULL, NULL);
     }
-    PyObject *value_obj = u128_to_pylong(value);
+    PyObject *value_obj = fxcut_pylong_from_u128(value.hi, value.lo);
     if (value_obj == NULL) {
         Py_DECREF(side);
         return NULL;

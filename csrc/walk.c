@@ -7,7 +7,7 @@
  * already marked.  Graph order is topological, so one forward pass sees every
  * marked producer before its consumers: the walk is transitive.
  */
-#include "fxcut.h"
+#include "fxcut_internal.h"
 
 #include <string.h>
 

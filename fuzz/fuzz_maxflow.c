@@ -138,6 +138,33 @@ static int reference_cut(int32_t n, int32_t m, const int32_t *tail,
     return 0;
 }
 
+/* What the infinite_path hook saw. */
+typedef struct {
+    const fxcut_network *net;
+    int32_t source, sink;
+    int calls;
+} path_seen;
+
+/* The path the solver reports on FXCUT_E_UNBOUNDED runs source -> sink
+ * along infinite input edges. */
+static void check_path(void *arg, const int32_t *path, int32_t len)
+{
+    path_seen *p = arg;
+    p->calls++;
+    FZ_CHECK(len >= 2 && path[0] == p->source && path[len - 1] == p->sink,
+             "path of %d vertices from %d to %d", len, len ? path[0] : -1,
+             len ? path[len - 1] : -1);
+    for (int32_t k = 0; k + 1 < len; k++) {
+        int found = 0;
+        for (int64_t e = 0; e < p->net->n_edges && !found; e++)
+            found = p->net->tail[e] == path[k] &&
+                    p->net->head[e] == path[k + 1] &&
+                    p->net->cap[e] == FXCUT_CAP_INF;
+        FZ_CHECK(found, "path step %d -> %d is no infinite edge", path[k],
+                 path[k + 1]);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -183,7 +210,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fxcut_u128 value = {0, 0};
         fxcut_error err;
         memset(&err, 0, sizeof err);
-        int rc = fxcut_min_cut(&net, s, t, algorithms[k], &value, side, &err);
+        path_seen seen = {&net, s, t, 0};
+        const fxcut_min_cut_hooks hooks = {NULL, check_path, &seen};
+        int rc = fxcut_min_cut_hooked(&net, s, t, algorithms[k], &value, side,
+                                      &hooks, &err);
+        FZ_CHECK(seen.calls == (rc == FXCUT_E_UNBOUNDED), "path reported %d "
+                 "times for code %d", seen.calls, rc);
         FZ_CHECK(rc == FXCUT_OK || err.code == rc, "err.code %d, rc %d",
                  err.code, rc);
         if (rc != FXCUT_OK)

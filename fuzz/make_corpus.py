@@ -4,8 +4,10 @@
 
 fuzz_graph seeds are real lowered graphs (random joint graphs of
 tests/random_joint.py and a conflicting-tags graph) encoded in the input
-format described at the top of fuzz/fuzz_graph.c; fuzz_maxflow seeds are
-small networks in the format of fuzz/fuzz_maxflow.c.  The files are
+format described in fuzz/fuzz_graph_input.h; fuzz_budget seeds are the same
+graphs with a memory budget (fuzz/fuzz_budget.c); fuzz_maxflow seeds are
+small networks in the format of fuzz/fuzz_maxflow.c; fuzz_knapsack seeds
+small knapsack instances (fuzz/fuzz_knapsack.c).  The files are
 committed; rerunning this script rewrites them identically.
 """
 
@@ -125,8 +127,51 @@ def network_seeds() -> dict[str, bytes]:
     }
 
 
+def budget_seeds(graphs: dict[str, bytes]) -> dict[str, bytes]:
+    """The graph seeds followed by fuzz/fuzz_budget.c's trailer: budget code
+    (code / 255; 0 and 255 exact), input-storage flag (+ a byte per node),
+    knapsack solver."""
+    seeds: dict[str, bytes] = {}
+    for k, (name, data) in enumerate(sorted(graphs.items())):
+        n = data[0]
+        storage = bytes([1, *[(i % 3 == 0) for i in range(n)]]) if k % 2 else bytes([0])
+        seeds[f"{name}_half"] = data + bytes([128]) + storage + bytes([k % 4])
+        seeds[f"{name}_tenth"] = data + bytes([25, 0, (k + 1) % 4])
+    seeds["conflict_zero"] = graphs["conflict"] + bytes([0, 0, 0])
+    seeds["random_1_one"] = graphs["random_1"] + bytes([255, 0, 0])
+    return seeds
+
+
+def encode_knapsack(capacity: float, items: list[tuple[float, float]], *, mode: int = 0, solver: int = 0) -> bytes:
+    """In fuzz/fuzz_knapsack.c's format: memory code = memory * 8192,
+    runtime code = runtime * 16 (signed), capacity code = capacity * 65536."""
+    out = bytearray([len(items), mode, solver])
+    out += struct.pack("<H", round(capacity * 65536))
+    for memory, runtime in items:
+        out += struct.pack("<Hh", round(memory * 8192), round(runtime * 16))
+    return bytes(out)
+
+
+def knapsack_seeds() -> dict[str, bytes]:
+    small = [(0.25, 3.0), (0.5, 2.0), (0.125, 1.0), (0.375, 2.5)]
+    return {
+        "small": encode_knapsack(0.5, small),
+        "ties": encode_knapsack(0.5, [(0.25, 1.0)] * 6),
+        "zero_memory": encode_knapsack(0.25, [(0.0, 1.0), (0.25, 2.0), (0.0, -1.0)]),
+        "all_fit": encode_knapsack(0.99, small),
+        "nothing_fits": encode_knapsack(0.0, small),
+        "many": encode_knapsack(0.75, [((k * 37 % 64) / 128, (k * 11 % 17) / 4) for k in range(40)]),
+        # raw mode: a NaN memory (0xFFFF, then the float64 bits)
+        "nan": bytes([1, 1, 0]) + struct.pack("<H", 16384) + struct.pack("<H", 0xFFFF)
+        + struct.pack("<d", float("nan")) + struct.pack("<h", 16),
+        "unknown_solver": encode_knapsack(0.5, small, mode=2, solver=9),
+    }
+
+
 def main() -> None:
-    for target, seeds in (("fuzz_graph", graph_seeds()), ("fuzz_maxflow", network_seeds())):
+    graphs = graph_seeds()
+    for target, seeds in (("fuzz_graph", graphs), ("fuzz_maxflow", network_seeds()),
+                          ("fuzz_budget", budget_seeds(graphs)), ("fuzz_knapsack", knapsack_seeds())):
         d = OUT / target
         d.mkdir(parents=True, exist_ok=True)
         for name, data in seeds.items():

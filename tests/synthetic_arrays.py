@@ -26,10 +26,12 @@ offsets, so 10^7 nodes take seconds and no Python loop per node.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fxcut import _C
+from fxcut.core import MinCutOptions
 
 F, B, W = 13, 14, 4  # forward / backward nodes and weights per layer
 
@@ -205,11 +207,22 @@ def build(layers: int) -> SyntheticArrays:
     )
 
 
-#: torch's defaults: every ban rule on but reductions; max_dist_from_bw 1000.
-DEFAULT_OPTIONS = (1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1000, 0)
+#: Every ban rule on but reductions; max_dist_from_bw 1000.
+DEFAULT_OPTIONS = MinCutOptions(
+    ban_if_used_far_apart=True,
+    ban_if_long_fusible_chains=True,
+    ban_if_materialized_backward=True,
+    ban_if_not_in_allowlist=True,
+    ban_if_reduction=False,
+    recompute_views=False,
+    treat_parameters_as_free_to_save=False,
+    is_non_builtin_to_include=False,
+    unsafe_allow_optimization_of_collectives=False,
+    max_dist_from_bw=1000,
+)
 
 
-def decide(arrays: SyntheticArrays, keep_network: int = 0) -> dict:
-    options = (arrays.num_fwd_outputs,) + DEFAULT_OPTIONS[1:-1] + (keep_network,)
-    empty = np.zeros(0, dtype=np.int32)
-    return _C.partition_decide(arrays, options, None, None, empty, empty, empty)
+def decide(arrays: SyntheticArrays, keep_network: int = _C.KEEP_NONE) -> Any:
+    """The C decision (an ``fxcut._C.Decision``) under DEFAULT_OPTIONS."""
+    return _C.partition_decide(arrays, DEFAULT_OPTIONS, num_fwd_outputs=arrays.num_fwd_outputs,
+                               keep_network=keep_network)

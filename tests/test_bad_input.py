@@ -22,6 +22,7 @@ import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 import fxcut
+from synthetic_arrays import DEFAULT_OPTIONS as OPTIONS
 from fxcut import _C
 from fxcut.lower import GraphArrays, LoweringError, lower_for_partition
 from fxcut.ops import default_facts
@@ -130,16 +131,14 @@ def set_at(field: str, index: int, value: int) -> Callable[[GraphArrays], array]
     return f
 
 
-OPTIONS = (1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1000, 0)
-
-
-def c_decide(lower: Callable[[fx.GraphModule], Any], options: tuple = OPTIONS, static: Any = None,
-             dont_ban: Any = None, force: Any = None, fuse: tuple[Any, Any] | None = None):
+def c_decide(lower: Callable[[fx.GraphModule], Any], options: Any = OPTIONS, static: Any = None,
+             dont_ban: Any = None, force: Any = None, fuse: tuple[Any, Any] | None = None,
+             num_fwd_outputs: Any = 1, **extra: Any):
     def call(gm: fx.GraphModule) -> Any:
         arrays = lower(gm)
-        fa, fb = fuse if fuse is not None else (array("i"), array("i"))
-        return _C.partition_decide(arrays, options, static, dont_ban,
-                                   force if force is not None else array("i"), fa, fb)
+        fa, fb = fuse if fuse is not None else (None, None)
+        return _C.partition_decide(arrays, options, num_fwd_outputs=num_fwd_outputs, static_lifetime=static,
+                                   dont_ban=dont_ban, force_save=force, fuse_a=fa, fuse_b=fb, **extra)
     return call
 
 
@@ -192,8 +191,12 @@ def test_c_core_given_a_strided_array() -> None:
           "nbytes must be a C-contiguous buffer")
 
 
-def test_c_core_given_an_options_tuple_of_the_wrong_length() -> None:
-    check(joint, c_decide(edited(joint), options=OPTIONS[:-1]), TypeError, "options must be a tuple of 12 ints")
+def test_c_core_given_options_without_an_attribute() -> None:
+    check(joint, c_decide(edited(joint), options=object()), TypeError,
+          "options has no attribute 'ban_if_used_far_apart'")
+    partial = type("Partial", (), {f.name: getattr(OPTIONS, f.name) for f in dataclasses.fields(OPTIONS)
+                                   if f.name != "max_dist_from_bw"})()
+    check(joint, c_decide(edited(joint), options=partial), TypeError, "options has no attribute 'max_dist_from_bw'")
 
 
 # ---------------------------------------------------------------------------
@@ -350,11 +353,10 @@ def test_c_core_given_forced_saves_and_fuse_pairs_out_of_range() -> None:
 
 
 def test_c_core_given_num_fwd_outputs_past_the_outputs() -> None:
-    options = (9,) + OPTIONS[1:]
-    check(joint, c_decide(edited(joint), options=options), ValueError,
+    check(joint, c_decide(edited(joint), num_fwd_outputs=9), ValueError,
           r"num_fwd_outputs \(9\) must be between 0 and the number of outputs \(3\)")
-    options = (-1,) + OPTIONS[1:]
-    check(joint, c_decide(edited(joint), options=options), ValueError, "num_fwd_outputs \\(-1\\) must be a non-negative")
+    check(joint, c_decide(edited(joint), num_fwd_outputs=-1), ValueError,
+          r"num_fwd_outputs \(-1\) must be between 0 and 2147483647")
 
 
 # ---------------------------------------------------------------------------
@@ -415,10 +417,23 @@ def _val(value: Any) -> Callable[[], fx.GraphModule]:
     return make
 
 
+def _assert_core_chain(e: BaseException) -> None:
+    """The C core's exception itself, its attributes kept: ``chain`` the
+    node indices of the path (as ``nodes``), ``node`` its first."""
+    assert type(e) is _C.InfiniteCutError
+    chain = e.chain  # type: ignore[attr-defined]
+    nodes = e.nodes  # type: ignore[attr-defined]
+    assert all(type(i) is int for i in chain) and len(chain) == len(nodes) >= 2
+    assert e.node == chain[0]  # type: ignore[attr-defined]
+    graph_nodes = list(nodes[0].graph.nodes)
+    assert [graph_nodes.index(n) for n in nodes] == chain
+
+
 def test_partition_of_a_needed_node_without_meta_val() -> None:
     e = check(_without_val, partition, fxcut.InfiniteCutError,
               r"relu_default \(call_function aten.relu.default\) \[no meta\['val'\]: cannot be saved\]")
-    assert e.chain == ["relu_default", "threshold_backward_default"]  # type: ignore[attr-defined]
+    assert [n.name for n in e.nodes] == ["relu_default", "threshold_backward_default"]  # type: ignore[attr-defined]
+    _assert_core_chain(e)
 
 
 def test_partition_of_a_needed_node_with_tensor_meta_but_no_val() -> None:
@@ -502,8 +517,8 @@ def test_partition_with_conflicting_tags_names_the_chain() -> None:
     e = check(_conflicting, partition, fxcut.InfiniteCutError,
               r"the chain of nodes is: native_dropout_default .*\[its value is a tuple: cannot be saved\] -> "
               r"getitem .*\[MUST_RECOMPUTE\]")
-    assert e.chain == ["native_dropout_default", "getitem"]  # type: ignore[attr-defined]
-    assert [n.name for n in e.nodes] == e.chain  # type: ignore[attr-defined]
+    assert [n.name for n in e.nodes] == ["native_dropout_default", "getitem"]  # type: ignore[attr-defined]
+    _assert_core_chain(e)
 
 
 def test_decide_with_conflicting_tags_under_every_option_set() -> None:
@@ -534,3 +549,107 @@ def test_min_cut_bad_networks() -> None:
         _C.min_cut(3, t, h, array("q", [1, 1]), 0, 2, 7)
     with pytest.raises(ValueError, match="n_vertices must be between 1 and"):
         _C.min_cut(0, t, h, array("q", [1, 1]), 0, 2)
+
+
+# ---------------------------------------------------------------------------
+# the binding: options by attribute, conversions that keep the real error,
+# sequences and buffers the caller can change during a call
+
+
+def test_c_core_given_keep_network_out_of_range() -> None:
+    for value in (3, -1, 256):
+        check(joint, c_decide(edited(joint), keep_network=value), ValueError,
+              rf"keep_network \(KEEP_NONE, KEEP_NETWORK or KEEP_BUILD_ONLY\) \({value}\) must be between 0 and 2")
+    check(joint, c_decide(edited(joint), keep_network="1"), TypeError, "keep_network .* must be an integer, got str")
+
+
+def test_c_core_given_an_option_that_is_not_an_integer() -> None:
+    check(joint, c_decide(edited(joint), options=dataclasses.replace(OPTIONS, max_dist_from_bw=1.5)), TypeError,
+          r"options.max_dist_from_bw must be an integer, got float")
+    e = check(joint, c_decide(edited(joint), options=dataclasses.replace(OPTIONS, max_dist_from_bw=10**400)),
+              OverflowError, r"options.max_dist_from_bw \(1000000000.*\) must be between")
+    assert "got int" not in str(e)
+    check(joint, c_decide(edited(joint), num_fwd_outputs=10**400), OverflowError,
+          r"num_fwd_outputs \(1000000000.*\) must be between 0 and 2147483647")
+
+
+class _Interrupting:
+    """A graph arrays object (or options) whose attribute `name` raises
+    KeyboardInterrupt when read; every other attribute is the wrapped one's."""
+
+    def __init__(self, wrapped: Any, name: str) -> None:
+        self._wrapped = wrapped
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == self._name:
+            raise KeyboardInterrupt(f"reading {attr}")
+        return getattr(self._wrapped, attr)
+
+
+def test_c_core_keeps_an_exception_a_getter_raises() -> None:
+    """Only a missing attribute is reported as missing; a KeyboardInterrupt
+    (or any other error) from a getter is raised as it is."""
+    for field in ("kind", "in_idx"):
+        e = check(joint, c_decide(lambda gm, f=field: _Interrupting(edited(joint)(gm), f)), KeyboardInterrupt,
+                  f"reading {field}")
+        assert type(e) is KeyboardInterrupt
+    e = check(joint, c_decide(edited(joint), options=_Interrupting(OPTIONS, "recompute_views")), KeyboardInterrupt,
+              "reading recompute_views")
+    assert type(e) is KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt, match="reading kind"):
+        _C.validate(_Interrupting(lower_for_partition(joint().graph, default_facts(), impure_random=True), "kind"))
+
+
+def test_c_core_given_a_released_memoryview() -> None:
+    def released(a: GraphArrays) -> memoryview:
+        view = memoryview(a.nbytes)
+        view.release()
+        return view
+
+    e = check(joint, c_decide(edited(joint, nbytes=released)), ValueError, "released memoryview")
+    assert "contiguous" not in str(e)
+
+
+class _ClearsList:
+    """A number whose conversion empties the list holding it (and, with
+    `bad`, then returns no float at all): once the list's last reference to
+    it is gone, the item itself is freed on return."""
+
+    def __init__(self, victim: list[Any], value: Any) -> None:
+        self.victim = victim
+        self.value = value
+
+    def __float__(self) -> Any:
+        self.victim.clear()
+        return self.value
+
+
+def test_c_knapsack_given_an_item_that_empties_its_list() -> None:
+    """Before the fix: a read past the emptied list (segfault) / of the freed
+    item (heap-use-after-free under ASan).  Now the list is copied first."""
+    memory: list[Any] = [0.25, 0.5, 0.125]
+    memory.insert(1, _ClearsList(memory, 0.375))
+    runtime = [3.0, 2.0, 1.0, 2.5]
+    got = _C.knapsack(memory, runtime, 0.5, "dp")
+    want = _C.knapsack([0.25, 0.375, 0.5, 0.125], runtime, 0.5, "dp")
+    assert memory == []
+    assert (list(got.save), list(got.order), got.value) == (list(want.save), list(want.order), want.value)
+    assert list(got.save) == [1, 0, 0, 1]
+
+    runtime2: list[Any] = [1.0, 2.0]
+    runtime2.append(_ClearsList(runtime2, "not a float"))
+    with pytest.raises(TypeError, match=r"runtime\[2\] must be a number, got _ClearsList") as info:
+        _C.knapsack([0.1, 0.2, 0.3], runtime2, 0.5, "greedy")
+    assert type(info.value.__cause__) is TypeError and "__float__ returned non-float" in str(info.value.__cause__)
+    assert runtime2 == []
+
+
+def test_c_knapsack_given_an_int_too_large_for_a_float() -> None:
+    with pytest.raises(OverflowError, match=r"runtime\[1\] \(int\) is too large for a float64") as info:
+        _C.knapsack([0.1, 0.2], [1.0, 10**400], 0.5, "dp")
+    assert type(info.value.__cause__) is OverflowError
+    with pytest.raises(TypeError, match=r"memory\[0\] must be a number, got str"):
+        _C.knapsack(["x"], [1.0], 0.5, "dp")
+    with pytest.raises(TypeError, match="memory must be a sequence of numbers, got int"):
+        _C.knapsack(3, [1.0], 0.5, "dp")

@@ -398,3 +398,107 @@ def _walk_in_python(arrays: Any, params: Any) -> bytes:
             marks[i] = 1
             reached.add(i)
     return bytes(marks)
+
+
+# ---------------------------------------------------------------------------
+# the named boundary: signatures, constants, typed results
+
+SIGNATURES = {
+    "validate": "(graph, /)",
+    "param_alias_walk": "(graph, params, /)",
+    "min_cut": "(n_vertices, tail, head, cap, source, sink, algorithm=0)",
+    "partition_decide": "(graph, options, /, *, num_fwd_outputs, keep_network=0, static_lifetime=None, "
+                        "dont_ban=None, force_save=None, fuse_a=None, fuse_b=None)",
+    "budget_plan": "(graph, options, /, *, num_fwd_outputs, memory_budget, static_lifetime=None, "
+                   "input_storage=None, force_save=None, fuse_a=None, fuse_b=None)",
+    "knapsack": "(memory, runtime, max_memory, solver, /)",
+}
+
+
+def test_every_c_function_has_its_signature() -> None:
+    import inspect
+
+    functions = {name for name, f in vars(_C).items() if isinstance(f, types.BuiltinFunctionType)}
+    assert functions == set(SIGNATURES)
+    for name, text in SIGNATURES.items():
+        assert str(inspect.signature(getattr(_C, name))) == text, name
+
+
+def test_tag_constants_are_torchs_checkpoint_policies() -> None:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    assert {p.name: p.value for p in CheckpointPolicy} == {
+        name: getattr(_C, f"TAG_{name}") for name in
+        ("MUST_SAVE", "PREFER_SAVE", "MUST_RECOMPUTE", "PREFER_RECOMPUTE", "MUST_CPU_OFFLOAD", "PREFER_CPU_OFFLOAD")
+    }
+    assert _C.TAG_NONE not in {p.value for p in CheckpointPolicy}
+
+
+def test_mode_constants_are_distinct_and_named() -> None:
+    assert sorted([_C.KEEP_NONE, _C.KEEP_NETWORK, _C.KEEP_BUILD_ONLY]) == [0, 1, 2]
+    assert len({_C.MAXFLOW_DEFAULT, _C.MAXFLOW_PUSH_RELABEL, _C.MAXFLOW_DINIC}) == 3
+    assert _C.KNAPSACK_SOLVERS == ("dp", "dp_lean", "greedy", "dp_knapsack_sliding_hirschberg")
+
+
+def _decision_inputs() -> tuple[Any, Any]:
+    import synthetic_arrays
+
+    return synthetic_arrays.build(3), synthetic_arrays.DEFAULT_OPTIONS
+
+
+def test_decision_results_are_typed() -> None:
+    arrays, options = _decision_inputs()
+    d = _C.partition_decide(arrays, options, num_fwd_outputs=arrays.num_fwd_outputs)
+    assert type(d) is _C.Decision
+    n = len(arrays.kind)
+    formats = {"tag": "b", "node_class": "B", "ban_reason": "B", "dist_from_bw": "q", "weight": "q"}
+    for field, fmt in formats.items():
+        view = getattr(d, field)
+        assert isinstance(view, memoryview) and view.format == fmt and len(view) == n and view.readonly, field
+    assert d.saved.format == "i" and len(d.saved) > 0 and list(d.saved) == sorted(d.saved)
+    assert all(d.node_class[i] & _C.C_SAVED for i in d.saved)
+    assert d.network is None and isinstance(d.cut_value, int) and d.cut_value > 0
+    assert list(d.tag) == list(arrays.tag)  # no tag pass changes a synthetic graph's TAG_NONE
+
+
+def test_keep_network_modes() -> None:
+    arrays, options = _decision_inputs()
+    n = len(arrays.kind)
+    solved = _C.partition_decide(arrays, options, num_fwd_outputs=arrays.num_fwd_outputs,
+                                 keep_network=_C.KEEP_NETWORK)
+    built = _C.partition_decide(arrays, options, num_fwd_outputs=arrays.num_fwd_outputs,
+                                keep_network=_C.KEEP_BUILD_ONLY)
+    assert len(built.saved) == 0 and built.cut_value == 0
+    tail, head, cap = solved.network
+    assert (tail.format, head.format, cap.format) == ("i", "i", "q")
+    assert [bytes(v) for v in solved.network] == [bytes(v) for v in built.network]
+    value, sink_side = _C.min_cut(2 * n + 2, tail, head, cap, 2 * n, 2 * n + 1, _C.MAXFLOW_DINIC)
+    assert value == solved.cut_value
+    saved = [i for i in range(n) if solved.weight[i] != _C.WEIGHT_NONE and not sink_side[2 * i]
+             and sink_side[2 * i + 1]]
+    assert saved == list(solved.saved)
+
+
+def test_budget_plan_results_are_typed() -> None:
+    arrays, options = _decision_inputs()
+    p = _C.budget_plan(arrays, options, num_fwd_outputs=arrays.num_fwd_outputs, memory_budget=1.0)
+    assert type(p) is _C.BudgetPlan and type(p.decision) is _C.Decision
+    assert p.stage == _C.STAGE_MIN_CUT and p.n_passes == 1
+    assert p.candidates.format == "i" and p.memories.format == "d" and len(p.candidates) == 0
+    plain = _C.partition_decide(arrays, options, num_fwd_outputs=arrays.num_fwd_outputs)
+    assert list(p.decision.saved) == list(plain.saved) and p.decision.cut_value == plain.cut_value
+    zero = _C.budget_plan(arrays, options, num_fwd_outputs=arrays.num_fwd_outputs, memory_budget=0.0)
+    assert zero.stage == _C.STAGE_INPUTS and zero.n_passes == 0
+    inputs = [i for i in range(len(arrays.kind)) if arrays.kind[i] == _C.KIND_PLACEHOLDER
+              and arrays.flags[i] & (_C.F_PRIMAL | _C.F_FWD_SEED)]
+    assert sorted(zero.decision.saved) == inputs
+
+
+def test_knapsack_results_are_typed() -> None:
+    r = _C.knapsack([0.25, 0.5, 0.125], [3.0, 2.0, 1.0], 0.4, "greedy")
+    assert type(r) is _C.KnapsackResult
+    assert r.save.format == "B" and r.order.format == "i"
+    # greedy: by runtime / memory (12, 4, 8): items 0 and 2 fit
+    assert list(r.order) == [0, 2, 1] and list(r.save) == [1, 0, 1] and r.value == 4.0
+    save, order, value, peak = r
+    assert peak == r.peak_bytes >= 0

@@ -33,6 +33,7 @@ import fxcut
 from fxcut import _C
 from fxcut.lower import GraphArrays, lower_for_partition
 from fxcut.ops import default_facts
+from synthetic_arrays import DEFAULT_OPTIONS
 
 aten = torch.ops.aten
 
@@ -40,7 +41,7 @@ CALLS = 10_000
 WARMUP = 500
 TOLERANCE = 256 * 1024  # bytes over CALLS calls; 64 B/call would be 640,000
 UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
-OPTIONS = (1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1000, 0)
+OPTIONS = DEFAULT_OPTIONS
 
 
 def _meta() -> torch.Tensor:
@@ -119,75 +120,103 @@ def _exports_released(args: tuple[Any, ...]) -> None:
             a.pop()
 
 
-def _run(fn: Callable[..., Any], args: tuple[Any, ...], exc: type[BaseException] | None, calls: int) -> None:
+def _run(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], exc: type[BaseException] | None,
+         calls: int) -> None:
     for _ in range(calls):
         if exc is None:
-            fn(*args)
+            fn(*args, **kwargs)
         else:
             try:
-                fn(*args)
+                fn(*args, **kwargs)
             except exc:
                 pass
             else:  # pragma: no cover - the case is built to fail
                 raise AssertionError(f"{fn.__name__} did not raise {exc.__name__}")
 
 
-def _cases() -> list[tuple[str, Callable[..., Any], tuple[Any, ...], type[BaseException] | None]]:
+Case = tuple[str, Callable[..., Any], tuple[Any, ...], dict[str, Any], type[BaseException] | None]
+
+
+def _cases() -> list[Case]:
     ok = _lowered()
     conflict = _lowered(conflict=True)
     bad_index = _edited(ok, "in_idx", 0, 99)
     no_size = _edited(ok, "nbytes", 4, _C.SIZE_UNKNOWN)
-    empty = array("i")
     t, h = array("i", [0, 1, 0, 2]), array("i", [1, 3, 2, 3])
     cap = array("q", [3, 2, -1, 5])
+    nfwd = {"num_fwd_outputs": 1}
+    plan = {"num_fwd_outputs": 1, "memory_budget": 0.5}
+    full = {"static_lifetime": bytes(8), "force_save": array("i", [3]), "fuse_a": array("i", [3]),
+            "fuse_b": array("i", [4])}
+    mem, rt = [0.5, 0.25, 0.125], [3.0, 2, 1.0]
+    dp = _C.partition_decide
+    bp = _C.budget_plan
+    kn = _C.knapsack
     return [
-        ("validate", _C.validate, (ok,), None),
-        ("validate/bad index", _C.validate, (bad_index,), IndexError),
-        ("validate/not arrays", _C.validate, (object(),), TypeError),
-        ("walk", _C.param_alias_walk, (ok, array("i", [0, 1])), None),
-        ("walk/param out of range", _C.param_alias_walk, (ok, array("i", [0, 99])), IndexError),
-        ("walk/bad graph", _C.param_alias_walk, (bad_index, array("i", [0])), IndexError),
-        ("walk/params not int32", _C.param_alias_walk, (ok, array("q", [0])), TypeError),
-        ("min_cut/push-relabel", _C.min_cut, (4, t, h, cap, 0, 3, 1), None),
-        ("min_cut/dinic", _C.min_cut, (4, t, h, cap, 0, 3, 2), None),
-        ("min_cut/infinite", _C.min_cut, (4, t, h, array("q", [-1, -1, -1, 5]), 0, 3), fxcut.InfiniteCutError),
-        ("min_cut/bad head", _C.min_cut, (4, t, array("i", [1, 9, 2, 3]), cap, 0, 3), IndexError),
-        ("min_cut/bad cap buffer", _C.min_cut, (4, t, h, array("i", [1, 1, 1, 1]), 0, 3), TypeError),
-        ("min_cut/short head", _C.min_cut, (4, t, array("i", [1]), cap, 0, 3), ValueError),
-        ("decide", _C.partition_decide, (ok, OPTIONS, None, None, empty, empty, empty), None),
-        ("decide/network", _C.partition_decide,
-         (ok, OPTIONS[:-1] + (1,), bytes(8), bytes(8), array("i", [3]), array("i", [3]), array("i", [4])), None),
-        ("decide/infinite", _C.partition_decide, (conflict, OPTIONS, None, None, empty, empty, empty),
-         fxcut.InfiniteCutError),
-        ("decide/no size", _C.partition_decide, (no_size, OPTIONS, None, None, empty, empty, empty), RuntimeError),
-        ("decide/bad graph", _C.partition_decide, (bad_index, OPTIONS, None, None, empty, empty, empty), IndexError),
-        ("decide/bad mask", _C.partition_decide, (ok, OPTIONS, bytes(8), bytes(3), empty, empty, empty), ValueError),
-        ("decide/fuse lengths", _C.partition_decide, (ok, OPTIONS, None, None, empty, array("i", [1]), empty),
-         ValueError),
-        ("decide/force out of range", _C.partition_decide, (ok, OPTIONS, None, None, array("i", [99]), empty, empty),
-         IndexError),
-        ("decide/bad options", _C.partition_decide, (ok, OPTIONS[:3], None, None, empty, empty, empty), TypeError),
+        ("validate", _C.validate, (ok,), {}, None),
+        ("validate/bad index", _C.validate, (bad_index,), {}, IndexError),
+        ("validate/not arrays", _C.validate, (object(),), {}, TypeError),
+        ("walk", _C.param_alias_walk, (ok, array("i", [0, 1])), {}, None),
+        ("walk/param out of range", _C.param_alias_walk, (ok, array("i", [0, 99])), {}, IndexError),
+        ("walk/bad graph", _C.param_alias_walk, (bad_index, array("i", [0])), {}, IndexError),
+        ("walk/params not int32", _C.param_alias_walk, (ok, array("q", [0])), {}, TypeError),
+        ("min_cut/push-relabel", _C.min_cut, (4, t, h, cap, 0, 3, _C.MAXFLOW_PUSH_RELABEL), {}, None),
+        ("min_cut/dinic", _C.min_cut, (4, t, h, cap, 0, 3), {"algorithm": _C.MAXFLOW_DINIC}, None),
+        ("min_cut/infinite", _C.min_cut, (4, t, h, array("q", [-1, -1, -1, 5]), 0, 3), {}, fxcut.InfiniteCutError),
+        ("min_cut/bad head", _C.min_cut, (4, t, array("i", [1, 9, 2, 3]), cap, 0, 3), {}, IndexError),
+        ("min_cut/bad cap buffer", _C.min_cut, (4, t, h, array("i", [1, 1, 1, 1]), 0, 3), {}, TypeError),
+        ("min_cut/short head", _C.min_cut, (4, t, array("i", [1]), cap, 0, 3), {}, ValueError),
+        ("decide", dp, (ok, OPTIONS), nfwd, None),
+        ("decide/network", dp, (ok, OPTIONS), {**nfwd, **full, "dont_ban": bytes(8), "keep_network": _C.KEEP_NETWORK},
+         None),
+        ("decide/build only", dp, (ok, OPTIONS), {**nfwd, "keep_network": _C.KEEP_BUILD_ONLY}, None),
+        ("decide/infinite", dp, (conflict, OPTIONS), nfwd, fxcut.InfiniteCutError),
+        ("decide/no size", dp, (no_size, OPTIONS), nfwd, RuntimeError),
+        ("decide/bad graph", dp, (bad_index, OPTIONS), nfwd, IndexError),
+        ("decide/bad mask", dp, (ok, OPTIONS), {**nfwd, "static_lifetime": bytes(8), "dont_ban": bytes(3)}, ValueError),
+        ("decide/fuse lengths", dp, (ok, OPTIONS), {**nfwd, "fuse_a": array("i", [1])}, ValueError),
+        ("decide/force out of range", dp, (ok, OPTIONS), {**nfwd, "force_save": array("i", [99])}, IndexError),
+        ("decide/bad options", dp, (ok, object()), nfwd, TypeError),
+        ("decide/keep_network out of range", dp, (ok, OPTIONS), {**nfwd, "keep_network": 3}, ValueError),
+        ("budget_plan", bp, (ok, OPTIONS), {**plan, **full, "input_storage": bytes(8)}, None),
+        ("budget_plan/budget 0", bp, (ok, OPTIONS), {**plan, "memory_budget": 0.0}, None),
+        ("budget_plan/budget 1", bp, (ok, OPTIONS), {**plan, "memory_budget": 1.0}, None),
+        ("budget_plan/infinite", bp, (conflict, OPTIONS), plan, fxcut.InfiniteCutError),
+        ("budget_plan/bad budget", bp, (ok, OPTIONS), {**plan, "memory_budget": 2.0}, ValueError),
+        ("budget_plan/bad mask", bp, (ok, OPTIONS), {**plan, "input_storage": bytes(3)}, ValueError),
+        ("budget_plan/bad graph", bp, (bad_index, OPTIONS), plan, IndexError),
+        ("budget_plan/missing budget", bp, (ok, OPTIONS), nfwd, TypeError),
+        ("knapsack/dp", kn, (mem, rt, 0.5, "dp"), {}, None),
+        ("knapsack/dp_lean", kn, (mem, rt, 0.5, "dp_lean"), {}, None),
+        ("knapsack/greedy", kn, (mem, rt, 0.5, "greedy"), {}, None),
+        ("knapsack/hirschberg", kn, (mem, rt, 0.5, "dp_knapsack_sliding_hirschberg"), {}, None),
+        ("knapsack/unknown solver", kn, (mem, rt, 0.5, "nope"), {}, ValueError),
+        ("knapsack/lengths", kn, (mem, rt[:2], 0.5, "dp"), {}, ValueError),
+        ("knapsack/not a number", kn, (mem, [1.0, "x", 2.0], 0.5, "dp"), {}, TypeError),
+        ("knapsack/huge int", kn, (mem, [1.0, 10**400, 2.0], 0.5, "dp"), {}, OverflowError),
+        ("knapsack/negative memory", kn, ([-1.0], [1.0], 0.5, "dp"), {}, ValueError),
     ]
 
 
 CASES = _cases()
 
 
-@pytest.mark.parametrize("name, fn, args, exc", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name, fn, args, kwargs, exc", CASES, ids=[c[0] for c in CASES])
 def test_ten_thousand_calls_leak_nothing(name: str, fn: Callable[..., Any], args: tuple[Any, ...],
-                                         exc: type[BaseException] | None) -> None:
-    inputs = _inputs_of(args)
-    _run(fn, args, exc, WARMUP)
+                                         kwargs: dict[str, Any], exc: type[BaseException] | None) -> None:
+    everything = args + tuple(kwargs.values())
+    inputs = _inputs_of(everything)
+    _run(fn, args, kwargs, exc, WARMUP)
     gc.collect()
     refs = [sys.getrefcount(a) for a in inputs]
 
     rss0, heap0 = _rss(), _malloc_in_use()
-    _run(fn, args, exc, CALLS)
+    _run(fn, args, kwargs, exc, CALLS)
     gc.collect()
     rss1, heap1 = _rss(), _malloc_in_use()
 
     assert [sys.getrefcount(a) for a in inputs] == refs
-    _exports_released(args)
+    _exports_released(everything)
     if UNDER_ASAN:
         return
     if heap0 is not None and heap1 is not None:
@@ -196,10 +225,10 @@ def test_ten_thousand_calls_leak_nothing(name: str, fn: Callable[..., Any], args
 
     tracemalloc.start()
     try:
-        _run(fn, args, exc, WARMUP)
+        _run(fn, args, kwargs, exc, WARMUP)
         gc.collect()
         before = tracemalloc.take_snapshot()
-        _run(fn, args, exc, CALLS)
+        _run(fn, args, kwargs, exc, CALLS)
         gc.collect()
         after = tracemalloc.take_snapshot()
     finally:

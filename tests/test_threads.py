@@ -170,3 +170,59 @@ def test_threads_share_one_input_read_only() -> None:
     for t in threads:
         t.join()
     assert all(o == expected for o in out)
+
+
+def _flip_forever(arrays: list[np.ndarray], stop: threading.Event, seed: int) -> None:
+    """Rewrite the arrays with garbage and back, as fast as Python can,
+    until stop: out-of-range and negative indices, pointers past the end."""
+    rng = np.random.default_rng(seed)
+    good = [a.copy() for a in arrays]
+    bad = []
+    for a in arrays:
+        b = rng.integers(-3, 3 * len(a) + 3, len(a)).astype(a.dtype)
+        b[:: max(1, len(b) // 7)] = np.iinfo(a.dtype).max
+        bad.append(b)
+    while not stop.is_set():
+        for a, g, b in zip(arrays, good, bad):
+            a[:] = b
+            a[:] = g
+    for a, g in zip(arrays, good):
+        a[:] = g
+
+
+def test_buffers_rewritten_during_calls_never_crash() -> None:
+    """Another thread rewrites the index buffers while the core runs without
+    the GIL.  What the core validated must be what it reads (it copies the
+    index arrays first): every call either answers or raises a clean error,
+    never reads or writes out of bounds (the sanitizer run would abort) and
+    never crashes; with the buffers restored the answer is the usual one."""
+    arrays = synthetic_arrays.build(60)
+    expected = synthetic_arrays.decide(arrays)
+    n = 4000
+    rng = np.random.default_rng(1)
+    tail = rng.integers(0, n, 4 * n, dtype=np.int32)
+    head = rng.integers(0, n, 4 * n, dtype=np.int32)
+    cap = rng.integers(0, 1000, 4 * n, dtype=np.int64)
+    cut = _C.min_cut(n, tail, head, cap, 0, n - 1)
+    targets = [arrays.in_ptr, arrays.in_idx, arrays.outputs, tail, head, cap]
+    stop = threading.Event()
+    flipper = threading.Thread(target=_flip_forever, args=(targets, stop, 2))
+    flipper.start()
+    outcomes: dict[str, int] = {}
+    try:
+        for _ in range(60):
+            for name, call in (("decide", lambda: synthetic_arrays.decide(arrays)),
+                               ("walk", lambda: _C.param_alias_walk(arrays, np.arange(3, dtype=np.int32))),
+                               ("min_cut", lambda: _C.min_cut(n, tail, head, cap, 0, n - 1))):
+                try:
+                    call()
+                    outcome = "ok"
+                except (ValueError, IndexError, RuntimeError, OverflowError) as e:
+                    outcome = type(e).__name__
+                outcomes[f"{name}:{outcome}"] = outcomes.get(f"{name}:{outcome}", 0) + 1
+    finally:
+        stop.set()
+        flipper.join()
+    assert sum(outcomes.values()) == 180, outcomes
+    assert synthetic_arrays.decide(arrays) == expected
+    assert _C.min_cut(n, tail, head, cap, 0, n - 1) == cut

@@ -354,22 +354,23 @@ def decide_with_budget(
     t1 = time.perf_counter()
     mask = input_storage_mask(arrays) if 0.0 < budget < 1.0 else None
     t2 = time.perf_counter()
-    out = call_core(_C.budget_plan, arrays, core_args(arrays, num_fwd_outputs, opts, statics), mask, budget)
+    out = call_core(_C.budget_plan, arrays, opts, memory_budget=budget, input_storage=mask,
+                    **core_args(arrays, num_fwd_outputs, statics))
     t3 = time.perf_counter()
-    plan = Decision.from_core(arrays, out)
-    stage = STAGES[out["stage"]]
+    plan = Decision.from_core(arrays, out.decision)
+    stage = STAGES[out.stage]
     result = BudgetDecision(
         budget=budget,
         stage=stage,
         saved=list(plan.saved),
         decision=plan,
-        min_act_size=out["min_act_size"],
-        max_act_size=out["max_act_size"],
-        ratio_more_aggressive=out["ratio_more_aggressive"],
-        ratio_aggressive=out["ratio_aggressive"],
-        candidates=list(memoryview(out["candidates"]).cast("i")),
-        memories=list(memoryview(out["memories"]).cast("d")),
-        n_cuts=out["n_passes"],
+        min_act_size=out.min_act_size,
+        max_act_size=out.max_act_size,
+        ratio_more_aggressive=out.ratio_more_aggressive,
+        ratio_aggressive=out.ratio_aggressive,
+        candidates=list(out.candidates),
+        memories=list(out.memories),
+        n_cuts=out.n_passes,
         seconds={"lower": t1 - t0, "storage": t2 - t1, "plan": t3 - t2},
     )
     if stage != "knapsack":

@@ -77,12 +77,14 @@ class MinCutOptions:
 
 @dataclass
 class Decision:
-    """What the C core decided for one joint graph, by node index."""
+    """What the C core decided for one joint graph, by node index (the
+    arrays as the core typed them: ``tag`` int8, ``node_class`` and
+    ``ban_reason`` uint8, ``dist_from_bw`` and ``weight`` int64)."""
 
     arrays: GraphArrays
-    tag: bytes
-    node_class: bytes
-    ban_reason: bytes
+    tag: memoryview
+    node_class: memoryview
+    ban_reason: memoryview
     dist_from_bw: memoryview
     weight: memoryview
     saved: list[int]
@@ -97,26 +99,20 @@ class Decision:
         return [nodes[i] for i in self.saved]
 
     @classmethod
-    def from_core(cls, arrays: GraphArrays, out: dict, seconds: dict[str, float] | None = None) -> "Decision":
-        """From the dict the core's decision entry points return."""
-        network = None
-        if "net_tail" in out:
-            network = (
-                memoryview(out["net_tail"]).cast("i"),
-                memoryview(out["net_head"]).cast("i"),
-                memoryview(out["net_cap"]).cast("q"),
-            )
+    def from_core(cls, arrays: GraphArrays, out: Any, seconds: dict[str, float] | None = None) -> "Decision":
+        """From the ``fxcut._C.Decision`` the core's decision entry points
+        return (typed already: no casts here)."""
         return cls(
             arrays=arrays,
-            tag=out["tag"],
-            node_class=out["node_class"],
-            ban_reason=out["ban_reason"],
-            dist_from_bw=memoryview(out["dist_from_bw"]).cast("q"),
-            weight=memoryview(out["weight"]).cast("q"),
-            saved=list(memoryview(out["saved"]).cast("i")),
-            n_required_bw=out["n_required_bw"],
-            cut_value=out["cut_value"],
-            network=network,
+            tag=out.tag,
+            node_class=out.node_class,
+            ban_reason=out.ban_reason,
+            dist_from_bw=out.dist_from_bw,
+            weight=out.weight,
+            saved=list(out.saved),
+            n_required_bw=out.n_required_bw,
+            cut_value=out.cut_value,
+            network=out.network,
             seconds=dict(seconds or {}),
         )
 
@@ -183,54 +179,40 @@ def lower_graph(graph: fx.Graph) -> GraphArrays:
 def core_args(
     arrays: GraphArrays,
     num_fwd_outputs: int,
-    opts: MinCutOptions,
     static_lifetime_input_indices: list[int],
-    keep_network: int = 0,
-) -> tuple[Any, ...]:
-    """The arguments every decision entry point of the core takes besides
-    the graph array and its per-call mask: options, static-lifetime mask,
-    forced saves, fuse pairs."""
+) -> dict[str, Any]:
+    """The keyword arguments every decision entry point of the core takes
+    besides the graph array, the options and its own: the forward output
+    count, static-lifetime mask, forced saves, fuse pairs."""
     if not 0 <= num_fwd_outputs <= len(arrays.outputs):
         raise ValueError(
             f"num_fwd_outputs ({num_fwd_outputs}) must be between 0 and the "
             f"graph's {len(arrays.outputs)} outputs"
         )
-    option_values = (
-        num_fwd_outputs,
-        int(opts.ban_if_used_far_apart),
-        int(opts.ban_if_long_fusible_chains),
-        int(opts.ban_if_materialized_backward),
-        int(opts.ban_if_not_in_allowlist),
-        int(opts.ban_if_reduction),
-        int(opts.recompute_views),
-        int(opts.treat_parameters_as_free_to_save),
-        int(opts.is_non_builtin_to_include),
-        int(opts.unsafe_allow_optimization_of_collectives),
-        int(opts.max_dist_from_bw),
-        keep_network,
-    )
     fuse_a, fuse_b = _fuse_pairs(arrays)
-    return (
-        option_values,
-        _static_lifetime_mask(arrays, list(static_lifetime_input_indices)),
-        array("i", _bw_mutation_sources(arrays)),
-        fuse_a,
-        fuse_b,
-    )
+    return {
+        "num_fwd_outputs": num_fwd_outputs,
+        "static_lifetime": _static_lifetime_mask(arrays, list(static_lifetime_input_indices)),
+        "force_save": array("i", _bw_mutation_sources(arrays)),
+        "fuse_a": fuse_a,
+        "fuse_b": fuse_b,
+    }
 
 
-def call_core(fn: Any, arrays: GraphArrays, args: tuple[Any, ...], mask: bytes | None, *extra: Any) -> dict:
-    """``fn(arrays, options, static_lifetime, mask, force_save, fuse_a,
-    fuse_b, *extra)`` with the core's errors naming nodes."""
-    option_values, static_mask, force_save, fuse_a, fuse_b = args
+def call_core(fn: Any, arrays: GraphArrays, opts: MinCutOptions, **kwargs: Any) -> Any:
+    """``fn(arrays, opts, **kwargs)`` with the core's errors naming nodes.
+    The core's exception is re-raised itself, its ``node`` (and an
+    InfiniteCutError's ``chain`` of node indices) kept; the message gains
+    the node's name (an InfiniteCutError's: the whole chain, explained)."""
     try:
-        return fn(arrays, option_values, static_mask, mask, force_save, fuse_a, fuse_b, *extra)
+        return fn(arrays, opts, **kwargs)
     except _C.InfiniteCutError as e:
-        raise _conflict_error(arrays, list(getattr(e, "chain", []))) from None
-    except (RuntimeError, ValueError, IndexError, OverflowError) as e:
+        _explain_conflict(e, arrays)
+        raise
+    except (RuntimeError, ValueError, IndexError, OverflowError, SystemError) as e:
         node = getattr(e, "node", -1)
         if isinstance(node, int) and 0 <= node < len(arrays):
-            raise type(e)(f"{e} [node {node} is {arrays.nodes[node].name!r}]") from None
+            e.args = (f"{e} [node {node} is {arrays.nodes[node].name!r}]",)
         raise
 
 
@@ -241,7 +223,7 @@ def decide(
     static_lifetime_input_indices: list[int] | None = None,
     options: MinCutOptions | None = None,
     dont_ban: set[fx.Node] | None = None,
-    keep_network: int = 0,
+    keep_network: int = _C.KEEP_NONE,
     arrays: GraphArrays | None = None,
     dont_ban_mask: bytes | None = None,
 ) -> Decision:
@@ -250,30 +232,34 @@ def decide(
     ``arrays``: the graph's lowering, to reuse one across several cuts.
     ``dont_ban`` (nodes) or ``dont_ban_mask`` (one byte per node): values the
     cut may not ban (the memory budget's un-banned candidates).
-    ``keep_network``: 1 returns the flow network with the decision, 2 builds
-    it without solving (``saved`` empty).
+    ``keep_network``: ``_C.KEEP_NETWORK`` returns the flow network with the
+    decision, ``_C.KEEP_BUILD_ONLY`` builds it without solving (``saved``
+    empty); anything else but ``_C.KEEP_NONE`` is a ValueError.
     """
     opts = options or MinCutOptions.from_config()
     if arrays is None:
         arrays = lower_graph(graph)
     t1 = time.perf_counter()
     t0 = t1 - arrays.seconds
-    args = core_args(arrays, num_fwd_outputs, opts, list(static_lifetime_input_indices or []), keep_network)
+    args = core_args(arrays, num_fwd_outputs, list(static_lifetime_input_indices or []))
     if dont_ban:
         mask = bytearray(dont_ban_mask or bytes(len(arrays)))
         for node in dont_ban:
             mask[arrays.index[node]] = 1
         dont_ban_mask = bytes(mask)
-    out = call_core(_C.partition_decide, arrays, args, dont_ban_mask)
+    out = call_core(_C.partition_decide, arrays, opts, keep_network=keep_network, dont_ban=dont_ban_mask, **args)
     t2 = time.perf_counter()
     return Decision.from_core(arrays, out, {"lower": t1 - t0, "core": t2 - t1})
 
 
-def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutError":
-    """An InfiniteCutError naming the chain of nodes that joins source and
-    sink by infinite edges, with what pins each end."""
+def _explain_conflict(err: "_C.InfiniteCutError", arrays: GraphArrays) -> None:
+    """Rewrite the core's InfiniteCutError in place to name the chain of
+    nodes that joins source and sink by infinite edges, with what pins each
+    end; ``chain`` (node indices) and ``node`` stay as the core set them,
+    ``nodes`` gains the fx nodes."""
     from torch.utils.checkpoint import CheckpointPolicy
 
+    chain = [i for i in getattr(err, "chain", []) if isinstance(i, int) and 0 <= i < len(arrays)]
     parts = []
     for i in chain:
         node = arrays.nodes[i]
@@ -289,10 +275,8 @@ def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutErr
         "fxcut: a value is needed in backward but can be neither saved nor recomputed "
         "(conflicting recompute tags or bans); the chain of nodes is: " + " -> ".join(parts)
     )
-    err = _C.InfiniteCutError(message)
-    err.chain = [arrays.nodes[i].name for i in chain]  # type: ignore[attr-defined]
+    err.args = (message,)
     err.nodes = [arrays.nodes[i] for i in chain]  # type: ignore[attr-defined]
-    return err
 
 
 def _why_unsaveable(arrays: GraphArrays, i: int) -> str | None:

@@ -48,8 +48,7 @@ def solve(solver: str, memory: Sequence[float], runtimes: Sequence[float], max_m
         raise ValueError(
             f"unknown activation_memory_budget_solver {solver!r}; fxcut knows {', '.join(map(repr, SOLVERS))}"
         )
-    save, order_bytes, value, peak = _C.knapsack(memory, runtimes, float(max_memory), solver)
-    order = memoryview(order_bytes).cast("i")
+    save, order, value, peak = _C.knapsack(memory, runtimes, float(max_memory), solver)
     saved = [i for i in order if save[i]]
     recomputable = [i for i in order if not save[i]]
     if solver in _DESCENDING_RECOMPUTE:

@@ -21,10 +21,10 @@ from . import _C
 __all__ = ["INFINITE", "ALGORITHMS", "minimum_cut", "minimum_cut_arrays"]
 
 #: The capacity that means "infinite" in the int64 ``cap`` array.
-INFINITE = -1
+INFINITE = _C.CAP_INF
 
 #: Algorithm names and the codes the C core takes.
-ALGORITHMS = {"default": 0, "push_relabel": 1, "dinic": 2}
+ALGORITHMS = {"default": _C.MAXFLOW_DEFAULT, "push_relabel": _C.MAXFLOW_PUSH_RELABEL, "dinic": _C.MAXFLOW_DINIC}
 
 Capacity = Union[int, float, None]
 """An edge capacity: an int >= 0, or ``math.inf`` / ``None`` / ``INFINITE``."""

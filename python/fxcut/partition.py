@@ -160,9 +160,9 @@ def min_cut_rematerialization_partition(
     decision = chosen.decision
     arrays = decision.arrays
     tags = arrays.tag.tobytes()
-    has_recomputable = any(t in (2, 3) for t in tags)
+    has_recomputable = any(t in (_C.TAG_MUST_RECOMPUTE, _C.TAG_PREFER_RECOMPUTE) for t in tags)
     has_recomputable_rng = has_recomputable and any(
-        t in (2, 3)
+        t in (_C.TAG_MUST_RECOMPUTE, _C.TAG_PREFER_RECOMPUTE)
         and hasattr(arrays.nodes[i].target, "tags")
         and torch.Tag.nondeterministic_seeded in arrays.nodes[i].target.tags  # type: ignore[union-attr]
         for i, t in enumerate(tags)
