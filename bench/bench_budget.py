@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import sys
 import time
@@ -48,7 +49,9 @@ from torch._functorch import partitioners as tp
 from fxcut.budget import decide_with_budget
 from fxcut.capture import capture_model, copy_graph_module
 from fxcut.knapsack import solve
-from fxcut.torch_reference import torch_budget_decision
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from torch_reference import torch_budget_decision  # noqa: E402  (tests/: torch's decision, step by step)
 
 
 def _prepared(cap: Any) -> torch.fx.GraphModule:

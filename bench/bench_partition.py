@@ -9,15 +9,15 @@ test: it prints one table of medians and ratios measured in the same run.
 
 Writes bench_partition.{json,md,txt,png} into --out and, unless --quick or
 --no-docs, the table and the plot to docs/bench_partition.{md,png}.  What is
-timed, and how, is described in fxcut/benchmark.py; the logic is
-``fxcut.benchmark.run(...)``.
+timed, and how, is described in bench/partition_benchmark.py; the logic is
+``partition_benchmark.run(...)``.
 """
 
 from __future__ import annotations
 
 import sys
 
-from fxcut import benchmark
+import partition_benchmark as benchmark  # bench/, next to this script
 
 if __name__ == "__main__":
     sys.exit(benchmark.main())

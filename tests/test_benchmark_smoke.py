@@ -1,4 +1,4 @@
-"""fxcut.benchmark runs end to end at a tiny size and reports what it should.
+"""bench/partition_benchmark.py runs end to end at a tiny size and reports what it should.
 
 A smoke test of the benchmark's plumbing, not a measurement: no timing is
 asserted, only the result's structure and that fxcut's saved values equal
@@ -15,7 +15,11 @@ import pytest
 pytest.importorskip("networkx")
 pytest.importorskip("scipy")
 
-from fxcut import benchmark  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import partition_benchmark as benchmark  # noqa: E402
 
 TINY = benchmark.ModelConfig(hidden=32, heads=2, seq=16, batch=2, vocab=64)
 

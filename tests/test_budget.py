@@ -35,7 +35,7 @@ import fxcut
 import zoo
 from fxcut import knapsack
 from fxcut.budget import decide_with_budget, memory_pareto
-from fxcut.torch_reference import torch_budget_decision
+from torch_reference import torch_budget_decision
 from random_joint import random_joint
 
 BUDGETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)

@@ -6,7 +6,7 @@ times, in one run, on the same joint graph:
 
 (a) ``decision``: fxcut's :func:`fxcut.core.decide` (lowering + C core)
     vs torch's tag passes + classification + dist_from_bw + ``solve_min_cut``
-    (:func:`fxcut.torch_reference.torch_decision`), both on the graph after
+    (:func:`torch_reference.torch_decision`), both on the graph after
     dead-code elimination and CSE, as the partitioner sees it;
 (b) ``solver``: the min-cut alone on the flow network fxcut builds for that
     graph: ``fxcut._C.min_cut`` (push-relabel, the partitioner's default, and
@@ -65,7 +65,12 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from . import _C
+from fxcut import _C
+
+# torch's own decision, step by step (the tests' oracle), is this benchmark's baseline.
+_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
 
 Progress = Callable[[str], None]
 
@@ -154,7 +159,7 @@ def capture(layers: int, model: ModelConfig):
     default partitioner finishes the compilation (faster than min-cut)."""
     from torch._functorch.partitioners import default_partition
 
-    from .capture import capture_model
+    from fxcut.capture import capture_model
 
     return capture_model("gpt2", fake=True, delegate=default_partition, layers=layers,
                          hidden=model.hidden, heads=model.heads, seq=model.seq, batch=model.batch,
@@ -193,7 +198,7 @@ class Network:
 
 def network_of(graph: fx.Graph, num_fwd_outputs: int, static: list[int]) -> Network:
     """The flow network fxcut's decision builds for ``graph`` (not solved)."""
-    from .core import decide
+    from fxcut.core import decide
 
     d = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static, keep_network=2)
     assert d.network is not None
@@ -348,11 +353,11 @@ class _Size:
     def __init__(self, cap: Any, prepared: fx.GraphModule, net: Network, with_gc: bool = False) -> None:
         from torch._functorch import partitioners as tp
 
-        from . import min_cut_rematerialization_partition as fxcut_partition
-        from .capture import copy_graph_module
-        from .core import decide
-        from .partition import _write_back_tags
-        from .torch_reference import torch_decision
+        from fxcut import min_cut_rematerialization_partition as fxcut_partition
+        from fxcut.capture import copy_graph_module
+        from fxcut.core import decide
+        from fxcut.partition import _write_back_tags
+        from torch_reference import torch_decision
 
         self.cap, self.prepared, self.net, self.with_gc = cap, prepared, net, with_gc
         self.copy = lambda: copy_graph_module(prepared)
@@ -461,8 +466,8 @@ class _Size:
         return len(fx_saved), p_fx == p_torch, value, sp_value
 
     def memory(self) -> dict[str, int | None]:
-        from .core import decide
-        from .torch_reference import torch_decision
+        from fxcut.core import decide
+        from torch_reference import torch_decision
 
         out: dict[str, int | None] = {}
         gm = self.copy()
@@ -545,15 +550,15 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = False) -> dict[str, f
 
     from torch._functorch import partitioners as tp
 
-    from . import partition as fp
+    from fxcut import partition as fp
 
     clock = _PhaseClock()
     gm = cap.fresh()
     with ExitStack() as stack:
         stack.enter_context(clock.wrap(tp, "_extract_fwd_bwd_modules", "extract"))
         if fxcut_side:
-            from . import budget as fb
-            from . import prepare as fprep
+            from fxcut import budget as fb
+            from fxcut import prepare as fprep
 
             stack.enter_context(clock.wrap(fprep, "plan", "plan"))
             stack.enter_context(clock.wrap(fp, "lower_for_partition", "lower"))
@@ -626,7 +631,7 @@ def _environment() -> dict[str, Any]:
     import networkx
     import scipy
 
-    from ._version import __version__
+    from fxcut._version import __version__
 
     cpu = platform.processor() or platform.machine()
     try:
