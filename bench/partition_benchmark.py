@@ -54,6 +54,7 @@ import shlex
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
@@ -951,9 +952,9 @@ def main(argv: list[str] | None = None, prog: str = "bench/bench_partition.py") 
     p.add_argument("--with-gc", action="store_true",
                    help="leave Python's garbage collector on during the timed calls (off by default, as timeit)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the pipeline")
-    p.add_argument("--out", default=os.path.join("bench", "out"), help="directory for json/md/txt/png")
-    p.add_argument("--docs", default="docs", help="where the md table and png plot are copied")
-    p.add_argument("--no-docs", action="store_true", help="do not copy into --docs")
+    p.add_argument("--out", metavar="DIR", help="write bench_partition.{json,md,txt,png} into DIR (default: print only)")
+    p.add_argument("--docs", metavar="DIR",
+                   help="also copy the md table and the png plot into DIR, e.g. docs (default: none)")
     args = p.parse_args(argv)
 
     if args.quick:
@@ -969,14 +970,19 @@ def main(argv: list[str] | None = None, prog: str = "bench/bench_partition.py") 
     bar.close()
     command = ("fxcut bench " if prog == "fxcut bench" else "PYTHONPATH=python python bench/bench_partition.py ") + \
         shlex.join(sys.argv[1:] if argv is None else argv)
-    paths = write(result, args.out, command.strip())
     print(format_report(result, command.strip()))
-    if not (args.quick or args.no_docs):
-        os.makedirs(args.docs, exist_ok=True)
-        shutil.copyfile(paths["md"], os.path.join(args.docs, "bench_partition.md"))
-        shutil.copyfile(paths["png"], os.path.join(args.docs, "bench_partition.png"))
-        paths["docs"] = args.docs
-    print("wrote " + ", ".join(paths.values()))
+    if args.out is None and args.docs is None:
+        return 0
+    # The docs copy is made from the written files: without --out they go to a
+    # temporary directory that is removed afterwards.
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = write(result, args.out or scratch, command.strip())
+        if args.docs is not None:
+            os.makedirs(args.docs, exist_ok=True)
+            for ext in ("md", "png"):
+                shutil.copyfile(paths[ext], os.path.join(args.docs, f"bench_partition.{ext}"))
+        written = [args.out] * (args.out is not None) + [args.docs] * (args.docs is not None)
+    print("wrote into " + ", ".join(written))
     return 0
 
 

@@ -82,9 +82,21 @@ def test_outputs_are_written(result: benchmark.BenchResult, tmp_path) -> None:
 def test_fxcut_bench_command_writes_the_table_with_a_progress_bar(tmp_path, capsys) -> None:
     from fxcut import cli
 
-    assert cli.main(["bench", "--quick", "--out", str(tmp_path), "--no-docs"]) == 0
+    assert cli.main(["bench", "--quick", "--out", str(tmp_path / "out"), "--docs", str(tmp_path / "docs")]) == 0
     out, err = capsys.readouterr()
     assert "[" in err and "#" in err and "/" in err  # the progress bar
     for ext in ("json", "md", "txt", "png"):
-        assert (tmp_path / f"bench_partition.{ext}").stat().st_size > 0
-    assert "fxcut bench --quick" in (tmp_path / "bench_partition.md").read_text()
+        assert (tmp_path / "out" / f"bench_partition.{ext}").stat().st_size > 0
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["bench_partition.md", "bench_partition.png"]
+    assert "fxcut bench --quick" in (tmp_path / "out" / "bench_partition.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs", "out"]  # nothing else, anywhere it runs
+
+
+def test_fxcut_bench_writes_nothing_unless_told(tmp_path, monkeypatch, capsys) -> None:
+    from fxcut import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "--quick"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("GPT-2 style model") and "total" in out  # the report is printed
+    assert list(tmp_path.iterdir()) == []
