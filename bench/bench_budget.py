@@ -47,20 +47,15 @@ from torch._functorch import config
 from torch._functorch import partitioners as tp
 
 from fxcut.budget import decide_with_budget
-from fxcut.capture import capture_model, copy_graph_module
+from fxcut.capture import capture_model
 from fxcut.knapsack import solve
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
-from torch_reference import torch_budget_decision  # noqa: E402  (tests/: torch's decision, step by step)
+from torch_reference import torch_budget_decision, torch_prepared  # noqa: E402  (tests/: torch's decision, step by step)
 
 
 def _prepared(cap: Any) -> torch.fx.GraphModule:
-    gm = copy_graph_module(cap.gm)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    if config.cse:
-        gm.graph = tp.fx_graph_cse(gm.graph)
-    return gm
+    return torch_prepared(cap.fresh())
 
 
 def _torch_tensor_peak(fn: Any) -> int:

@@ -72,6 +72,7 @@ from fxcut import _C
 _TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+from torch_reference import torch_prepared  # noqa: E402
 
 Progress = Callable[[str], None]
 
@@ -168,15 +169,9 @@ def capture(layers: int, model: ModelConfig):
 
 
 def prepare(gm: fx.GraphModule) -> fx.GraphModule:
-    """What both partitioners do first, in place: dead-code elimination, then CSE if configured."""
-    from torch._functorch import config
-    from torch._functorch.partitioners import fx_graph_cse
-
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    if config.cse:
-        gm.graph = fx_graph_cse(gm.graph)
-    return gm
+    """What both partitioners do first, in place: dead-code elimination, then
+    CSE if configured (torch's own passes, outside the timer for both sides)."""
+    return torch_prepared(gm)
 
 
 def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:

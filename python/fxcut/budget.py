@@ -31,8 +31,12 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.fx as fx
+from torch._functorch import config
+from torch.utils._mode_utils import no_dispatch
+from torch.utils._ordered_set import OrderedSet
 
 from . import _C
+from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph, plan_and_lower
 from .knapsack import SOLVERS, KnapsackChoice, solve
 from .lower import GraphArrays
 
@@ -65,6 +69,7 @@ def check_budget(budget: Any) -> float:
 
 
 def check_solver(solver: Any) -> None:
+    # Inductor's module (seconds to import): only when a budget below 1 is checked.
     from torch._inductor.custom_graph_pass import CustomKnapsackSolver
 
     if isinstance(solver, CustomKnapsackSolver):
@@ -78,7 +83,7 @@ def check_solver(solver: Any) -> None:
 
 
 def check_estimator(estimator: Any) -> None:
-    from torch._inductor.custom_graph_pass import CustomRuntimeEstimator
+    from torch._inductor.custom_graph_pass import CustomRuntimeEstimator  # inductor: see check_solver
 
     if isinstance(estimator, CustomRuntimeEstimator) or (isinstance(estimator, str) and estimator in ESTIMATORS):
         return
@@ -103,7 +108,7 @@ def region_budgets(joint_module: fx.GraphModule) -> tuple[list[float], list[fx.N
     of the subgraph modules under it (distinct values, in order), and the
     annotated graph's nodes without one (torch requires full coverage of the
     forward; the caller filters these by its classification)."""
-    try:
+    try:  # version-dependent: torch without region budgets has no such function
         from torch.fx.traceback import _get_memory_budget_annotation
     except ImportError:  # pragma: no cover - older torch
         return [], []
@@ -153,7 +158,7 @@ def input_storage_mask(arrays: GraphArrays) -> bytes:
     """1 where a node's value lives in the storage of a graph input (torch's
     ``get_node_storage(node) in input_storages``; ``None`` counts as a
     storage, as it does there)."""
-    from torch._inductor.fx_utils import get_node_storage
+    from torch._inductor.fx_utils import get_node_storage  # inductor: see check_solver
 
     flags, kind = arrays.flags, arrays.kind
     input_bits = _C.F_PRIMAL | _C.F_FWD_SEED
@@ -178,6 +183,7 @@ def input_storage_mask(arrays: GraphArrays) -> bytes:
 
 def _hint(x: Any) -> Any:
     if isinstance(x, torch.SymInt):
+        # Loaded already wherever a SymInt exists; not worth its 0.8 s in ``import fxcut``.
         from torch.fx.experimental.symbolic_shapes import optimization_hint
 
         return optimization_hint(x, fallback=4096)
@@ -221,7 +227,8 @@ class RuntimeEstimates:
         self.calls = 0
 
     def __call__(self, nodes: Sequence[fx.Node]) -> list[float]:
-        from torch._functorch import config
+        # torch's estimators live in its partitioner, which imports inductor (seconds):
+        # only when a budget below 1 needs them (``import fxcut`` does not import inductor).
         from torch._functorch import partitioners as tp
 
         mode = config.activation_memory_budget_runtime_estimator
@@ -285,8 +292,7 @@ class BudgetDecision:
 
 def _torch_node_info(decision: Any, static_lifetime_input_indices: Sequence[int]) -> Any:
     """torch's NodeInfo from fxcut's classification (for custom solvers)."""
-    from torch._functorch import partitioners as tp
-    from torch.utils._ordered_set import OrderedSet
+    from torch._functorch import partitioners as tp  # imports inductor: see RuntimeEstimates
 
     nodes = decision.arrays.nodes
     cls = decision.node_class
@@ -313,8 +319,7 @@ def _knapsack(
     if isinstance(solver, str) and solver in SOLVERS:
         return solve(solver, memories, runtimes, max_memory)
     # dynamic_memory_budget_dp and custom solvers: torch's own dispatch.
-    from torch._functorch import partitioners as tp
-    from torch.utils._mode_utils import no_dispatch
+    from torch._functorch import partitioners as tp  # imports inductor: see RuntimeEstimates
 
     with no_dispatch():
         value, saved, recomputable = tp._optimize_runtime_with_given_memory(
@@ -337,10 +342,6 @@ def decide_with_budget(
     """The budget pass over ``graph`` (read only).  ``arrays``: a lowering
     of ``graph`` to reuse; ``estimates``: a runtime cache to share across
     calls; ``solver``: overrides ``config.activation_memory_budget_solver``."""
-    from torch._functorch import config
-
-    from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph
-
     budget = check_budget(budget)
     solver = config.activation_memory_budget_solver if solver is None else solver
     if 0.0 < budget < 1.0:
@@ -455,27 +456,19 @@ def memory_pareto(
     For each budget: the bytes the forward saves for the backward and the
     estimated runtime of the forward ops the backward recomputes (under the
     configured runtime estimator: flops by default), and the stage that
-    decided.  ``joint_module`` is left untouched (a copy gets the dead-code
-    elimination and CSE the partitioner applies); the graph is lowered once
-    and every estimate is shared across budgets.  ``plot``: a path to save a
-    PNG of recompute runtime against saved bytes (needs matplotlib).
+    decided.  The graph is taken as the partitioner prepares it (dead code
+    removed, CSE when config.cse; planned, ``joint_module`` is not
+    modified) and lowered once; every estimate is shared across budgets.
+    ``plot``: a path to save a PNG of recompute runtime against saved bytes
+    (needs matplotlib).
     """
-    from torch._functorch import config
-    from torch._functorch import partitioners as tp
-
-    from .capture import copy_graph_module
-    from .core import lower_graph
-
     points_budgets = [check_budget(b) for b in budgets]
-    gm = copy_graph_module(joint_module)
-    gm.graph.eliminate_dead_code()
-    if config.cse:
-        gm.graph = tp.fx_graph_cse(gm.graph)
-    arrays = lower_graph(gm.graph)
+    graph = joint_module.graph
+    arrays = plan_and_lower(graph, cse=bool(config.cse))[1]
     estimates = RuntimeEstimates()
     points = []
     for b in points_budgets:
-        d = decide_with_budget(gm.graph, b, num_fwd_outputs=num_fwd_outputs,
+        d = decide_with_budget(graph, b, num_fwd_outputs=num_fwd_outputs,
                                static_lifetime_input_indices=static_lifetime_input_indices,
                                arrays=arrays, estimates=estimates, solver=solver)
         if d.stage == "no_backward":

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import _C
+from . import _C, prepare
 from .lower import GraphArrays, lower_for_partition
 from .ops import default_facts, mutated_inputs
 
@@ -178,6 +178,20 @@ def _fuse_pairs(arrays: GraphArrays) -> tuple[array, array]:
 def lower_graph(graph: fx.Graph) -> GraphArrays:
     """The graph array of ``graph`` with the facts the decision reads."""
     return lower_for_partition(graph, default_facts(), impure_random=_impure_random())
+
+
+def plan_and_lower(graph: fx.Graph, *, cse: bool) -> tuple[prepare.Preparation, GraphArrays]:
+    """The one graph-preparation path: torch's dead-code elimination (and
+    CSE when ``cse``) planned on ``graph``, and the graph array of the graph
+    as they will leave it.  ``graph`` is not modified: the partitioner
+    applies the plan (:func:`fxcut.prepare.apply`) once its decision has
+    succeeded; explain, the HTML page and the Pareto sweep only read."""
+    facts = default_facts()
+    impure_random = _impure_random()
+    prep = prepare.plan(graph, facts, cse=cse, impure_random=impure_random)
+    arrays = lower_for_partition(graph, facts, impure_random=impure_random, removed=prep.removed,
+                                 replace=prep.replace)
+    return prep, arrays
 
 
 def core_args(
