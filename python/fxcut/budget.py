@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
@@ -388,15 +388,8 @@ def decide_with_budget(
     dont_ban = bytearray(len(arrays))
     for k in result.knapsack.recomputable:
         dont_ban[result.candidates[k]] = 1
-    aggressive = replace(
-        opts,
-        ban_if_used_far_apart=False,
-        ban_if_long_fusible_chains=False,
-        ban_if_materialized_backward=False,
-        ban_if_not_in_allowlist=False,
-    )
     final = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
-                   options=aggressive, arrays=arrays, dont_ban_mask=bytes(dont_ban))
+                   options=opts.aggressive(), arrays=arrays, dont_ban_mask=bytes(dont_ban))
     t6 = time.perf_counter()
     result.decision = final
     result.saved = list(final.saved)

@@ -41,10 +41,7 @@ from torch._functorch.compilers import nop
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .models import BlockStack, LossFn, build_model
-
-#: DeepCompile's parameter record: (position among the primal placeholders, ds_id, full shape)
-ParamIndex = tuple[int, int, torch.Size]
-PartitionFn = Callable[..., tuple[fx.GraphModule, fx.GraphModule]]
+from .zero3 import ParamIndex, PartitionFn
 
 aten = torch.ops.aten
 
@@ -188,23 +185,26 @@ def _fake_mode_of(model: nn.Module) -> FakeTensorMode | None:
     return next(iter(modes.values()), None)
 
 
-def _param_indices(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                   names: dict[int, str], ds_ids: dict[int, int]) -> tuple[list[ParamIndex], list[str]]:
-    # aot_module_simplified puts the traced module's own parameters and buffers
-    # first, then the graph inputs.
+def primal_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[tuple[str | None, Any]]:
+    """What AOT Autograd's primal placeholders hold, in order, as (name,
+    value): the traced module's own parameters and buffers (none when dynamo
+    lifts them, its default), then dynamo's graph inputs (name None)."""
     own = [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
+    return [*own, *((None, t) for t in example_inputs)]
+
+
+def _param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                   names: dict[int, str], ds_ids: dict[int, int]) -> tuple[list[ParamIndex], list[str]]:
     indices: list[ParamIndex] = []
     found: list[str] = []
-    for position, (name, t) in enumerate(own):
-        if isinstance(t, nn.Parameter):
-            indices.append((position, ds_ids.get(id(t), -1), t.shape))
-            found.append(names.get(id(t), name))
-    for k, t in enumerate(example_inputs):
-        if isinstance(t, nn.Parameter):
-            if id(t) not in names:
-                raise CaptureError(f"graph input {k} is a parameter the model does not own")
-            indices.append((len(own) + k, ds_ids[id(t)], t.shape))
-            found.append(names[id(t)])
+    for position, (name, t) in enumerate(primal_inputs(gm, example_inputs)):
+        if not isinstance(t, nn.Parameter):
+            continue
+        if name is None and id(t) not in names:
+            raise CaptureError(f"primal {position} is a parameter the model does not own")
+        # The module's own parameters may be unknown to the model (ds_id -1).
+        indices.append((position, ds_ids.get(id(t), -1), t.shape))
+        found.append(names.get(id(t), name or ""))
     return indices, found
 
 
@@ -293,9 +293,7 @@ def _capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, opts: Cap
         # Dynamo may throw a graph away and retrace (with dynamic=True it first
         # tries unspecialised floats); only a graph whose compilation returned counts.
         indices, found = _param_indices(gm, example_inputs, names, ds_ids)
-        n_own = len(list(gm.named_parameters(remove_duplicate=False)))
-        n_own += len(list(gm.named_buffers(remove_duplicate=False)))
-        graphs.append((indices, found, n_own + len(example_inputs), recorder.calls[first_call:]))
+        graphs.append((indices, found, len(primal_inputs(gm, example_inputs)), recorder.calls[first_call:]))
         return compiled
 
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
@@ -404,6 +402,6 @@ def eager_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
 
 __all__ = [
     "CaptureError", "CaptureOptions", "Grads", "JointCapture", "ParamIndex", "PartitionFn",
-    "PartitionRecorder", "capture", "capture_model", "capture_step", "copy_graph_module",
+    "PartitionRecorder", "capture", "primal_inputs", "capture_model", "capture_step", "copy_graph_module",
     "eager_step", "sac_context_fn", "sac_policy", "torch_min_cut_partition", "train_step",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -56,16 +56,15 @@ class MinCutOptions:
     max_dist_from_bw: int
 
     @classmethod
-    def from_config(cls) -> "MinCutOptions":
+    def from_config(cls) -> MinCutOptions:
         """Read ``torch._functorch.config`` now, as torch does at call time."""
         from torch._functorch import config
 
-        aggressive = bool(config.aggressive_recomputation)
-        return cls(
-            ban_if_used_far_apart=bool(config.ban_recompute_used_far_apart) and not aggressive,
-            ban_if_long_fusible_chains=bool(config.ban_recompute_long_fusible_chains) and not aggressive,
-            ban_if_materialized_backward=bool(config.ban_recompute_materialized_backward) and not aggressive,
-            ban_if_not_in_allowlist=bool(config.ban_recompute_not_in_allowlist) and not aggressive,
+        opts = cls(
+            ban_if_used_far_apart=bool(config.ban_recompute_used_far_apart),
+            ban_if_long_fusible_chains=bool(config.ban_recompute_long_fusible_chains),
+            ban_if_materialized_backward=bool(config.ban_recompute_materialized_backward),
+            ban_if_not_in_allowlist=bool(config.ban_recompute_not_in_allowlist),
             ban_if_reduction=bool(config.ban_recompute_reductions),
             recompute_views=bool(config.recompute_views),
             treat_parameters_as_free_to_save=bool(config.treat_parameters_as_free_to_save),
@@ -73,6 +72,14 @@ class MinCutOptions:
             unsafe_allow_optimization_of_collectives=bool(config.unsafe_allow_optimization_of_collectives),
             max_dist_from_bw=int(config.max_dist_from_bw),
         )
+        return opts.aggressive() if config.aggressive_recomputation else opts
+
+    def aggressive(self) -> MinCutOptions:
+        """These options with the four bans that ``aggressive_recomputation``
+        (and the memory budget's relaxed cuts) lift turned off: the one place
+        that relaxation is written."""
+        return replace(self, ban_if_used_far_apart=False, ban_if_long_fusible_chains=False,
+                       ban_if_materialized_backward=False, ban_if_not_in_allowlist=False)
 
 
 @dataclass

@@ -201,20 +201,9 @@ def _lower_nodes(
         if op == "output":
             outputs.extend(index[a] if a.__class__ is node_cls else -1 for a in _output_leaves(node))
 
-    return GraphArrays(
-        nodes=nodes,
-        index=index,
-        kind=kind,
-        flags=flags,
-        tag=tag,
-        ac_graph_id=ac_graph_id,
-        nbytes=nbytes,
-        arg_ptr=arg_ptr,
-        arg_idx=arg_idx,
-        in_ptr=in_ptr,
-        in_idx=in_idx,
-        outputs=outputs,
-    )
+    return GraphArrays(nodes=nodes, index=index, kind=kind, flags=flags, tag=tag, ac_graph_id=ac_graph_id,
+                       nbytes=nbytes, arg_ptr=arg_ptr, arg_idx=arg_idx, in_ptr=in_ptr, in_idx=in_idx,
+                       outputs=outputs)
 
 
 def _lower_replaced(

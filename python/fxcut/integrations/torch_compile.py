@@ -41,18 +41,11 @@ import torch.fx as fx
 import torch.nn as nn
 from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
 
+from .. import _C
+from ..capture import primal_inputs
 from ..zero3 import ParamIndex, get_wrapped_partitioner
 
 Backend = Callable[[fx.GraphModule, Sequence[Any]], Any]
-
-
-def _graph_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[Any]:
-    """What AOT Autograd's primal placeholders hold, in order: the traced
-    module's own parameters and buffers (none when dynamo lifts them, its
-    default), then dynamo's graph inputs."""
-    own = {**dict(gm.named_parameters(remove_duplicate=False)),
-           **dict(gm.named_buffers(remove_duplicate=False))}
-    return [*own.values(), *example_inputs]
 
 
 def _is_param_index(entry: Any) -> bool:
@@ -70,7 +63,7 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
         return []
     if isinstance(zero3_params, nn.Module):
         zero3_params = list(zero3_params.parameters())
-    inputs = _graph_inputs(gm, example_inputs)
+    inputs = [t for _, t in primal_inputs(gm, example_inputs)]
     if zero3_params is True:
         wanted = None
     else:
@@ -89,15 +82,21 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
     ]
 
 
+#: The files whose code can change a partition (the decision path: what
+#: InductorPartitioner runs, and every fxcut module that imports), relative to
+#: the package.  tests/test_package_shape.py checks it against the imports.
+DECISION_FILES = ("budget.py", "core.py", "knapsack.py", "lower.py", "ops.py", "partition.py", "prepare.py",
+                  "zero3.py", os.path.join("integrations", "torch_compile.py"))
+
+
 @functools.cache
 def _code_hash() -> str:
-    """A hash of fxcut's code (Python and the C extension): part of
-    inductor's cache key, so a cached graph is only reused when it was cut by
-    this very code."""
-    from .. import _C
-
+    """A hash of the decision path's code (:data:`DECISION_FILES` and the C
+    extension): part of inductor's cache key, so a cached graph is only
+    reused when it was cut by this very code, and a change to the CLI or the
+    tooling does not throw the cache away."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = sorted(os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".py"))
+    paths = [os.path.join(root, f) for f in DECISION_FILES]
     return get_hash_for_files((*paths, _C.__file__)).hex()
 
 
