@@ -170,3 +170,23 @@ def test_import_fxcut_does_not_import_inductor():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_c_extensions_stub_names_what_it_exports():
+    """python/fxcut/_C.pyi (what type checkers read) against the module."""
+    tree = ast.parse((PACKAGE / "_C.pyi").read_text())
+    stubbed = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            stubbed.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            stubbed.add(node.target.id)
+    exported = {name for name in dir(fxcut._C) if not name.startswith("_")}
+    assert stubbed == exported, (sorted(exported - stubbed), sorted(stubbed - exported))
+    for name in stubbed & exported:
+        value = getattr(fxcut._C, name)
+        kind = next(type(n).__name__ for n in tree.body if getattr(n, "name", None) == name
+                    or getattr(getattr(n, "target", None), "id", None) == name)
+        expected = {"ClassDef": isinstance(value, type), "FunctionDef": callable(value) and not isinstance(value, type),
+                    "AnnAssign": isinstance(value, int)}[kind]
+        assert expected, name

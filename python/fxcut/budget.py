@@ -27,7 +27,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import torch
 import torch.fx as fx
@@ -39,6 +39,13 @@ from . import _C
 from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph, plan_and_lower
 from .knapsack import SOLVERS, KnapsackChoice, solve
 from .lower import GraphArrays
+
+if TYPE_CHECKING:  # both import inductor (seconds): at run time only when a budget below 1 needs them
+    from torch._functorch.partitioners import NodeInfo
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+
+#: ``activation_memory_budget_solver``: a name (fxcut's solvers and torch's) or torch's custom solver.
+Solver: TypeAlias = "str | CustomKnapsackSolver"
 
 STAGES: dict[int, str] = {
     _C.STAGE_NO_BACKWARD: "no_backward",
@@ -58,7 +65,7 @@ _TORCH_SOLVERS = ("dynamic_memory_budget_dp",)
 # --------------------------------------------------------------------------- configuration
 
 
-def check_budget(budget: Any) -> float:
+def check_budget(budget: object) -> float:
     """The budget as a float; ValueError naming it unless it is in [0, 1]."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float)):
         raise ValueError(f"activation_memory_budget must be a number in [0, 1], got {budget!r}")
@@ -68,7 +75,7 @@ def check_budget(budget: Any) -> float:
     return value
 
 
-def check_solver(solver: Any) -> None:
+def check_solver(solver: object) -> None:
     # Inductor's module (seconds to import): only when a budget below 1 is checked.
     from torch._inductor.custom_graph_pass import CustomKnapsackSolver
 
@@ -82,7 +89,7 @@ def check_solver(solver: Any) -> None:
     )
 
 
-def check_estimator(estimator: Any) -> None:
+def check_estimator(estimator: object) -> None:
     from torch._inductor.custom_graph_pass import CustomRuntimeEstimator  # inductor: see check_solver
 
     if isinstance(estimator, CustomRuntimeEstimator) or (isinstance(estimator, str) and estimator in ESTIMATORS):
@@ -266,7 +273,7 @@ class BudgetDecision:
     budget: float
     stage: str
     saved: list[int]
-    decision: Any  # fxcut.core.Decision of the last cut (tags, classes)
+    decision: Decision  # of the last cut (tags, classes)
     min_act_size: float = 0.0
     max_act_size: float = 0.0
     ratio_more_aggressive: float = math.nan
@@ -290,7 +297,7 @@ class BudgetDecision:
         return [nodes[i] for i in self.saved]
 
 
-def _torch_node_info(decision: Any, static_lifetime_input_indices: Sequence[int]) -> Any:
+def _torch_node_info(decision: Decision, static_lifetime_input_indices: Sequence[int]) -> NodeInfo:
     """torch's NodeInfo from fxcut's classification (for custom solvers)."""
     from torch._functorch import partitioners as tp  # imports inductor: see RuntimeEstimates
 
@@ -300,21 +307,22 @@ def _torch_node_info(decision: Any, static_lifetime_input_indices: Sequence[int]
     bw = OrderedSet(n for i, n in enumerate(nodes) if cls[i] & _C.C_REQUIRED_BW)
     closure = OrderedSet(n for i, n in enumerate(nodes) if cls[i] & _C.C_TANGENTS_CLOSURE)
     unclaimed = OrderedSet(n for n in nodes if n not in fw and n not in bw)
-    primals = [n for n in nodes if tp._is_primal(n)]
-    inputs = primals + [n for n in nodes if tp._is_fwd_seed_offset(n)]
+    # torch's private helpers, not re-exported by its partitioner module:
+    primals = [n for n in nodes if tp._is_primal(n)]  # type: ignore[attr-defined]
+    inputs = primals + [n for n in nodes if tp._is_fwd_seed_offset(n)]  # type: ignore[attr-defined]
     static = OrderedSet(p for k, p in enumerate(primals) if k in static_lifetime_input_indices)
     fw_order = {n: k for k, n in enumerate(n for n in nodes if n in fw)}
     return tp.NodeInfo(inputs, fw, bw, closure, unclaimed, fw_order, static)
 
 
 def _knapsack(
-    solver: Any,
+    solver: Solver,
     memories: list[float],
     runtimes: list[float],
     max_memory: float,
     graph: fx.Graph,
     candidate_nodes: list[fx.Node],
-    node_info: Callable[[], Any],
+    node_info: Callable[[], NodeInfo],
 ) -> KnapsackChoice:
     if isinstance(solver, str) and solver in SOLVERS:
         return solve(solver, memories, runtimes, max_memory)
@@ -334,10 +342,10 @@ def decide_with_budget(
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
-    options: Any = None,
+    options: MinCutOptions | None = None,
     arrays: GraphArrays | None = None,
     estimates: RuntimeEstimates | None = None,
-    solver: Any = None,
+    solver: Solver | None = None,
 ) -> BudgetDecision:
     """The budget pass over ``graph`` (read only).  ``arrays``: a lowering
     of ``graph`` to reuse; ``estimates``: a runtime cache to share across
@@ -411,7 +419,7 @@ class ParetoPoint(NamedTuple):
 DEFAULT_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
 
 
-def recomputed_nodes(decision: Any, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
+def recomputed_nodes(decision: Decision, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
     """The forward ops the backward recomputes when ``saved`` is saved: the
     call_function forward nodes the backward outputs reach through their
     inputs without passing a saved value or a placeholder (getitems, which
@@ -441,7 +449,7 @@ def memory_pareto(
     *,
     budgets: Sequence[float] = DEFAULT_BUDGETS,
     static_lifetime_input_indices: list[int] | None = None,
-    solver: Any = None,
+    solver: Solver | None = None,
     plot: str | None = None,
 ) -> list[ParetoPoint]:
     """The memory/runtime trade-off of the budget, one point per budget.

@@ -85,8 +85,11 @@ def sac_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> torch.utils.chec
     return torch.utils.checkpoint.CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def sac_context_fn() -> Any:
-    return torch.utils.checkpoint.create_selective_checkpoint_contexts(sac_policy)
+def sac_context_fn() -> tuple[contextlib.AbstractContextManager[None], contextlib.AbstractContextManager[None]]:
+    """The forward's and the recomputation's contexts of :func:`sac_policy`."""
+    contexts: tuple[contextlib.AbstractContextManager[None], contextlib.AbstractContextManager[None]] = (
+        torch.utils.checkpoint.create_selective_checkpoint_contexts(sac_policy))  # type: ignore[no-untyped-call]
+    return contexts
 
 
 # --------------------------------------------------------------------------- copies
@@ -241,7 +244,7 @@ def _run_step(model: nn.Module, step: Callable[..., torch.Tensor], inputs: Seque
         torch.manual_seed(seed)
         loss = step(*inputs)
         if backward:
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # unannotated in torch
     grads: Grads = {}
     for name, p in model.named_parameters():
         if p.requires_grad:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -104,7 +105,7 @@ class Decision:
         return [nodes[i] for i in self.saved]
 
     @classmethod
-    def from_core(cls, arrays: GraphArrays, out: dict, seconds: dict[str, float] | None = None) -> "Decision":
+    def from_core(cls, arrays: GraphArrays, out: dict[str, Any], seconds: dict[str, float] | None = None) -> Decision:
         """From the dict the core's decision entry points return."""
         network = None
         if "net_tail" in out:
@@ -172,7 +173,7 @@ def _bw_mutation_sources(arrays: GraphArrays) -> list[int]:
     return sources
 
 
-def _fuse_pairs(arrays: GraphArrays) -> tuple[array, array]:
+def _fuse_pairs(arrays: GraphArrays) -> tuple[array[int], array[int]]:
     fuse_a, fuse_b = array("i"), array("i")
     for b, bits in enumerate(arrays.flags):
         if bits & _C.F_MUTABLE_HOP:
@@ -240,7 +241,8 @@ def core_args(
     )
 
 
-def call_core(fn: Any, arrays: GraphArrays, args: tuple[Any, ...], mask: bytes | None, *extra: Any) -> dict:
+def call_core(fn: Callable[..., dict[str, Any]], arrays: GraphArrays, args: tuple[Any, ...], mask: bytes | None,
+              *extra: Any) -> dict[str, Any]:
     """``fn(arrays, options, static_lifetime, mask, force_save, fuse_a,
     fuse_b, *extra)`` with the core's errors naming nodes."""
     option_values, static_mask, force_save, fuse_a, fuse_b = args
@@ -311,8 +313,8 @@ def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutErr
         "(conflicting recompute tags or bans); the chain of nodes is: " + " -> ".join(parts)
     )
     err = _C.InfiniteCutError(message)
-    err.chain = [arrays.nodes[i].name for i in chain]  # type: ignore[attr-defined]
-    err.nodes = [arrays.nodes[i] for i in chain]  # type: ignore[attr-defined]
+    err.chain = [arrays.nodes[i].name for i in chain]
+    err.nodes = [arrays.nodes[i] for i in chain]
     return err
 
 

@@ -48,16 +48,16 @@ class GraphArrays:
 
     nodes: list[fx.Node]
     index: dict[fx.Node, int]
-    kind: array
-    flags: array
-    tag: array
-    ac_graph_id: array
-    nbytes: array
-    arg_ptr: array
-    arg_idx: array
-    in_ptr: array
-    in_idx: array
-    outputs: array
+    kind: array[int]
+    flags: array[int]
+    tag: array[int]
+    ac_graph_id: array[int]
+    nbytes: array[int]
+    arg_ptr: array[int]
+    arg_idx: array[int]
+    in_ptr: array[int]
+    in_idx: array[int]
+    outputs: array[int]
     #: wall time the lowering took, for logs and benchmarks
     seconds: float = 0.0
 

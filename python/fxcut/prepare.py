@@ -67,7 +67,7 @@ def _storage_key(node: fx.Node) -> Any:
     if not isinstance(val, torch.Tensor):
         return None
     try:
-        return StorageWeakRef(val.untyped_storage())
+        return StorageWeakRef(val.untyped_storage())  # type: ignore[no-untyped-call]  # unannotated in torch
     except NotImplementedError:
         return None
 

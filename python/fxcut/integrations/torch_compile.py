@@ -69,7 +69,7 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
     else:
         entries = list(zero3_params)
         if entries and all(_is_param_index(e) for e in entries):
-            return [tuple(e) for e in entries]  # type: ignore[misc]
+            return [(int(e[0]), int(e[1]), e[2]) for e in entries]
         for k, e in enumerate(entries):
             if not isinstance(e, torch.Tensor):
                 raise TypeError(f"zero3_params[{k}] is {type(e).__name__}: expected parameters, "
@@ -110,7 +110,7 @@ class InductorPartitioner(CustomPartitionerFn):
     def __init__(self, param_indices: Iterable[ParamIndex] = ()) -> None:
         # Only plain data here: inductor pickles its config, this object
         # included, into its cache key.
-        self.param_indices: list[ParamIndex] = [tuple(e) for e in param_indices]  # type: ignore[misc]
+        self.param_indices: list[ParamIndex] = [(int(e[0]), int(e[1]), e[2]) for e in param_indices]
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
                  ) -> tuple[fx.GraphModule, fx.GraphModule]:
