@@ -70,6 +70,7 @@ class CaptureOptions:
 
 def torch_min_cut_partition(*args: Any, **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
     """The installed torch's ``min_cut_rematerialization_partition``."""
+    # torch's partitioner imports inductor (seconds): only when it partitions.
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     return min_cut_rematerialization_partition(*args, **kwargs)
