@@ -47,10 +47,10 @@ from torch._functorch import config
 from torch._functorch import partitioners as tp
 
 from fxcut.budget import decide_with_budget
-from fxcut.capture import capture_model
 from fxcut.knapsack import solve
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from training import capture_model  # noqa: E402  (tests/: the zoo's models, captured)
 from torch_reference import torch_budget_decision, torch_prepared  # noqa: E402  (tests/: torch's decision, step by step)
 
 

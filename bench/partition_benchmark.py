@@ -73,6 +73,7 @@ _TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 from torch_reference import torch_prepared  # noqa: E402
+from training import capture_model  # noqa: E402
 
 Progress = Callable[[str], None]
 
@@ -161,7 +162,6 @@ def capture(layers: int, model: ModelConfig):
     default partitioner finishes the compilation (faster than min-cut)."""
     from torch._functorch.partitioners import default_partition
 
-    from fxcut.capture import capture_model
 
     return capture_model("gpt2", fake=True, delegate=default_partition, layers=layers,
                          hidden=model.hidden, heads=model.heads, seq=model.seq, batch=model.batch,

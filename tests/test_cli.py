@@ -14,8 +14,8 @@ import torch
 
 import fxcut
 import fxcut.cli as cli
-from fxcut.capture import capture_model
 from fxcut.report import summarize
+from training import capture_model
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -14,15 +14,9 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 import zoo
 from fxcut import is_cast_op, recompute_param_aliases
-from fxcut.capture import (
-    CaptureError,
-    JointCapture,
-    capture,
-    capture_model,
-    copy_graph_module,
-    train_step,
-)
+from fxcut.capture import CaptureError, JointCapture, capture, copy_graph_module
 from fxcut.models import MODELS, BlockStack, build_model
+from training import capture_model, train_step
 
 aten = torch.ops.aten
 NAMES = list(zoo.CASES)

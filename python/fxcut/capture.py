@@ -10,7 +10,7 @@ then delegates (to torch's ``min_cut_rematerialization_partition`` by
 default) so compilation completes.
 
 Fake capture (``fake=True``): the model is built under a
-``FakeTensorMode`` (:func:`capture_model` does it), so its parameters are
+``FakeTensorMode`` (the ``fxcut`` command does it), so its parameters are
 fake tensors that claim ``device="cpu"`` but own no storage; compiling and
 running the forward inside that mode gives exactly the joint graph of the
 real CPU model -- CPU autocast included -- for any parameter count.  (A
@@ -40,7 +40,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.compilers import nop
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from .models import BlockStack, LossFn, build_model
+from .models import BlockStack, LossFn
 from .zero3 import ParamIndex, PartitionFn
 
 aten = torch.ops.aten
@@ -58,7 +58,7 @@ class CaptureOptions:
     - ``checkpoint``: wrap each block in non-reentrant ``torch.utils.checkpoint``.
     - ``sac``: like ``checkpoint``, with :func:`sac_policy` (implies ``checkpoint``).
     - ``dynamic``: ``torch.compile(dynamic=True)``: symbolic input sizes.
-    - ``fake``: the model's parameters are fake tensors (see :func:`capture_model`).
+    - ``fake``: the model's parameters are fake tensors (built under a ``FakeTensorMode``).
     """
 
     autocast_dtype: torch.dtype | None = None
@@ -279,7 +279,7 @@ def _capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, opts: Cap
     fake_mode = _fake_mode_of(model)
     if opts.fake and fake_mode is None:
         raise ValueError("fake=True needs a model whose parameters are fake tensors: "
-                         "build it under a FakeTensorMode (see capture_model)")
+                         "build it under a FakeTensorMode")
     if not opts.fake and fake_mode is not None:
         raise ValueError("the model's parameters are fake tensors: pass fake=True")
 
@@ -341,7 +341,7 @@ def capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
     compiled).  ``delegate`` is the partitioner that finishes the
     compilation.  ``ds_id`` of a parameter is its position in
     ``model.named_parameters()``.  With ``fake=True`` every parameter must be
-    a fake tensor (build the model with :func:`capture_model` or under a
+    a fake tensor (build the model under a
     ``FakeTensorMode``); real tensor inputs are converted to that mode.
     Raises :class:`CaptureError` unless exactly one joint graph was made.
     """
@@ -349,63 +349,8 @@ def capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
     return _capture(model, inputs, loss_fn, opts, delegate, seed=0, backward=False)[0]
 
 
-def capture_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
-                 autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
-                 dynamic: bool = False, delegate: PartitionFn = torch_min_cut_partition,
-                 seed: int = 0) -> tuple[JointCapture, tuple[torch.Tensor, Grads]]:
-    """:func:`capture` and run the backward too: the capture and :func:`train_step`'s result.
-
-    The recorder only copies its arguments, so the returned step is exactly
-    ``train_step(model, inputs, loss_fn, delegate, ..., seed=seed)``: one
-    compilation serves both.
-    """
-    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic)
-    return _capture(model, inputs, loss_fn, opts, delegate, seed=seed, backward=True)
-
-
-def capture_model(name: str, *, autocast_dtype: torch.dtype | None = None, checkpoint: bool = False,
-                  sac: bool = False, dynamic: bool = False, fake: bool = False,
-                  delegate: PartitionFn = torch_min_cut_partition, **cfg: Any) -> JointCapture:
-    """Build ``fxcut.models.MODELS[name](**cfg)`` and :func:`capture` it.
-
-    With ``fake=True`` the model is built under a fresh ``FakeTensorMode``,
-    so no parameter is allocated whatever its size.
-    """
-    with FakeTensorMode() if fake else contextlib.nullcontext():
-        model, make_inputs, loss_fn = build_model(name, **cfg)
-        inputs = make_inputs()
-    return capture(model, inputs, loss_fn, autocast_dtype=autocast_dtype, checkpoint=checkpoint,
-                   sac=sac, dynamic=dynamic, fake=fake, delegate=delegate)
-
-
-# --------------------------------------------------------------------------- training steps
-
-
-def train_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, partition_fn: PartitionFn, *,
-               autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
-               dynamic: bool = False, seed: int = 0) -> tuple[torch.Tensor, Grads]:
-    """One forward+backward of ``loss_fn(model(*inputs), inputs)``, compiled with ``partition_fn``.
-
-    The backend is ``aot_autograd`` with no-op compilers (CPU eager kernels).
-    The global RNG is seeded with ``seed`` for the run and restored after.
-    Returns ``(loss, {name: grad})`` for every parameter that requires grad
-    (``None`` where it got none); the model's ``.grad`` fields are left cleared.
-    """
-    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic)
-    return _compile_and_run(model, inputs, loss_fn, _aot_backend(partition_fn), opts, seed, backward=True)
-
-
-def eager_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
-               autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
-               dynamic: bool = False, seed: int = 0) -> tuple[torch.Tensor, Grads]:
-    """:func:`train_step` without compiling (``dynamic`` is accepted and ignored)."""
-    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic)
-    with _compile_options(model, opts):
-        return _run_step(model, lambda *a: loss_fn(model(*a), a), inputs, seed, backward=True)
-
-
 __all__ = [
     "CaptureError", "CaptureOptions", "Grads", "JointCapture", "ParamIndex", "PartitionFn",
-    "PartitionRecorder", "capture", "primal_inputs", "capture_model", "capture_step", "copy_graph_module",
-    "eager_step", "sac_context_fn", "sac_policy", "torch_min_cut_partition", "train_step",
+    "PartitionRecorder", "capture", "copy_graph_module", "primal_inputs", "sac_context_fn", "sac_policy",
+    "torch_min_cut_partition",
 ]

@@ -10,9 +10,9 @@ Every builder takes keyword-only options with small defaults and returns a
 - ``loss_fn(output, inputs)`` reduces the model's output to a scalar loss
   (cross-entropy where the model is a classifier or a language model).
 
-``device="meta"`` builds the model without allocating its parameters, so a
-GPT of billions of parameters can be traced with fake tensors (see
-:func:`fxcut.capture.capture_model`).
+Built under a ``FakeTensorMode``, a model allocates none of its parameters,
+so a GPT of billions of parameters can be traced (the ``fxcut`` command does
+so; see :mod:`fxcut.capture` for why the ``meta`` device is no substitute).
 
 Models made of repeated blocks derive from :class:`BlockStack`; their blocks
 can be wrapped in ``torch.utils.checkpoint.checkpoint`` by
