@@ -6,7 +6,7 @@ same run, written to stdout (and to --out as Markdown).
     PYTHONPATH=python python bench/bench_budget.py [--layers 24 48] [--budget 0.5]
         [--reps 3] [--out docs/bench_budget.md]
 
-Graphs: ``fxcut.capture.capture_model("gpt2", fake=True, layers=L,
+Graphs: ``capture_model("gpt2", fake=True, layers=L,
 hidden=1024, seq=512)``, the joint graph AOT Autograd hands its
 partitioner (fake tensors: nothing is allocated).  Both sides start from the
 same graph after dead-code elimination and CSE, as the partitioner sees it.

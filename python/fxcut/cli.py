@@ -3,7 +3,7 @@
     fxcut partition --model llama --layers 4 --zero3     # fxcut vs torch, side by side
     fxcut partition --module pkg.mod:factory --input 8,128:float32
     fxcut explain --model gpt2 VALUE                     # why VALUE was saved / recomputed
-    fxcut bench [--quick] [--layers 1 4 12 24 48]        # the benchmark, with a progress bar
+    fxcut bench [--quick] [--out DIR] [--docs DIR]       # a source checkout's benchmark (bench/)
     python -m fxcut                                      # the main job (see DEFAULT_ARGS)
 
 Models are traced with fake tensors, so a model of billions of parameters is
