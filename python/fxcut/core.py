@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._functorch import config
+from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C, prepare
 from .lower import GraphArrays, lower_for_partition
@@ -59,8 +61,6 @@ class MinCutOptions:
     @classmethod
     def from_config(cls) -> MinCutOptions:
         """Read ``torch._functorch.config`` now, as torch does at call time."""
-        from torch._functorch import config
-
         opts = cls(
             ban_if_used_far_apart=bool(config.ban_recompute_used_far_apart),
             ban_if_long_fusible_chains=bool(config.ban_recompute_long_fusible_chains),
@@ -295,8 +295,6 @@ def decide(
 def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutError":
     """An InfiniteCutError naming the chain of nodes that joins source and
     sink by infinite edges, with what pins each end."""
-    from torch.utils.checkpoint import CheckpointPolicy
-
     parts = []
     for i in chain:
         node = arrays.nodes[i]
@@ -336,6 +334,7 @@ def _why_unsaveable(arrays: GraphArrays, i: int) -> str | None:
 def _impure_random() -> bool:
     # As torch's dead-code elimination decides it at call time.
     if torch._guards.TracingContext.try_get():
+        # Inductor is compiling (so loaded) whenever a tracing context exists.
         import torch._inductor.config as inductor_config
 
         return bool(inductor_config.fallback_random)

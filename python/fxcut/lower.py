@@ -15,6 +15,11 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch._functorch import config
+from torch._library.fake_class_registry import FakeScriptObject
+from torch.fx.experimental._backward_state import BackwardState
+from torch.fx.experimental.proxy_tensor import py_sym_types
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C
@@ -243,8 +248,6 @@ def _output_leaves(output: fx.Node) -> list[Any]:
     """The leaves of the output node's value, in order, as torch's partitioner
     sees them (``pytree.arg_tree_leaves`` over the output's args).  Leaves
     that are not nodes (``None`` gradients) are lowered as -1."""
-    import torch.utils._pytree as pytree
-
     return list(pytree.arg_tree_leaves(*output.args))
 
 
@@ -252,6 +255,7 @@ def _output_leaves(output: fx.Node) -> list[Any]:
 def _tensor_nbytes(val: torch.Tensor) -> int:
     numel = val.numel()
     if type(numel) is not int:
+        # Loaded already wherever a symbolic size exists; not worth its 0.8 s in ``import fxcut``.
         from torch.fx.experimental.symbolic_shapes import optimization_hint
 
         numel = optimization_hint(numel, fallback=4096)
@@ -268,11 +272,6 @@ class _ValueFacts:
     torch's ``_size_of`` computes (SIZE_UNKNOWN where it would raise)."""
 
     def __init__(self, facts: TargetFacts, impure_random: bool) -> None:
-        from torch._functorch import config
-        from torch._library.fake_class_registry import FakeScriptObject
-        from torch.fx.experimental._backward_state import BackwardState
-        from torch.fx.experimental.proxy_tensor import py_sym_types
-
         self.facts = facts
         self.impure_random = impure_random
         self.sym_types = py_sym_types

@@ -39,6 +39,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.compilers import nop
+from torch._inductor import config as inductor_config
+from torch._inductor.compile_fx import compile_fx
 from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
 
 from .. import _C
@@ -125,9 +129,7 @@ class InductorPartitioner(CustomPartitionerFn):
 
 
 def _check_inductor_options(options: dict[str, Any]) -> None:
-    from torch._inductor import config
-
-    known = config.get_config_copy()
+    known = inductor_config.get_config_copy()
     unknown = [k for k in options if k.replace("-", "_") not in known]
     if unknown:
         raise ValueError(f"unknown inductor option(s): {', '.join(unknown)}")
@@ -146,8 +148,6 @@ def inductor_backend(zero3_params: Any = None, **inductor_options: Any) -> Backe
     _check_inductor_options(options)
 
     def fxcut_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from torch._inductor.compile_fx import compile_fx
-
         partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params))
         return compile_fx(gm, example_inputs, config_patches={**options, "custom_partitioner_fn": partitioner})
 
@@ -167,9 +167,6 @@ def aot_backend(fw_compiler: Callable[..., Any] | None = None, bw_compiler: Call
         raise ValueError("aot_backend sets partition_fn itself")
 
     def fxcut_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from torch._dynamo.backends.common import aot_autograd
-        from torch._functorch.compilers import nop
-
         indices = zero3_param_indices(gm, example_inputs, zero3_params)
         fw = fw_compiler if fw_compiler is not None else nop
         bw = bw_compiler if bw_compiler is not None else fw
