@@ -353,6 +353,7 @@ def _shape_of(val: Any) -> str:
 
 
 def _is_opaque(node: fx.Node) -> bool:
+    # AOT Autograd's graph compiler imports inductor (seconds): only for the rare opaque value.
     from torch._functorch._aot_autograd.graph_compile import is_opaque_node
 
     return bool(is_opaque_node(node))
