@@ -49,14 +49,9 @@ static int cmp_i64(const void *a, const void *b)
 
 static void ctx_free(fxcut_ctx *c)
 {
-    free(c->user_ptr);
-    free(c->user_idx);
-    free(c->fw_order);
-    free(c->fw_nodes);
-    free(c->fuse_keys);
-    free(c->stack);
-    free(c->heap);
-    free(c->stamp);
+    void *const owned[] = {c->user_ptr, c->user_idx, c->fw_order, c->fw_nodes,
+                           c->fuse_keys, c->stack, c->heap, c->stamp};
+    fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
     c->user_ptr = c->user_idx = c->fw_order = c->fw_nodes = c->stack = NULL;
     c->fuse_keys = c->heap = NULL;
     c->stamp = NULL;
