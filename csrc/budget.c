@@ -173,10 +173,12 @@ static int plan_stages(fxcut_ctx *c, const fxcut_partition_options *opt,
                                    FXCUT_STAGE_AGGRESSIVE};
     double *const ratios[2] = {&plan->ratio_more_aggressive,
                                &plan->ratio_aggressive};
+    /* The options of the last pass stay in scope: the context keeps
+     * pointing at them (list_candidates reads them). */
+    fxcut_partition_options *pass = &c->relaxed;
     for (int k = 0; k < 2; k++) {
-        fxcut_partition_options pass;
-        relax(opt, relaxed[k], &pass);
-        rc = fxcut_decision_cut(c, &pass, err);
+        relax(opt, relaxed[k], pass);
+        rc = fxcut_decision_cut(c, pass, err);
         plan->n_passes = 2 + k;
         if (rc == FXCUT_OK)
             rc = mem_ratio(c, plan, ratios[k], err);
