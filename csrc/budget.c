@@ -229,6 +229,7 @@ int fxcut_budget_plan_decide(const fxcut_graph *g,
     fxcut_partition_options first = *opt;
     first.dont_ban = NULL;
     first.keep_network = FXCUT_KEEP_NONE;
+    first.release_graph = NULL; /* the plan reads the graph to its end */
     fxcut_ctx c;
     int rc = fxcut_decision_prepare(&c, g, &first, res, err);
     int32_t *scratch = NULL;

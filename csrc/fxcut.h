@@ -254,6 +254,13 @@ typedef struct {
     int32_t n_fuse_pairs;
     /* enum fxcut_keep_network */
     uint8_t keep_network;
+    /* NULL, or called at most once (with release_graph_arg) as soon as
+     * fxcut_partition_decide reads none of g's arrays any more: after its
+     * network is built, before the max-flow allocates.  A caller that
+     * passed private copies of the arrays frees them there, so they never
+     * sit under the max-flow's peak. */
+    void (*release_graph)(void *arg);
+    void *release_graph_arg;
 } fxcut_partition_options;
 
 /*

@@ -350,6 +350,15 @@ typedef struct {
         *fuse_b;
 } call_args;
 
+/* The decision is done with the graph's index arrays (fxcut.h): the copy
+ * goes before the max-flow allocates.  Runs without the GIL: free() only. */
+static void release_copy(void *arg)
+{
+    fxcut_graph_buffers *gb = arg;
+    free(gb->copy);
+    gb->copy = NULL;
+}
+
 /* One call: partition_decide (plan_mode 0: mask is dont_ban) or
  * budget_plan (plan_mode 1: mask is input_storage). */
 static PyObject *run(PyObject *module, const call_args *a, int plan_mode,
@@ -362,8 +371,11 @@ static PyObject *run(PyObject *module, const call_args *a, int plan_mode,
                     a->fuse_a, a->fuse_b) < 0)
         goto out;
     cs.opt.keep_network = keep;
-    if (!plan_mode)
+    if (!plan_mode) {
         cs.opt.dont_ban = cs.mask;
+        cs.opt.release_graph = release_copy;
+        cs.opt.release_graph_arg = &cs.gb;
+    }
     fxcut_budget_options bopt = {budget, cs.mask};
     fxcut_error err = {0, -1, {0}};
     int rc;
