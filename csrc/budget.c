@@ -25,14 +25,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
-                                     fxcut_partition_options *out)
+/* The one place the budget's passes relax torch's bans: stage
+ * MORE_AGGRESSIVE drops the used-far-apart, long-chain and
+ * materialized-backward bans, AGGRESSIVE the allowlist ban too. */
+static void relax(const fxcut_partition_options *opt, int stage,
+                  fxcut_partition_options *out)
 {
     *out = *opt;
     out->ban_if_used_far_apart = 0;
     out->ban_if_long_fusible_chains = 0;
     out->ban_if_materialized_backward = 0;
-    out->ban_if_not_in_allowlist = 0;
+    if (stage == FXCUT_STAGE_AGGRESSIVE)
+        out->ban_if_not_in_allowlist = 0;
+}
+
+void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
+                                     fxcut_partition_options *out)
+{
+    relax(opt, FXCUT_STAGE_AGGRESSIVE, out);
 }
 
 /* torch's sum(map(_size_of, nodes)) / 1e9: an exact integer sum, then one
@@ -158,32 +168,26 @@ static int plan_stages(fxcut_ctx *c, const fxcut_partition_options *opt,
     if (rc != FXCUT_OK || plan->max_act_size <= plan->min_act_size)
         return rc;
 
-    fxcut_partition_options more = *opt;
-    more.ban_if_used_far_apart = 0;
-    more.ban_if_long_fusible_chains = 0;
-    more.ban_if_materialized_backward = 0;
-    rc = fxcut_decision_cut(c, &more, err);
-    plan->n_passes = 2;
-    if (rc == FXCUT_OK)
-        rc = mem_ratio(c, plan, &plan->ratio_more_aggressive, err);
-    if (rc != FXCUT_OK)
-        return rc;
-    if (plan->ratio_more_aggressive < budget) {
-        plan->stage = FXCUT_STAGE_MORE_AGGRESSIVE;
-        return FXCUT_OK;
-    }
-
-    fxcut_partition_options aggressive;
-    fxcut_budget_aggressive_options(&more, &aggressive);
-    rc = fxcut_decision_cut(c, &aggressive, err);
-    plan->n_passes = 3;
-    if (rc == FXCUT_OK)
-        rc = mem_ratio(c, plan, &plan->ratio_aggressive, err);
-    if (rc != FXCUT_OK)
-        return rc;
-    if (plan->ratio_aggressive < budget) {
-        plan->stage = FXCUT_STAGE_AGGRESSIVE;
-        return FXCUT_OK;
+    /* The relaxed passes; each stops the plan when its cut fits. */
+    static const int relaxed[2] = {FXCUT_STAGE_MORE_AGGRESSIVE,
+                                   FXCUT_STAGE_AGGRESSIVE};
+    double *const ratios[2] = {&plan->ratio_more_aggressive,
+                               &plan->ratio_aggressive};
+    /* The options of the last pass stay in scope: the context keeps
+     * pointing at them (list_candidates reads them). */
+    fxcut_partition_options *pass = &c->relaxed;
+    for (int k = 0; k < 2; k++) {
+        relax(opt, relaxed[k], pass);
+        rc = fxcut_decision_cut(c, pass, err);
+        plan->n_passes = 2 + k;
+        if (rc == FXCUT_OK)
+            rc = mem_ratio(c, plan, ratios[k], err);
+        if (rc != FXCUT_OK)
+            return rc;
+        if (*ratios[k] < budget) {
+            plan->stage = relaxed[k];
+            return FXCUT_OK;
+        }
     }
 
     int32_t n_must_save = 0;
@@ -225,6 +229,7 @@ int fxcut_budget_plan_decide(const fxcut_graph *g,
     fxcut_partition_options first = *opt;
     first.dont_ban = NULL;
     first.keep_network = FXCUT_KEEP_NONE;
+    first.release_graph = NULL; /* the plan reads the graph to its end */
     fxcut_ctx c;
     int rc = fxcut_decision_prepare(&c, g, &first, res, err);
     int32_t *scratch = NULL;

@@ -49,14 +49,9 @@ static int cmp_i64(const void *a, const void *b)
 
 static void ctx_free(fxcut_ctx *c)
 {
-    free(c->user_ptr);
-    free(c->user_idx);
-    free(c->fw_order);
-    free(c->fw_nodes);
-    free(c->fuse_keys);
-    free(c->stack);
-    free(c->heap);
-    free(c->stamp);
+    void *const owned[] = {c->user_ptr, c->user_idx, c->fw_order, c->fw_nodes,
+                           c->fuse_keys, c->stack, c->heap, c->stamp};
+    fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
     c->user_ptr = c->user_idx = c->fw_order = c->fw_nodes = c->stack = NULL;
     c->fuse_keys = c->heap = NULL;
     c->stamp = NULL;
@@ -382,8 +377,11 @@ int fxcut_decision_cut(fxcut_ctx *c, const fxcut_partition_options *pass,
     for (int32_t i = 0; i < g->n; i++)
         if (res->node_class[i] & FXCUT_C_BANNED)
             add_edge(&el, 2 * g->n, V_IN(i), FXCUT_CAP_INF);
-    if (c->last_cut)
+    if (c->last_cut) {
         ctx_free(c); /* the users CSR, heap and stamps: ~40 B/node + 20 B/edge */
+        if (pass->release_graph != NULL)
+            pass->release_graph(pass->release_graph_arg); /* g is done */
+    }
     if (pass->keep_network != FXCUT_KEEP_BUILD_ONLY)
         rc = solve_and_extract(c, &el, pass->keep_network != FXCUT_KEEP_NONE,
                                err);

@@ -38,14 +38,14 @@
 #include <stdint.h>
 
 /* ---- node kinds (fx Node.op) ------------------------------------------ */
-enum fxcut_kind {
+enum fxcut_kind { /* consecutive from 0 */
     FXCUT_PLACEHOLDER = 0,
-    FXCUT_CALL_FUNCTION = 1,
-    FXCUT_GET_ATTR = 2,
-    FXCUT_OUTPUT = 3,
-    FXCUT_CALL_MODULE = 4,
-    FXCUT_CALL_METHOD = 5,
-    FXCUT_NUM_KINDS = 6
+    FXCUT_CALL_FUNCTION,
+    FXCUT_GET_ATTR,
+    FXCUT_OUTPUT,
+    FXCUT_CALL_MODULE,
+    FXCUT_CALL_METHOD,
+    FXCUT_NUM_KINDS
 };
 
 /* ---- per-node flags ---------------------------------------------------- */
@@ -178,32 +178,32 @@ int fxcut_param_alias_walk(const fxcut_graph *g, const int32_t *params,
 
 /* Per-node class bits reported in fxcut_partition_result.node_class. */
 enum fxcut_node_class {
-    FXCUT_C_REQUIRED_FW = 1u << 0,
-    FXCUT_C_REQUIRED_BW = 1u << 1,
-    FXCUT_C_TANGENTS_CLOSURE = 1u << 2,
-    FXCUT_C_INPUT = 1u << 3,        /* primal or forward seed / offset */
-    FXCUT_C_BANNED = 1u << 4,       /* source -> X_in is infinite */
-    FXCUT_C_SAVED = 1u << 5,        /* X_in -> X_out is in the cut */
-    FXCUT_C_SINK_SIDE = 1u << 6,    /* X_in can reach the sink: recomputed
+    FXCUT_C_REQUIRED_FW = 0x01,
+    FXCUT_C_REQUIRED_BW = 0x02,
+    FXCUT_C_TANGENTS_CLOSURE = 0x04,
+    FXCUT_C_INPUT = 0x08,           /* primal or forward seed / offset */
+    FXCUT_C_BANNED = 0x10,          /* source -> X_in is infinite */
+    FXCUT_C_SAVED = 0x20,           /* X_in -> X_out is in the cut */
+    FXCUT_C_SINK_SIDE = 0x40,       /* X_in can reach the sink: recomputed
                                        (or computed) in backward */
-    FXCUT_C_MUST_RECOMPUTE = 1u << 7 /* X_in -> sink is infinite */
+    FXCUT_C_MUST_RECOMPUTE = 0x80   /* X_in -> sink is infinite */
 };
 
 /* Why a node was banned from recomputation (ban_reason). */
-enum fxcut_ban_reason {
+enum fxcut_ban_reason { /* consecutive from 0 */
     FXCUT_BAN_NONE = 0,
-    FXCUT_BAN_PRIMAL = 1,
-    FXCUT_BAN_FWD_SEED = 2,
-    FXCUT_BAN_MUST_SAVE = 3,
-    FXCUT_BAN_NOT_IN_ALLOWLIST = 4,
-    FXCUT_BAN_RANDOM = 5,
-    FXCUT_BAN_COMPUTE_INTENSIVE = 6,
-    FXCUT_BAN_NON_BUILTIN = 7,
-    FXCUT_BAN_MATERIALIZED_BACKWARD = 8,
-    FXCUT_BAN_FAR_FROM_BACKWARD = 9,
-    FXCUT_BAN_REDUCTION = 10,
-    FXCUT_BAN_USED_FAR_APART = 11,
-    FXCUT_BAN_LONG_FUSIBLE_CHAIN = 12
+    FXCUT_BAN_PRIMAL,
+    FXCUT_BAN_FWD_SEED,
+    FXCUT_BAN_MUST_SAVE,
+    FXCUT_BAN_NOT_IN_ALLOWLIST,
+    FXCUT_BAN_RANDOM,
+    FXCUT_BAN_COMPUTE_INTENSIVE,
+    FXCUT_BAN_NON_BUILTIN,
+    FXCUT_BAN_MATERIALIZED_BACKWARD,
+    FXCUT_BAN_FAR_FROM_BACKWARD,
+    FXCUT_BAN_REDUCTION,
+    FXCUT_BAN_USED_FAR_APART,
+    FXCUT_BAN_LONG_FUSIBLE_CHAIN
 };
 
 /* Capacity of an infinite edge in fxcut_partition_result.weight. */
@@ -254,6 +254,13 @@ typedef struct {
     int32_t n_fuse_pairs;
     /* enum fxcut_keep_network */
     uint8_t keep_network;
+    /* NULL, or called at most once (with release_graph_arg) as soon as
+     * fxcut_partition_decide reads none of g's arrays any more: after its
+     * network is built, before the max-flow allocates.  A caller that
+     * passed private copies of the arrays frees them there, so they never
+     * sit under the max-flow's peak. */
+    void (*release_graph)(void *arg);
+    void *release_graph_arg;
 } fxcut_partition_options;
 
 /*

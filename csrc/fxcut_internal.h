@@ -9,6 +9,8 @@
 
 #include "fxcut.h"
 
+#include <stdlib.h>
+
 /* Sets err (when not NULL) and returns code; message is printf-style. */
 int fxcut_fail(fxcut_error *err, int code, int64_t node, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -27,6 +29,13 @@ static inline void fxcut_u128_add(fxcut_u128 *x, uint64_t y)
     uint64_t lo = x->lo + y;
     x->hi += lo < y;
     x->lo = lo;
+}
+
+/* free() of each of count pointers (NULL ones included). */
+static inline void fxcut_free_each(void *const *ptrs, size_t count)
+{
+    for (size_t k = 0; k < count; k++)
+        free(ptrs[k]);
 }
 
 /* Exact sums of many int64 sizes. */

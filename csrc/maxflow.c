@@ -120,11 +120,8 @@ typedef struct {
 
 static void residual_free(residual *r)
 {
-    free(r->first);
-    free(r->head);
-    free(r->rev);
-    free(r->res64);
-    free(r->fwd);
+    void *const owned[] = {r->first, r->head, r->rev, r->res64, r->fwd};
+    fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
 }
 
 static int is_forward(const residual *r, int32_t a)

@@ -6,16 +6,5 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FLOW_T int64_t
-#define FN(name) name##_i64
-#include "maxflow_dinic.tmpl.h"
-#undef FLOW_T
-#undef FN
-
-#if FXCUT_HAVE_INT128
-#define FLOW_T fxcut_i128
-#define FN(name) name##_i128
-#include "maxflow_dinic.tmpl.h"
-#undef FLOW_T
-#undef FN
-#endif
+#define FXCUT_MAXFLOW_TEMPLATE "maxflow_dinic.tmpl.h"
+#include "maxflow_instantiate.h"

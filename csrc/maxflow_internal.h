@@ -19,9 +19,6 @@
 __extension__ typedef __int128 fxcut_i128;
 #endif
 
-/* "No vertex / no arc" in the int32 links. */
-#define FXCUT_NONE ((int32_t)-1)
-
 /*
  * The residual network's structure, as CSR over arcs.
  *
@@ -51,12 +48,15 @@ __extension__ typedef __int128 fxcut_i128;
  * infinite) cost nothing.
  */
 typedef struct {
-    int32_t n;
-    int32_t sink;
     const int32_t *first;
     const int32_t *head;
     const int32_t *rev;
+    int32_t n;
+    int32_t sink;
 } fxcut_arcs;
+
+/* "No vertex / no arc" in the int32 links. */
+#define FXCUT_NONE ((int32_t)-1)
 
 /*
  * The algorithms.  On entry: res[a] as above; side[v] == 1 exactly for the

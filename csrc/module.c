@@ -572,24 +572,31 @@ static int module_exec(PyObject *module)
     return rc;
 }
 
-static int module_traverse(PyObject *module, visitproc visit, void *arg)
+/* Each reference the state holds: visited (visit given) or cleared. */
+static int state_refs(PyObject *module, visitproc visit, void *arg)
 {
     fxcut_module_state *st = fxcut_state(module);
-    Py_VISIT(st->infinite_cut_error);
-    Py_VISIT(st->decision_type);
-    Py_VISIT(st->plan_type);
-    Py_VISIT(st->knapsack_type);
+    PyObject **refs[] = {&st->infinite_cut_error,
+                         (PyObject **)&st->decision_type,
+                         (PyObject **)&st->plan_type,
+                         (PyObject **)&st->knapsack_type};
+    for (size_t k = 0; k < sizeof refs / sizeof refs[0]; k++) {
+        if (visit != NULL)
+            Py_VISIT(*refs[k]);
+        else
+            Py_CLEAR(*refs[k]);
+    }
     return 0;
+}
+
+static int module_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    return state_refs(module, visit, arg);
 }
 
 static int module_clear(PyObject *module)
 {
-    fxcut_module_state *st = fxcut_state(module);
-    Py_CLEAR(st->infinite_cut_error);
-    Py_CLEAR(st->decision_type);
-    Py_CLEAR(st->plan_type);
-    Py_CLEAR(st->knapsack_type);
-    return 0;
+    return state_refs(module, NULL, NULL);
 }
 
 static void module_free(void *module)

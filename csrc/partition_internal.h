@@ -26,6 +26,9 @@ typedef struct {
     uint32_t *stamp;        /* stamp_len entries; == epoch: seen this walk */
     size_t stamp_len;       /* 2 * n + 2 */
     uint32_t epoch;
+    /* The options of the memory budget's relaxed passes (budget.c): a
+     * cut keeps pointing at its options (opt), so they live here. */
+    fxcut_partition_options relaxed;
     /* Nonzero when no further cut follows: the scratch above is freed
      * before the max-flow allocates, which sets the peak. */
     uint8_t last_cut;

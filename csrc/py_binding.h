@@ -85,19 +85,15 @@ PyObject *fxcut_pylong_from_u128(uint64_t hi, uint64_t lo);
 PyObject *fxcut_typed_view(const void *p, Py_ssize_t count, const char *format,
                            Py_ssize_t itemsize);
 
-/* Entry points defined in the py_*.c files. */
-PyObject *fxcut_py_min_cut(PyObject *module, PyObject *args,
-                           PyObject *kwargs);
-extern const char fxcut_py_min_cut_doc[];
-PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args,
-                                    PyObject *kwargs);
-extern const char fxcut_py_partition_decide_doc[];
-PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args,
-                               PyObject *kwargs);
-extern const char fxcut_py_budget_plan_doc[];
-PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args,
-                            PyObject *kwargs);
-extern const char fxcut_py_knapsack_doc[];
+/* Entry points defined in the py_*.c files: fxcut_py_NAME(module, args,
+ * kwargs) and its docstring fxcut_py_NAME_doc. */
+#define FXCUT_ENTRY(name)                                                     \
+    PyObject *fxcut_py_##name(PyObject *module, PyObject *args,              \
+                              PyObject *kwargs);                              \
+    extern const char fxcut_py_##name##_doc[];
+FXCUT_ENTRY(min_cut) FXCUT_ENTRY(partition_decide)
+FXCUT_ENTRY(budget_plan) FXCUT_ENTRY(knapsack)
+#undef FXCUT_ENTRY
 
 /* The result types py_decide.c and py_knapsack.c fill (module.c makes
  * them in module_exec). */
@@ -105,15 +101,12 @@ extern PyStructSequence_Desc fxcut_decision_desc;
 extern PyStructSequence_Desc fxcut_plan_desc;
 extern PyStructSequence_Desc fxcut_knapsack_desc;
 
-#define FXCUT_KW_METHOD(name, fn, doc)                                        \
-    {name, (PyCFunction)(void (*)(void))(fn), METH_VARARGS | METH_KEYWORDS, doc}
+#define FXCUT_KW_METHOD(name)                                                 \
+    {#name, (PyCFunction)(void (*)(void))fxcut_py_##name,                     \
+     METH_VARARGS | METH_KEYWORDS, fxcut_py_##name##_doc}
 
 #define FXCUT_EXTRA_METHODS                                                   \
-    FXCUT_KW_METHOD("min_cut", fxcut_py_min_cut, fxcut_py_min_cut_doc),       \
-    FXCUT_KW_METHOD("partition_decide", fxcut_py_partition_decide,            \
-                    fxcut_py_partition_decide_doc),                           \
-    FXCUT_KW_METHOD("budget_plan", fxcut_py_budget_plan,                      \
-                    fxcut_py_budget_plan_doc),                                \
-    FXCUT_KW_METHOD("knapsack", fxcut_py_knapsack, fxcut_py_knapsack_doc),
+    FXCUT_KW_METHOD(min_cut), FXCUT_KW_METHOD(partition_decide),              \
+    FXCUT_KW_METHOD(budget_plan), FXCUT_KW_METHOD(knapsack),
 
 #endif /* FXCUT_PY_BINDING_H */

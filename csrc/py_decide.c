@@ -245,12 +245,9 @@ typedef struct {
 static void call_state_free(call_state *cs)
 {
     fxcut_partition_result_release(&cs->r);
-    free(cs->block);
-    free(cs->static_lifetime);
-    free(cs->mask);
-    free(cs->force);
-    free(cs->fuse_a);
-    free(cs->fuse_b);
+    void *const owned[] = {cs->block, cs->static_lifetime, cs->mask, cs->force,
+                           cs->fuse_a, cs->fuse_b};
+    fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
     if (cs->graph_held)
         fxcut_release_graph(&cs->gb);
 }
@@ -311,23 +308,17 @@ static int load_common(call_state *cs, PyObject *graph, PyObject *options,
         return -1;
     }
     /* 8-byte arrays first, then 4-byte, then bytes: each aligned. */
-    cs->r.dist_from_bw = (int64_t *)(void *)p;
-    p += z.per_node * 8;
-    cs->r.weight = (int64_t *)(void *)p;
-    p += z.per_node * 8;
-    cs->plan.memories = (double *)(void *)p;
-    p += z.candidates * 8;
-    cs->r.saved = (int32_t *)(void *)p;
-    p += z.saved * 4;
-    cs->r.chain = (int32_t *)(void *)p;
-    p += z.chain * 4;
-    cs->plan.candidates = (int32_t *)(void *)p;
-    p += z.candidates * 4;
-    cs->r.tag = (int8_t *)p;
-    p += z.per_node;
-    cs->r.node_class = (uint8_t *)p;
-    p += z.per_node;
-    cs->r.ban_reason = (uint8_t *)p;
+    void **slot[] = {(void **)&cs->r.dist_from_bw, (void **)&cs->r.weight,
+        (void **)&cs->plan.memories, (void **)&cs->r.saved, (void **)&cs->r.chain,
+        (void **)&cs->plan.candidates, (void **)&cs->r.tag,
+        (void **)&cs->r.node_class, (void **)&cs->r.ban_reason};
+    const size_t size[] = {z.per_node * 8, z.per_node * 8, z.candidates * 8,
+        z.saved * 4, z.chain * 4, z.candidates * 4, z.per_node, z.per_node,
+        z.per_node};
+    for (size_t k = 0; k < sizeof size / sizeof size[0]; k++) {
+        *slot[k] = p;
+        p += size[k];
+    }
     return 0;
 }
 
@@ -353,23 +344,78 @@ static PyObject *raise_decide_error(PyObject *module, const fxcut_error *err,
     return NULL;
 }
 
+/* The arguments of either entry point, as given. */
+typedef struct {
+    PyObject *graph, *options, *num_fwd, *statics, *mask, *force, *fuse_a,
+        *fuse_b;
+} call_args;
+
+/* The decision is done with the graph's index arrays (fxcut.h): the copy
+ * goes before the max-flow allocates.  Runs without the GIL: free() only. */
+static void release_copy(void *arg)
+{
+    fxcut_graph_buffers *gb = arg;
+    free(gb->copy);
+    gb->copy = NULL;
+}
+
+/* One call: partition_decide (plan_mode 0: mask is dont_ban) or
+ * budget_plan (plan_mode 1: mask is input_storage). */
+static PyObject *run(PyObject *module, const call_args *a, int plan_mode,
+                     uint8_t keep, double budget)
+{
+    call_state cs;
+    PyObject *result = NULL;
+    if (load_common(&cs, a->graph, a->options, a->num_fwd, a->statics, a->mask,
+                    plan_mode ? "input_storage" : "dont_ban", a->force,
+                    a->fuse_a, a->fuse_b) < 0)
+        goto out;
+    cs.opt.keep_network = keep;
+    if (!plan_mode) {
+        cs.opt.dont_ban = cs.mask;
+        cs.opt.release_graph = release_copy;
+        cs.opt.release_graph_arg = &cs.gb;
+    }
+    fxcut_budget_options bopt = {budget, cs.mask};
+    fxcut_error err = {0, -1, {0}};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fxcut_graph_validate(&cs.gb.graph, &err);
+    if (rc == FXCUT_OK && plan_mode)
+        rc = fxcut_budget_plan_decide(&cs.gb.graph, &cs.opt, &bopt, &cs.r,
+                                      &cs.plan, &err);
+    else if (rc == FXCUT_OK)
+        rc = fxcut_partition_decide(&cs.gb.graph, &cs.opt, &cs.r, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != FXCUT_OK) {
+        raise_decide_error(module, &err, &cs.r);
+        goto out;
+    }
+    result = build_decision(module, &cs.r, cs.gb.graph.n);
+    if (result != NULL && plan_mode)
+        result = build_plan(module, result, &cs.plan);
+out:
+    call_state_free(&cs);
+    return result;
+}
+
 PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args,
                                     PyObject *kwargs)
 {
     static char *keywords[] = {"", "", "num_fwd_outputs", "keep_network",
                                "static_lifetime", "dont_ban", "force_save",
                                "fuse_a", "fuse_b", NULL};
-    PyObject *graph, *options, *num_fwd = NULL, *keep_obj = NULL;
-    PyObject *statics = Py_None, *dont_ban = Py_None, *force = Py_None,
-             *fuse_a = Py_None, *fuse_b = Py_None;
+    call_args a = {NULL, NULL, NULL, Py_None, Py_None, Py_None, Py_None,
+                   Py_None};
+    PyObject *keep_obj = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
                                      "OO|$OOOOOOO:partition_decide", keywords,
-                                     &graph, &options, &num_fwd, &keep_obj,
-                                     &statics, &dont_ban, &force, &fuse_a,
-                                     &fuse_b))
+                                     &a.graph, &a.options, &a.num_fwd,
+                                     &keep_obj, &a.statics, &a.mask, &a.force,
+                                     &a.fuse_a, &a.fuse_b))
         return NULL;
     /* "|$" makes every keyword optional; num_fwd_outputs is not. */
-    if (num_fwd == NULL) {
+    if (a.num_fwd == NULL) {
         PyErr_SetString(PyExc_TypeError,
                         "partition_decide() missing required keyword-only "
                         "argument: 'num_fwd_outputs'");
@@ -381,27 +427,7 @@ PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args,
                 "KEEP_BUILD_ONLY)", FXCUT_KEEP_NONE, FXCUT_KEEP_MAX,
                 &keep) < 0)
         return NULL;
-    call_state cs;
-    PyObject *result = NULL;
-    if (load_common(&cs, graph, options, num_fwd, statics, dont_ban,
-                    "dont_ban", force, fuse_a, fuse_b) < 0)
-        goto out;
-    cs.opt.keep_network = (uint8_t)keep;
-    cs.opt.dont_ban = cs.mask;
-    fxcut_error err = {0, -1, {0}};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fxcut_graph_validate(&cs.gb.graph, &err);
-    if (rc == FXCUT_OK)
-        rc = fxcut_partition_decide(&cs.gb.graph, &cs.opt, &cs.r, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != FXCUT_OK)
-        raise_decide_error(module, &err, &cs.r);
-    else
-        result = build_decision(module, &cs.r, cs.gb.graph.n);
-out:
-    call_state_free(&cs);
-    return result;
+    return run(module, &a, 0, (uint8_t)keep, 1.0);
 }
 
 PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args,
@@ -410,19 +436,19 @@ PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args,
     static char *keywords[] = {"", "", "num_fwd_outputs", "memory_budget",
                                "static_lifetime", "input_storage",
                                "force_save", "fuse_a", "fuse_b", NULL};
-    PyObject *graph, *options, *num_fwd = NULL, *budget_obj = NULL;
-    PyObject *statics = Py_None, *storage = Py_None, *force = Py_None,
-             *fuse_a = Py_None, *fuse_b = Py_None;
+    call_args a = {NULL, NULL, NULL, Py_None, Py_None, Py_None, Py_None,
+                   Py_None};
+    PyObject *budget_obj = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$OOOOOOO:budget_plan",
-                                     keywords, &graph, &options, &num_fwd,
-                                     &budget_obj, &statics, &storage, &force,
-                                     &fuse_a, &fuse_b))
+                                     keywords, &a.graph, &a.options,
+                                     &a.num_fwd, &budget_obj, &a.statics,
+                                     &a.mask, &a.force, &a.fuse_a, &a.fuse_b))
         return NULL;
-    if (num_fwd == NULL || budget_obj == NULL) {
+    if (a.num_fwd == NULL || budget_obj == NULL) {
         PyErr_Format(PyExc_TypeError,
                      "budget_plan() missing required keyword-only argument: "
-                     "'%s'", num_fwd == NULL ? "num_fwd_outputs"
-                                             : "memory_budget");
+                     "'%s'", a.num_fwd == NULL ? "num_fwd_outputs"
+                                               : "memory_budget");
         return NULL;
     }
     double budget = PyFloat_AsDouble(budget_obj);
@@ -433,28 +459,5 @@ PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args,
                                      "%.100s", Py_TYPE(budget_obj)->tp_name);
         return NULL;
     }
-    call_state cs;
-    PyObject *result = NULL;
-    if (load_common(&cs, graph, options, num_fwd, statics, storage,
-                    "input_storage", force, fuse_a, fuse_b) < 0)
-        goto out;
-    fxcut_budget_options bopt = {budget, cs.mask};
-    fxcut_error err = {0, -1, {0}};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fxcut_graph_validate(&cs.gb.graph, &err);
-    if (rc == FXCUT_OK)
-        rc = fxcut_budget_plan_decide(&cs.gb.graph, &cs.opt, &bopt, &cs.r,
-                                      &cs.plan, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != FXCUT_OK) {
-        raise_decide_error(module, &err, &cs.r);
-    } else {
-        PyObject *decision = build_decision(module, &cs.r, cs.gb.graph.n);
-        if (decision != NULL)
-            result = build_plan(module, decision, &cs.plan);
-    }
-out:
-    call_state_free(&cs);
-    return result;
+    return run(module, &a, 1, FXCUT_KEEP_NONE, budget);
 }

@@ -146,11 +146,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    fxcut_error err;
+    memset(&err, 0, sizeof err);
     fuzz_input in = {data, size};
     arrays a;
     fxcut_partition_options o;
-    int raw;
+    int raw; /* fuzz_graph's concern: which inputs validate */
     decode(&in, &a, &o, &raw);
+    (void)raw;
     const double budget = decode_budget(&in);
     uint8_t *storage = NULL;
     if (fz_u8(&in) & 1) {
@@ -160,8 +163,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     const int solver = fz_u8(&in) % FXCUT_KNAPSACK_NUM_SOLVERS;
     fxcut_graph g = graph_of(&a);
-    fxcut_error err;
-    memset(&err, 0, sizeof err);
     if (fxcut_graph_validate(&g, &err) != FXCUT_OK) {
         free(storage);
         arrays_free(&a);

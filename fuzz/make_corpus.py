@@ -8,7 +8,8 @@ format described in fuzz/fuzz_graph_input.h; fuzz_budget seeds are the same
 graphs with a memory budget (fuzz/fuzz_budget.c); fuzz_maxflow seeds are
 small networks in the format of fuzz/fuzz_maxflow.c; fuzz_knapsack seeds
 small knapsack instances (fuzz/fuzz_knapsack.c).  The files are
-committed; rerunning this script rewrites them identically.
+committed; rerunning this script rewrites them identically.  Files named
+regression_* are fuzzer finds kept by hand (the script leaves them).
 """
 
 from __future__ import annotations

@@ -309,7 +309,7 @@ def test_numpy_buffers_and_default_algorithm() -> None:
     assert minimum_cut_arrays(3, tail, head, cap, 0, 1) == (7, {1, 2})
     assert minimum_cut_arrays(3, tail, head, cap, 0, 1, algorithm="default", as_mask=True) == (7, b"\x00\x01\x01")
     assert _C.min_cut(3, tail, head, cap, 0, 1) == (7, b"\x00\x01\x01")
-    assert _C.min_cut(3, tail, head, cap, source=0, sink=1, algorithm=2) == (7, b"\x00\x01\x01")
+    assert _C.min_cut(3, tail, head, cap, source=0, sink=1, algorithm=_C.MAXFLOW_DINIC) == (7, b"\x00\x01\x01")
 
 
 # ---- bad input --------------------------------------------------------------

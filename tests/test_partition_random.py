@@ -50,7 +50,7 @@ def _check_same_decision(seed: int, n_fw: int | None = None) -> str:
             graph,
             num_fwd_outputs=rj.num_fwd_outputs,
             static_lifetime_input_indices=rj.static_lifetime_input_indices,
-            keep_network=1,
+            keep_network=fxcut._C.KEEP_NETWORK,
         )
     except fxcut.InfiniteCutError as e:
         ours_error = e

@@ -34,7 +34,7 @@ KIND_OF_OP: dict[str, int] = {
     "call_method": _C.KIND_CALL_METHOD,
 }
 
-_TAG_OF_POLICY: dict[Any, int] = {policy: int(policy.value) for policy in CheckpointPolicy}
+_TAG_OF_POLICY: dict[Any, int] = {policy: getattr(_C, f"TAG_{policy.name}") for policy in CheckpointPolicy}
 _FLAGS_MASK = (1 << 32) - 1
 _F_IMPURE = _C.F_IMPURE
 _F_IS_BACKWARD_TAG = _C.F_IS_BACKWARD_TAG
