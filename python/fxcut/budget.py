@@ -131,17 +131,21 @@ def region_budgets(joint_module: fx.GraphModule) -> tuple[list[float], list[fx.N
 def check_regions(values: list[float], unannotated: list[fx.Node], is_forward_op: Callable[[fx.Node], bool]) -> None:
     """torch's rules for region budgets: one value per joint graph, covering
     every forward op (nodes of subgraph modules count as forward ops)."""
+    # The key phrases ("conflicting budgets within a single joint graph",
+    # "must cover the entire forward") are torch's, so that code matching
+    # torch's message matches fxcut's.
     if len(values) > 1:
         raise RuntimeError(
-            "torch.autograd.graph.region_activation_memory_budget: conflicting budgets within one "
-            f"joint graph (nested subgraphs included): {sorted(values)}; separate them with a graph break"
+            "torch.autograd.graph.region_activation_memory_budget: conflicting budgets within a single "
+            f"joint graph (including nested subgraphs): {sorted(values)}; one joint graph takes one "
+            "budget, so put a graph break between regions of different budgets"
         )
     if values:
         missing = [n for n in unannotated if is_forward_op(n)]
         if missing:
             raise RuntimeError(
-                "torch.autograd.graph.region_activation_memory_budget: the budget must cover the whole "
-                f"forward (HOP bodies included), but {len(missing)} forward op(s) are unannotated: "
+                "torch.autograd.graph.region_activation_memory_budget: must cover the entire forward of "
+                f"a graph (including HOP bodies); {len(missing)} forward op(s) lie outside the region: "
                 f"{[n.name for n in missing]}"
             )
 

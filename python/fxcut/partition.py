@@ -17,7 +17,8 @@ import torch
 import torch.fx as fx
 
 from . import _C, prepare
-from .budget import BudgetDecision, check_budget, check_regions, decide_with_budget
+from . import budget as budget_pass
+from .budget import BudgetDecision, check_budget, check_regions
 from .core import Decision, _impure_random
 from .lower import KIND_OF_OP, lower_for_partition
 from .ops import default_facts
@@ -55,9 +56,29 @@ def _resolve_budget(joint_module: fx.GraphModule) -> tuple[float, list[float], l
     if legacy is not None:
         budget = legacy
     regions, unannotated = region_budgets(joint_module)
+    for value in regions:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ValueError(
+                f"torch.autograd.graph.region_activation_memory_budget: the region budget {value!r} "
+                f"(meta['custom'] of node {_annotated_with(joint_module, value)!r}) must be a number "
+                "in [0, 1]"
+            )
     if regions:
         budget = regions[0]
     return budget, regions, unannotated
+
+
+def _annotated_with(joint_module: fx.GraphModule, value: Any) -> str:
+    """The name of the first node annotated with region budget ``value``."""
+    from torch.fx.traceback import _get_memory_budget_annotation
+
+    for sub in joint_module.modules():
+        if isinstance(sub, fx.GraphModule):
+            for node in sub.graph.nodes:
+                b = _get_memory_budget_annotation(node)
+                if b is value or b == value:
+                    return node.name
+    return "?"
 
 
 def _write_back_tags(decision: Decision) -> None:
@@ -130,7 +151,7 @@ def plan_partition(
         if regions:
             # torch checks the regions once the forward is classified and
             # before any cut: a budget-0 plan classifies without cutting.
-            probe = decide_with_budget(graph, 0.0, num_fwd_outputs=num_fwd_outputs,
+            probe = budget_pass.decide_with_budget(graph, 0.0, num_fwd_outputs=num_fwd_outputs,
                                        static_lifetime_input_indices=static_indices,
                                        arrays=arrays)
             if probe.stage != "no_backward":
@@ -142,7 +163,7 @@ def plan_partition(
                     or (n in arrays.index and n.op == "call_function"
                         and bool(fw[arrays.index[n]] & _C.C_REQUIRED_FW)),
                 )
-        chosen = decide_with_budget(
+        chosen = budget_pass.decide_with_budget(
             graph,
             budget,
             num_fwd_outputs=num_fwd_outputs,
@@ -182,7 +203,7 @@ def apply_partition(
         prepare.apply(joint_module, plan.prep, chosen.decision.arrays.nodes)
     except prepare.PreparationMismatch:
         log.error("fxcut: DCE/CSE plan diverged from the graph; deciding again on the graph as it is")
-        chosen = decide_with_budget(
+        chosen = budget_pass.decide_with_budget(
             joint_module.graph,
             plan.budget,
             num_fwd_outputs=num_fwd_outputs,
