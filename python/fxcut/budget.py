@@ -469,7 +469,13 @@ def memory_pareto(
 
     from .capture import copy_graph_module
     from .core import lower_graph
+    from .outpath import check_output_path
 
+    if not isinstance(joint_module, fx.GraphModule):
+        raise TypeError(f"joint_module must be a torch.fx.GraphModule, got {type(joint_module).__name__}")
+    if plot is not None:  # fail now, not after the whole sweep
+        plot = check_output_path(plot, "plot")
+        _pyplot()
     points_budgets = [check_budget(b) for b in budgets]
     gm = copy_graph_module(joint_module)
     gm.graph.eliminate_dead_code()
@@ -494,7 +500,7 @@ def memory_pareto(
     return points
 
 
-def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -502,6 +508,11 @@ def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("plotting the memory/runtime Pareto curve needs matplotlib") from None
+    return plt
+
+
+def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     xs = [p.saved_bytes / 2**20 for p in points]
     ys = [p.recompute_runtime for p in points]
