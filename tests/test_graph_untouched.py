@@ -11,7 +11,6 @@ torch's partitioner in the fallback path).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import operator
 from collections.abc import Callable

@@ -16,7 +16,6 @@ code elimination recurses into subgraphs), and :meth:`restore` puts them back.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any
 
 import torch.fx as fx
@@ -28,22 +27,17 @@ _GRAPH_FIELDS = ("_codegen", "_tracer_cls", "_tracer_extras", "_co_fields", "_ow
 _MISSING = object()
 
 
-@dataclass
-class _NodeState:
-    node: fx.Node
-    args: Any
-    kwargs: Any
-    users: tuple[fx.Node, ...]
-    meta: dict[str, Any]
-    meta_items: dict[str, Any]
-
-
 class _GraphState:
     def __init__(self, graph: fx.Graph) -> None:
         self.graph = graph
-        self.nodes = [
-            _NodeState(n, n.args, n.kwargs, tuple(n.users), n.meta, dict(n.meta)) for n in graph.nodes
-        ]
+        nodes = list(graph.nodes)
+        self.nodes = nodes
+        # Parallel lists (no per-node object: this runs on every partition).
+        self.args = [n.args for n in nodes]
+        self.kwargs = [n.kwargs for n in nodes]
+        self.users = [tuple(n.users) for n in nodes]
+        self.metas = [n.meta for n in nodes]
+        self.meta_items = [m.copy() for m in self.metas]
         self.fields = {name: getattr(graph, name, _MISSING) for name in _GRAPH_FIELDS}
         namespace = graph._graph_namespace
         self.namespace = namespace
@@ -52,9 +46,8 @@ class _GraphState:
     def restore(self) -> None:
         graph = self.graph
         root = graph._root
-        states = self.nodes
-        for s in states:
-            node = s.node
+        nodes = self.nodes
+        for node in nodes:
             if node._erased:
                 # An erased node keeps stale neighbours; make it a lone node
                 # so that moving it cannot unlink anything else.
@@ -62,34 +55,32 @@ class _GraphState:
                 node._next = node
                 node._erased = False
         current = list(graph.nodes)
-        keep = {id(s.node) for s in states}
-        for node in current:
-            if id(node) not in keep:  # a node added by a failed pass
-                node._remove_from_list()
-                node._erased = True
-        for s in states:
-            root._prepend(s.node)
-        graph._len = len(states)
+        keep = {id(n) for n in nodes}
+        added = [n for n in current if id(n) not in keep]  # nodes a failed pass inserted
+        for node in added:
+            node._remove_from_list()
+            node._erased = True
+        for node in nodes:
+            root._prepend(node)
+        graph._len = len(nodes)
         table = type(graph._find_nodes_lookup_table)()
-        for s in states:
-            table.insert(s.node)
+        for node in nodes:
+            table.insert(node)
         graph._find_nodes_lookup_table = table
-        for node in current:
-            if id(node) not in keep:
-                node._update_args_kwargs(
-                    fx.node.map_arg(node.args, lambda _: None), fx.node.map_arg(node.kwargs, lambda _: None)
-                )
-        for s in states:
-            s.node._update_args_kwargs(s.args, s.kwargs)
-        for s in states:
-            node = s.node
-            if tuple(node.users) != s.users:
-                node.users = dict.fromkeys(s.users)
-            if node.meta is not s.meta:
-                node.meta = s.meta
-            if s.meta.keys() != s.meta_items.keys() or any(s.meta[k] is not v for k, v in s.meta_items.items()):
-                s.meta.clear()
-                s.meta.update(s.meta_items)
+        for node in added:
+            node._update_args_kwargs(
+                fx.node.map_arg(node.args, lambda _: None), fx.node.map_arg(node.kwargs, lambda _: None)
+            )
+        for node, args, kwargs in zip(nodes, self.args, self.kwargs):
+            node._update_args_kwargs(args, kwargs)
+        for node, users, meta, items in zip(nodes, self.users, self.metas, self.meta_items):
+            if tuple(node.users) != users:
+                node.users = dict.fromkeys(users)
+            if node.meta is not meta:
+                node.meta = meta
+            if meta.keys() != items.keys() or any(meta[k] is not v for k, v in items.items()):
+                meta.clear()
+                meta.update(items)
         for name, value in self.fields.items():
             if value is _MISSING:
                 if hasattr(graph, name):

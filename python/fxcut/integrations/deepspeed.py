@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch.fx as fx
@@ -73,7 +73,7 @@ def _no_copy_ops() -> Iterable[Any] | None:
     return current()
 
 
-def recompute_param_aliases(joint_graph: fx.Graph, param_indices: list[ParamIndex]) -> None:
+def recompute_param_aliases(joint_graph: fx.Graph, param_indices: Sequence[ParamIndex]) -> None:
     """DeepCompile's ``_recompute_param_aliases`` (returns None), by fxcut."""
     zero3.recompute_param_aliases(joint_graph, param_indices, no_copy_ops=_no_copy_ops())
 
