@@ -18,13 +18,14 @@ import torch.fx as fx
 
 from . import _C, prepare
 from . import budget as budget_pass
-from .budget import BudgetDecision, check_budget, check_regions
+from .budget import BudgetDecision, check_budget, check_regions, legacy_budget, region_budgets
 from .core import Decision, _impure_random
 from .lower import KIND_OF_OP, lower_for_partition
 from .ops import default_facts
 from .snapshot import ModuleSnapshot
 
 log = logging.getLogger("fxcut")
+
 
 def _log_decision(decision: Decision, seconds: dict[str, float], *, budget: float, stage: str) -> None:
     """The one INFO line of a partition, and the bans per rule at DEBUG."""
@@ -48,8 +49,6 @@ def _resolve_budget(joint_module: fx.GraphModule) -> tuple[float, list[float], l
     annotation.  Also the region values and unannotated nodes, for
     :func:`fxcut.budget.check_regions` once the forward is known."""
     from torch._functorch import config
-
-    from .budget import legacy_budget, region_budgets
 
     budget = config.activation_memory_budget
     legacy = legacy_budget(joint_module.graph)
