@@ -14,8 +14,8 @@ import torch
 
 import fxcut
 import fxcut.cli as cli
-from fxcut.capture import capture_model
 from fxcut.report import summarize
+from training import capture_model
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -329,13 +329,23 @@ def test_html_over_an_existing_file_needs_force(capsys, tmp_path, monkeypatch):
     (["bench", "--layers"], ["--layers needs a value"]),
 ])
 def test_bench_arguments_are_checked_before_the_benchmark_runs(capsys, monkeypatch, argv, words):
-    import types
-
     def ran(*args, **kwargs):
         raise AssertionError("the benchmark ran on bad arguments")
 
-    stand_in = types.ModuleType("fxcut.benchmark")
-    stand_in.main = ran  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "fxcut.benchmark", stand_in)
-    monkeypatch.setattr(fxcut, "benchmark", stand_in, raising=False)
+    monkeypatch.setattr(cli, "run_bench", ran)
     _one_line_error(capsys, argv, *words)
+
+
+def test_bench_without_a_source_checkout_is_one_line_and_writes_nothing(capsys, tmp_path):
+    # Installed from a wheel, the benchmark (development tooling) is not there.
+    rc = cli.run_bench(["--quick"], script=tmp_path / "bench" / "partition_benchmark.py")
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and err.startswith("fxcut: error: `fxcut bench`"), err
+    assert "source checkout" in err and "partition_benchmark.py" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_runs_the_checkouts_benchmark():
+    assert cli.BENCH_SCRIPT == ROOT / "bench" / "partition_benchmark.py"
+    assert cli.BENCH_SCRIPT.is_file()

@@ -76,7 +76,7 @@ def _annotated_with(joint_module: fx.GraphModule, value: Any) -> str:
             for node in sub.graph.nodes:
                 b = _get_memory_budget_annotation(node)
                 if b is value or b == value:
-                    return node.name
+                    return str(node.name)
     return "?"
 
 
@@ -214,7 +214,7 @@ def apply_partition(
                     "sweeps the budget and plots it")
     decision = chosen.decision
     _write_back_tags(decision)
-    primals = [n for n in joint_graph.nodes if tp._is_primal(n)]
+    primals = [n for n in joint_graph.nodes if tp._is_primal(n)]  # type: ignore[attr-defined]
     static_set = set(plan.static_indices)
     static_nodes = OrderedSet(p for i, p in enumerate(primals) if i in static_set)
 
@@ -353,8 +353,8 @@ def _build_modules(
     from torch.fx.experimental.proxy_tensor import is_sym_node
 
     saved_sym_nodes = [n for n in saved_values if is_sym_node(n) and not tp._is_assert_only_symbool(n)]
-    saved_opaque_nodes = [n for n in saved_values if tp.is_opaque_node(n)]
-    saved_values = [n for n in saved_values if not is_sym_node(n) and not tp.is_opaque_node(n)]
+    saved_opaque_nodes = [n for n in saved_values if tp.is_opaque_node(n)]  # type: ignore[attr-defined]
+    saved_values = [n for n in saved_values if not is_sym_node(n) and not tp.is_opaque_node(n)]  # type: ignore[attr-defined]
     fw_module, bw_module = tp._extract_fwd_bwd_modules(
         joint_module,
         saved_values,
@@ -374,8 +374,8 @@ def _build_modules(
         )
 
         enable_activation_offloading(fw_module, bw_module, num_fwd_outputs, static_nodes)
-    fw_module = tp.raise_getitems(fw_module)
-    bw_module = tp.raise_getitems(bw_module)
+    fw_module = tp.raise_getitems(fw_module)  # type: ignore[attr-defined]
+    bw_module = tp.raise_getitems(bw_module)  # type: ignore[attr-defined]
     fw_module = tp.thread_graphsafe_rng_from_hops(fw_module, is_backward=False)
     bw_module = tp.thread_graphsafe_rng_from_hops(bw_module, is_backward=True)
     return fw_module, bw_module
