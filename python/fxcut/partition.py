@@ -19,9 +19,8 @@ import torch.fx as fx
 from . import _C, prepare
 from . import budget as budget_pass
 from .budget import BudgetDecision, check_budget, check_regions, legacy_budget, region_budgets
-from .core import Decision, _impure_random
-from .lower import KIND_OF_OP, lower_for_partition
-from .ops import default_facts
+from .core import Decision, plan_and_lower
+from .lower import KIND_OF_OP
 from .snapshot import ModuleSnapshot
 
 log = logging.getLogger("fxcut")
@@ -136,16 +135,11 @@ def plan_partition(
     if config.enable_activation_offloading:
         _offloading_pass()  # an import that fails, fails before any write
 
-    facts = default_facts()
-    impure_random = _impure_random()
     # Plan dead-code elimination and CSE, lower the graph as they will leave
     # it, and decide -- all before touching the user's graph.
     budget, regions, unannotated = _resolve_budget(joint_module)
     budget = check_budget(budget)
-    prep = prepare.plan(graph, facts, cse=bool(config.cse), impure_random=impure_random)
-    arrays = lower_for_partition(
-        graph, facts, impure_random=impure_random, removed=prep.removed, replace=prep.replace
-    )
+    prep, arrays = plan_and_lower(graph, cse=bool(config.cse))
     try:
         if regions:
             # torch checks the regions once the forward is classified and
