@@ -14,3 +14,7 @@ def failing_factory() -> nn.Module:
 
 def not_a_module() -> int:
     return 3
+
+
+def exiting_factory() -> nn.Module:
+    raise SystemExit(3)

@@ -653,3 +653,119 @@ def test_c_knapsack_given_an_int_too_large_for_a_float() -> None:
         _C.knapsack(["x"], [1.0], 0.5, "dp")
     with pytest.raises(TypeError, match="memory must be a sequence of numbers, got int"):
         _C.knapsack(3, [1.0], 0.5, "dp")
+
+
+# ---------------------------------------------------------------------------
+# issue 12, item 6: errors that name the problem
+
+
+def test_partition_of_an_empty_graph() -> None:
+    check(lambda: fx.GraphModule(torch.nn.Module(), fx.Graph()), lambda gm: partition(gm, num_fwd_outputs=0),
+          ValueError, "graph is empty")
+
+
+def test_partition_of_a_graph_that_does_not_end_in_an_output() -> None:
+    def make() -> fx.GraphModule:
+        gm = joint()
+        gm.graph.output_node()._remove_from_list()  # as a careless edit would leave it
+        gm.graph._len -= 1
+        return gm
+
+    check(make, partition, ValueError, "does not end in an output node")
+
+
+def test_partition_of_a_node_whose_op_is_not_an_fx_op() -> None:
+    gm = joint()
+    code = gm.code
+    nodes = list(gm.graph.nodes)
+    nodes[RELU].op = "bogus"
+    with pytest.raises(ValueError, match=r"node 4 \('relu_default'\) has op 'bogus', which is not an fx op"):
+        partition(gm)
+    assert list(gm.graph.nodes) == nodes and gm.code == code
+
+
+def _string_target() -> fx.GraphModule:
+    gm = joint()
+    node(gm, "relu_default").target = "relu"
+    return gm
+
+
+def test_partition_of_a_call_function_with_a_string_target() -> None:
+    gm = _string_target()  # (fx's own code generator rejects it with an AssertionError)
+    code = gm.code
+    nodes = [(n, n.args, dict(n.meta)) for n in gm.graph.nodes]
+    with pytest.raises(TypeError, match=r"node 4 \('relu_default'\) is a call_function whose target 'relu' "
+                                        "is not callable"):
+        partition(gm)
+    assert [(n, n.args, dict(n.meta)) for n in gm.graph.nodes] == nodes and gm.code == code
+
+
+@pytest.mark.parametrize("indices", [["0"], [0.5], [None], [True]])
+def test_partition_with_non_int_static_lifetime_indices(indices: list[Any]) -> None:
+    check(joint, lambda gm: partition(gm, static_lifetime_input_indices=indices), TypeError,
+          r"static_lifetime_input_indices\[0\] = .* is not an int")
+
+
+def test_partition_with_static_lifetime_indices_not_a_list() -> None:
+    check(joint, lambda gm: partition(gm, static_lifetime_input_indices=5), TypeError,
+          "static_lifetime_input_indices must be a list of ints, got int")
+
+
+@pytest.mark.parametrize("value, exc, match", [
+    ("3", TypeError, "max_dist_from_bw must be an int, got str '3'"),
+    (None, TypeError, "max_dist_from_bw must be an int, got NoneType"),
+    (float("nan"), ValueError, "max_dist_from_bw must be a finite number, got nan"),
+])
+def test_partition_with_a_max_dist_from_bw_that_is_not_an_int(value: Any, exc: type, match: str) -> None:
+    from torch._functorch import config
+
+    with config.patch(max_dist_from_bw=value):
+        check(joint, partition, exc, match)
+        check(joint, lambda gm: decide(gm.graph, num_fwd_outputs=1), exc, match)
+
+
+def test_partition_with_a_float_max_dist_from_bw_decides_as_torch() -> None:
+    from torch._functorch import config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
+
+    with config.patch(max_dist_from_bw=2.5):
+        fw, bw = partition(joint())
+        tfw, tbw = torch_partition(joint(), None, num_fwd_outputs=1)
+    assert (fw.code, bw.code) == (tfw.code, tbw.code)
+
+
+def test_partition_with_a_nan_region_budget_names_the_region() -> None:
+    from torch.fx.traceback import MEMORY_BUDGET_ANNOTATION_KEY
+
+    def make() -> fx.GraphModule:
+        gm = joint()
+        for n in gm.graph.nodes:
+            n.meta["custom"] = {MEMORY_BUDGET_ANNOTATION_KEY: float("nan")}
+        return gm
+
+    err = check(make, partition, ValueError,
+                r"region_activation_memory_budget: the region budget nan \(meta\['custom'\] of node 'primals_1'\)")
+    assert "config" not in str(err) and "activation_memory_budget must" not in str(err)
+
+
+def test_memory_pareto_given_a_graph() -> None:
+    gm = joint()
+    with pytest.raises(TypeError, match="joint_module must be a torch.fx.GraphModule, got Graph"):
+        fxcut.memory_pareto(gm.graph, 1)
+
+
+@pytest.mark.parametrize("path, exc, match", [
+    ("/nonexistent-dir/pareto.png", ValueError, "plot '/nonexistent-dir/pareto.png': directory '/nonexistent-dir' does not exist"),
+    ("", ValueError, "plot: the path is empty"),
+    (".", ValueError, "plot '.' is a directory"),
+    (3, TypeError, "plot must be a path"),
+])
+def test_memory_pareto_checks_the_plot_path_before_the_sweep(
+    monkeypatch: pytest.MonkeyPatch, path: Any, exc: type, match: str
+) -> None:
+    import fxcut.budget as budget
+
+    calls = []
+    monkeypatch.setattr(budget, "decide_with_budget", lambda *a, **k: calls.append(1))
+    check(joint, lambda gm: fxcut.memory_pareto(gm, 1, plot=path), exc, match)
+    assert calls == []

@@ -243,6 +243,99 @@ def test_installed_console_script_runs():
     assert proc.returncode == 2 and "unknown model 'nosuch'" in proc.stderr
 
 
+# --------------------------------------------------------------------------- issue 12, item 5
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["partition", "--model", "gpt2", "--hidden", "1000000000"], ["--hidden 1000000000 exceeds the limit of 65536"]),
+    (["partition", "--model", "gpt2", "--seq", "70000"], ["--seq 70000 exceeds the limit"]),
+    (["partition", "--model", "gpt2", "--layers", "100000"], ["--layers 100000 exceeds the limit of 256"]),
+    (["partition", "--model", "lstm", "--seq", "5000"], ["--seq 5000 exceeds lstm's limit of 1024"]),
+    (["partition", "--model", "gpt2", "--seq", "65536", "--batch", "65536"],
+     ["attention scores", "past the limit of 1,099,511,627,776 with fake tensors"]),
+    (["partition", "--model", "gpt2", "--hidden", "16384", "--real"],
+     ["weights", "past the limit of 268,435,456 with --real"]),
+    (["partition", "--module", "cli_models:factory", "--input", "100000000,16"],
+     ["--input '100000000,16': a dimension exceeds the limit of 65536"]),
+    (["partition", "--module", "cli_models:factory", "--input", "60000,60000,60000"],
+     ["--input '60000,60000,60000' has 216,000,000,000,000 elements"]),
+    (["partition", "--module", "cli_models:factory", "--input", "20000,20000", "--real"],
+     ["400,000,000 elements, past the limit of 268,435,456 with --real"]),
+])
+def test_huge_sizes_are_refused_up_front(capsys, monkeypatch, argv, words):
+    import fxcut.capture
+
+    def no_capture(*args, **kwargs):
+        raise AssertionError("traced a model past the size limits")
+
+    monkeypatch.setattr(fxcut.capture, "capture", no_capture)
+    _one_line_error(capsys, argv, *words)
+
+
+def test_module_raising_systemexit_while_importing_is_one_line(capsys, tmp_path, monkeypatch):
+    (tmp_path / "exiting_models.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _one_line_error(capsys, ["partition", "--module", "exiting_models:f", "--input", "4"],
+                    "does not import", "SystemExit", "exit status 3")
+
+
+def test_factory_raising_systemexit_is_one_line(capsys):
+    _one_line_error(capsys, ["partition", "--module", "cli_models:exiting_factory", "--input", "4,16"],
+                    "the factory failed", "SystemExit", "exit status 3")
+
+
+@pytest.fixture
+def no_capture(monkeypatch):
+    """Fail the test if the CLI traces a model (its arguments should have failed first)."""
+    def fail(*args, **kwargs):
+        raise AssertionError("traced a model although --html cannot be written")
+
+    monkeypatch.setattr(cli, "_capture", fail)
+
+
+def test_html_empty_path_is_one_line(capsys, no_capture):
+    _one_line_error(capsys, ["partition", "--model", "mlp", "--html", ""], "--html: the path is empty")
+
+
+def test_html_in_a_missing_directory_fails_before_the_run(capsys, tmp_path, no_capture):
+    target = tmp_path / "no" / "page.html"
+    _one_line_error(capsys, ["partition", "--model", "mlp", "--html", str(target)], "--html", "does not exist")
+
+
+def test_html_that_is_a_directory_fails_before_the_run(capsys, tmp_path, no_capture):
+    _one_line_error(capsys, ["partition", "--model", "mlp", "--html", str(tmp_path)], "is a directory")
+
+
+def test_html_over_an_existing_file_needs_force(capsys, tmp_path, monkeypatch):
+    target = tmp_path / "page.html"
+    target.write_text("keep me")
+    with monkeypatch.context() as mp:
+        mp.setattr(cli, "_capture", lambda *a, **k: (_ for _ in ()).throw(AssertionError("traced")))
+        _one_line_error(capsys, ["partition", "--model", "mlp", "--html", str(target)],
+                        "exists (pass --force to overwrite it)")
+    assert target.read_text() == "keep me"
+    assert cli.main(["partition", "--model", "mlp", "--no-torch", "--html", str(target), "--force"]) == 0
+    assert target.read_text().startswith("<!DOCTYPE html>") or "<html" in target.read_text()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["bench", "--layers", "-1"], ["--layers '-1' must be an integer from 1 to 256"]),
+    (["bench", "--layers", "1", "4", "-1"], ["--layers '-1'"]),
+    (["bench", "--layers", "0"], ["--layers '0'"]),
+    (["bench", "--layers", "100000"], ["--layers '100000'"]),
+    (["bench", "--reps=0"], ["--reps '0'"]),
+    (["bench", "--seq", "-5", "--quick"], ["--seq '-5'"]),
+    (["bench", "--hidden", "x"], ["--hidden 'x'"]),
+    (["bench", "--layers"], ["--layers needs a value"]),
+])
+def test_bench_arguments_are_checked_before_the_benchmark_runs(capsys, monkeypatch, argv, words):
+    def ran(*args, **kwargs):
+        raise AssertionError("the benchmark ran on bad arguments")
+
+    monkeypatch.setattr(cli, "run_bench", ran)
+    _one_line_error(capsys, argv, *words)
+
+
 def test_bench_without_a_source_checkout_is_one_line_and_writes_nothing(capsys, tmp_path):
     # Installed from a wheel, the benchmark (development tooling) is not there.
     rc = cli.run_bench(["--quick"], script=tmp_path / "bench" / "partition_benchmark.py")

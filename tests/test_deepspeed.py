@@ -232,3 +232,69 @@ def test_walk_writes_deepspeeds_meta_on_zoo_graph(case, no_cuda_no_copy_ops):
     assert tagged
     theirs_by_name = {n.name: n for n in theirs.graph.nodes}
     assert all(theirs_by_name[n.name].meta["recompute"] is CheckpointPolicy.MUST_RECOMPUTE for n in tagged)
+
+
+# --------------------------------------------------------------------------- install under threads
+
+
+def test_concurrent_installs_leave_deepspeed_restorable(monkeypatch):
+    """Two install() calls racing (both inside install at once, held there by a
+    barrier) and then uninstall(): DeepSpeed gets its own functions back, not
+    fxcut's (the second install must not record the first one's patches as
+    DeepSpeed's originals)."""
+    import threading
+
+    modules = fxds._modules
+    barrier = threading.Barrier(2)
+
+    def both_inside() -> Any:
+        try:
+            barrier.wait(timeout=0.5)  # under install's lock only one thread gets here at a time
+        except threading.BrokenBarrierError:
+            pass
+        return modules()
+
+    monkeypatch.setattr(fxds, "_modules", both_inside)
+    errors: list[BaseException] = []
+
+    def install() -> None:
+        try:
+            fxds.install()
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=install) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert fxds.installed()
+    fxds.uninstall()
+    assert not fxds.installed()
+    for (mod, attr), own in DS_OWN.items():
+        assert getattr(MODULES[mod], attr) is own, f"{mod}.{attr}"
+
+
+def test_installs_and_uninstalls_from_many_threads_end_consistent():
+    import threading
+
+    def churn() -> None:
+        for _ in range(50):
+            fxds.install()
+            fxds.uninstall()
+
+    threads = [threading.Thread(target=churn) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fxds.uninstall()
+    for (mod, attr), own in DS_OWN.items():
+        assert getattr(MODULES[mod], attr) is own, f"{mod}.{attr}"
+    fxds.install()
+    try:
+        assert ds_backend.min_cut_rematerialization_partition is fxcut.min_cut_rematerialization_partition
+        assert ds_partitioner._recompute_param_aliases is fxds.recompute_param_aliases
+    finally:
+        fxds.uninstall()

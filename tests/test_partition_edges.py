@@ -107,3 +107,131 @@ def test_wrapped_partitioner_defaults_to_fxcut(monkeypatch) -> None:
     fn = fxcut.get_wrapped_partitioner(False, [], None, 7, frames)
     fn(_forward_only_graph(), None, num_fwd_outputs=1)
     assert calls == [{"num_fwd_outputs": 1}] and frames == {7}
+
+
+# --------------------------------------------------------------------------- against torch (issue 12, item 4)
+
+from torch._functorch import config as functorch_config  # noqa: E402
+from torch.fx.traceback import MEMORY_BUDGET_ANNOTATION_KEY  # noqa: E402
+
+
+def _mm_relu_joint() -> fx.GraphModule:
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    x.meta["val"] = _meta()
+    w = g.placeholder("primals_2")
+    w.meta["val"] = _meta()
+    t = g.placeholder("tangents_1")
+    t.meta["val"] = _meta()
+    mm = g.call_function(aten.mm.default, (x, w))
+    mm.meta["val"] = _meta()
+    relu = g.call_function(aten.relu.default, (mm,))
+    relu.meta["val"] = _meta()
+    grad = g.call_function(aten.threshold_backward.default, (t, relu, 0))
+    grad.meta["val"] = _meta()
+    gw = g.call_function(aten.mm.default, (x, grad))
+    gw.meta["val"] = _meta()
+    g.output((relu, None, gw))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def _both(make, **config) -> tuple[tuple[str, str], tuple[str, str]]:
+    with functorch_config.patch(**config):
+        fw, bw = fxcut.min_cut_rematerialization_partition(make(), None, num_fwd_outputs=1)
+        tfw, tbw = torch_partition(make(), None, num_fwd_outputs=1)
+    return (fw.code, bw.code), (tfw.code, tbw.code)
+
+
+def test_activation_offloading_partitions_as_torchs() -> None:
+    ours, theirs = _both(_mm_relu_joint, enable_activation_offloading=True)
+    assert ours == theirs
+
+
+def _mutated_in_forward_and_backward() -> fx.GraphModule:
+    """primals_1 is mutated in forward (copy_ of mul_tensor_1) and in
+    backward; mul_tensor_1 equals mul_tensor, so CSE merges the forward
+    mutation's source away."""
+    g = fx.Graph()
+    buf = g.placeholder("primals_1")
+    buf.meta["val"] = _meta()
+    x = g.placeholder("primals_2")
+    x.meta["val"] = _meta()
+    t = g.placeholder("tangents_1")
+    t.meta["val"] = _meta()
+    mul = g.call_function(aten.mul.Tensor, (x, 2))
+    mul.meta["val"] = _meta()
+    mul1 = g.call_function(aten.mul.Tensor, (x, 2))
+    mul1.meta["val"] = _meta()
+    sin = g.call_function(aten.sin.default, (mul,))
+    sin.meta["val"] = _meta()
+    cos = g.call_function(aten.cos.default, (mul,))
+    cos.meta["val"] = _meta()
+    gx = g.call_function(aten.mul.Tensor, (t, cos))
+    gx.meta["val"] = _meta()
+    gx2 = g.call_function(aten.mul.Tensor, (gx, 2))
+    gx2.meta["val"] = _meta()
+    fw_copy = g.call_function(aten.copy_.default, (buf, mul1))
+    fw_copy.meta["val"] = _meta()
+    fw_copy.meta["partitioner_tag"] = "must_be_in_forward"
+    bw_copy = g.call_function(aten.copy_.default, (buf, gx))
+    bw_copy.meta["val"] = _meta()
+    bw_copy.meta["partitioner_tag"] = "must_be_in_backward"
+    g.output((sin, None, gx2))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+@pytest.mark.parametrize("cse", [True, False])
+def test_an_input_mutated_in_forward_and_backward_with_a_cse_merged_source(cse: bool) -> None:
+    ours, theirs = _both(_mutated_in_forward_and_backward, cse=cse)
+    assert ours == theirs
+    if cse:  # the merged source is saved (recomputing it would mutate twice)
+        assert "def forward(self, primals_1, mul_tensor, tangents_1)" in ours[1]
+
+
+def _annotated(budgets: dict[str, float]):
+    def make() -> fx.GraphModule:
+        gm = _mm_relu_joint()
+        for n in gm.graph.nodes:
+            if n.name in budgets:
+                n.meta["custom"] = {MEMORY_BUDGET_ANNOTATION_KEY: budgets[n.name]}
+        return gm
+    return make
+
+
+def _same_error(make, *phrases: str) -> None:
+    with pytest.raises(Exception) as theirs:
+        torch_partition(make(), None, num_fwd_outputs=1)
+    gm = make()
+    code = gm.code
+    with pytest.raises(Exception) as ours:
+        fxcut.min_cut_rematerialization_partition(gm, None, num_fwd_outputs=1)
+    assert type(ours.value) is type(theirs.value)
+    for phrase in phrases:
+        assert phrase in str(theirs.value)
+        assert phrase in str(ours.value)
+    assert gm.code == code
+
+
+def test_a_region_budget_over_part_of_the_forward_raises_as_torchs() -> None:
+    _same_error(
+        _annotated({"mm_default": 0.5}),
+        "region_activation_memory_budget",
+        "must cover the entire forward",
+        "relu_default",
+    )
+
+
+def test_conflicting_region_budgets_raise_as_torchs() -> None:
+    _same_error(
+        _annotated({"mm_default": 0.5, "relu_default": 0.25}),
+        "region_activation_memory_budget",
+        "conflicting budgets within a single joint graph",
+        "[0.25, 0.5]",
+    )
+
+
+def test_a_region_over_the_whole_forward_partitions_as_torchs() -> None:
+    make = _annotated({"mm_default": 0.5, "relu_default": 0.5})
+    fw, bw = fxcut.min_cut_rematerialization_partition(make(), None, num_fwd_outputs=1)
+    tfw, tbw = torch_partition(make(), None, num_fwd_outputs=1)
+    assert (fw.code, bw.code) == (tfw.code, tbw.code)

@@ -663,3 +663,69 @@ def test_use_before_definition_raises_and_leaves_graph_unchanged() -> None:
 def test_fxcut_exports_the_zero3_api() -> None:
     assert fxcut.recompute_param_aliases is recompute_param_aliases
     assert fxcut.get_wrapped_partitioner is get_wrapped_partitioner
+
+
+# --------------------------------------------------------------------------- the facts cache (issue 12, item 7)
+
+
+def test_the_facts_cache_keeps_no_fresh_target_alive() -> None:
+    """500 graphs, each calling a fresh Python function: once the graphs
+    and functions are gone, the cache holds none of them."""
+    import gc
+    import weakref
+
+    from fxcut.lower import lower_for_partition
+    from fxcut.ops import default_facts
+
+    facts = default_facts()
+    lower_for_partition(_fresh_target_graph(lambda x: x), facts, impure_random=True)  # warm the op lists
+    before = len(facts._cache)
+    refs = []
+    for k in range(500):
+        def fresh(x, k=k):  # a new function object each time
+            return x
+        refs.append(weakref.ref(fresh))
+        lower_for_partition(_fresh_target_graph(fresh), facts, impure_random=True)
+        del fresh
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert len(facts._cache) <= before + 1
+
+
+def test_the_facts_cache_is_bounded_for_targets_without_weak_references(monkeypatch) -> None:
+    import fxcut.ops as ops
+
+    monkeypatch.setattr(ops, "MAX_CACHED_TARGETS", 64)
+    facts = ops.TargetFacts()
+
+    class Slotted:
+        __slots__ = ()
+
+        def __call__(self, x):
+            return x
+
+    for _ in range(1000):
+        facts.flags(Slotted())
+    assert len(facts._cache) <= 64
+
+
+def test_the_facts_cache_answers_as_computed(monkeypatch) -> None:
+    import fxcut.ops as ops
+
+    facts = ops.TargetFacts()
+
+    def fn(x):
+        return x
+
+    first = facts.flags(fn)
+    assert facts.flags(fn) == first == facts._compute(fn)
+    assert facts.flags(aten.relu.default) == facts._compute(aten.relu.default)
+    assert facts.flags(aten.relu.default) & ops.F_RECOMPUTABLE or facts.flags(aten.relu.default) & ops.F_FUSIBLE
+
+
+def _fresh_target_graph(target) -> fx.Graph:
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    y = g.call_function(target, (x,))
+    g.output((y,))
+    return g

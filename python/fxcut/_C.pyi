@@ -18,7 +18,7 @@ class InfiniteCutError(RuntimeError):
     """No finite cut: a value needed in backward can be neither saved nor recomputed."""
 
     node: int  # the node index the core names, where it names one
-    chain: list[int] | list[str]  # node indices; fxcut.core replaces them by the nodes' names
+    chain: list[int]  # node indices of the infinite path, as the core found it
     nodes: list[Node]  # set by fxcut.core with the names
 
 BAN_COMPUTE_INTENSIVE: int
@@ -34,6 +34,7 @@ BAN_PRIMAL: int
 BAN_RANDOM: int
 BAN_REDUCTION: int
 BAN_USED_FAR_APART: int
+CAP_INF: int
 C_BANNED: int
 C_INPUT: int
 C_MUST_RECOMPUTE: int
@@ -86,35 +87,109 @@ STAGE_MORE_AGGRESSIVE: int
 STAGE_NO_BACKWARD: int
 STAGE_NO_CANDIDATES: int
 TAG_NONE: int
+KEEP_BUILD_ONLY: int
+KEEP_NETWORK: int
+KEEP_NONE: int
+KNAPSACK_SOLVERS: tuple[str, ...]
+MAXFLOW_DEFAULT: int
+MAXFLOW_DINIC: int
+MAXFLOW_PUSH_RELABEL: int
+TAG_MUST_CPU_OFFLOAD: int
+TAG_MUST_RECOMPUTE: int
+TAG_MUST_SAVE: int
+TAG_PREFER_CPU_OFFLOAD: int
+TAG_PREFER_RECOMPUTE: int
+TAG_PREFER_SAVE: int
 WEIGHT_INF: int
 WEIGHT_NONE: int
+
+class Decision(tuple[Any, ...]):
+    """What partition_decide decided, by node index (a struct sequence)."""
+
+    @property
+    def tag(self) -> memoryview: ...  # int8, TAG_*
+    @property
+    def node_class(self) -> memoryview: ...  # uint8, C_* bits
+    @property
+    def ban_reason(self) -> memoryview: ...  # uint8, BAN_*
+    @property
+    def dist_from_bw(self) -> memoryview: ...  # int64
+    @property
+    def weight(self) -> memoryview: ...  # int64, WEIGHT_INF / WEIGHT_NONE
+    @property
+    def saved(self) -> memoryview: ...  # int32, graph order
+    @property
+    def n_required_bw(self) -> int: ...
+    @property
+    def cut_value(self) -> int: ...
+    @property
+    def network(self) -> tuple[memoryview, memoryview, memoryview] | None: ...
+
+class BudgetPlan(tuple[Any, ...]):
+    """What budget_plan planned (a struct sequence)."""
+
+    @property
+    def stage(self) -> int: ...  # STAGE_*
+    @property
+    def decision(self) -> Decision: ...
+    @property
+    def candidates(self) -> memoryview: ...  # int32
+    @property
+    def memories(self) -> memoryview: ...  # float64
+    @property
+    def min_act_size(self) -> float: ...
+    @property
+    def max_act_size(self) -> float: ...
+    @property
+    def ratio_more_aggressive(self) -> float: ...
+    @property
+    def ratio_aggressive(self) -> float: ...
+    @property
+    def n_passes(self) -> int: ...
+
+class KnapsackResult(tuple[Any, ...]):
+    """What a knapsack solver chose (a struct sequence)."""
+
+    @property
+    def save(self) -> memoryview: ...  # uint8
+    @property
+    def order(self) -> memoryview: ...  # int32
+    @property
+    def value(self) -> float: ...
+    @property
+    def peak_bytes(self) -> int: ...
 
 def validate(graph: GraphArrays, /) -> None: ...
 def partition_decide(
     graph: GraphArrays,
-    options: tuple[int, ...],
-    static_lifetime: bytes | None,
-    dont_ban: bytes | None,
-    force_save: Buffer,
-    fuse_a: Buffer,
-    fuse_b: Buffer,
+    options: Any,
     /,
-) -> dict[str, Any]: ...
+    *,
+    num_fwd_outputs: int,
+    keep_network: int = 0,
+    static_lifetime: bytes | None = None,
+    dont_ban: bytes | None = None,
+    force_save: Buffer | None = None,
+    fuse_a: Buffer | None = None,
+    fuse_b: Buffer | None = None,
+) -> Decision: ...
 def budget_plan(
     graph: GraphArrays,
-    options: tuple[int, ...],
-    static_lifetime: bytes | None,
-    input_storage: bytes | None,
-    force_save: Buffer,
-    fuse_a: Buffer,
-    fuse_b: Buffer,
-    budget: float,
+    options: Any,
     /,
-) -> dict[str, Any]: ...
+    *,
+    num_fwd_outputs: int,
+    memory_budget: float,
+    static_lifetime: bytes | None = None,
+    input_storage: bytes | None = None,
+    force_save: Buffer | None = None,
+    fuse_a: Buffer | None = None,
+    fuse_b: Buffer | None = None,
+) -> BudgetPlan: ...
 def knapsack(
     memory: Sequence[float], runtime: Sequence[float], max_memory: float, solver: str, /
-) -> tuple[bytes, bytes, float, int]: ...
+) -> KnapsackResult: ...
 def min_cut(
-    n_vertices: int, tail: Buffer, head: Buffer, cap: Buffer, source: int, sink: int, algorithm: int = 0, /
+    n_vertices: int, tail: Buffer, head: Buffer, cap: Buffer, source: int, sink: int, algorithm: int = 0
 ) -> tuple[int, bytes]: ...
 def param_alias_walk(graph: GraphArrays, params: Buffer, /) -> bytes: ...

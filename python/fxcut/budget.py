@@ -143,17 +143,21 @@ def region_budgets(joint_module: fx.GraphModule) -> tuple[list[float], list[fx.N
 def check_regions(values: list[float], unannotated: list[fx.Node], is_forward_op: Callable[[fx.Node], bool]) -> None:
     """torch's rules for region budgets: one value per joint graph, covering
     every forward op (nodes of subgraph modules count as forward ops)."""
+    # The key phrases ("conflicting budgets within a single joint graph",
+    # "must cover the entire forward") are torch's, so that code matching
+    # torch's message matches fxcut's.
     if len(values) > 1:
         raise RuntimeError(
-            "torch.autograd.graph.region_activation_memory_budget: conflicting budgets within one "
-            f"joint graph (nested subgraphs included): {sorted(values)}; separate them with a graph break"
+            "torch.autograd.graph.region_activation_memory_budget: conflicting budgets within a single "
+            f"joint graph (including nested subgraphs): {sorted(values)}; one joint graph takes one "
+            "budget, so put a graph break between regions of different budgets"
         )
     if values:
         missing = [n for n in unannotated if is_forward_op(n)]
         if missing:
             raise RuntimeError(
-                "torch.autograd.graph.region_activation_memory_budget: the budget must cover the whole "
-                f"forward (HOP bodies included), but {len(missing)} forward op(s) are unannotated: "
+                "torch.autograd.graph.region_activation_memory_budget: must cover the entire forward of "
+                f"a graph (including HOP bodies); {len(missing)} forward op(s) lie outside the region: "
                 f"{[n.name for n in missing]}"
             )
 
@@ -464,6 +468,13 @@ def memory_pareto(
     ``plot``: a path to save a PNG of recompute runtime against saved bytes
     (needs matplotlib).
     """
+    from .outpath import check_output_path
+
+    if not isinstance(joint_module, fx.GraphModule):
+        raise TypeError(f"joint_module must be a torch.fx.GraphModule, got {type(joint_module).__name__}")
+    if plot is not None:  # fail now, not after the whole sweep
+        plot = check_output_path(plot, "plot")
+        _pyplot()
     points_budgets = [check_budget(b) for b in budgets]
     graph = joint_module.graph
     arrays = plan_and_lower(graph, cse=bool(config.cse))[1]
@@ -485,7 +496,7 @@ def memory_pareto(
     return points
 
 
-def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -493,6 +504,11 @@ def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("plotting the memory/runtime Pareto curve needs matplotlib") from None
+    return plt
+
+
+def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     xs = [p.saved_bytes / 2**20 for p in points]
     ys = [p.recompute_runtime for p in points]

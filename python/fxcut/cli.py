@@ -50,6 +50,17 @@ class UsageError(Exception):
     """Bad command-line input; main() prints it on one line and exits 2."""
 
 
+#: Size limits, checked before anything is built (a model past them would
+#: run for minutes, overflow a size, or exhaust memory).
+MAX_LAYERS = 256
+MAX_DIM = 65536  # --hidden, --seq, --batch, --heads, and each --input dimension
+MAX_UNROLLED_SEQ = 1024  # --seq of lstm: its recurrence is unrolled into the graph
+#: Elements of the largest tensor a run may create: fake tensors (the
+#: default) allocate nothing, --real allocates them.
+MAX_FAKE_ELEMENTS = 2**40
+MAX_REAL_ELEMENTS = 2**28
+
+
 #: --dtype: CPU autocast's lower-precision dtypes (float32 means no autocast).
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
                    "fp16": torch.float16}
@@ -76,6 +87,8 @@ def _parse_input_spec(spec: str) -> tuple[tuple[int, ...], torch.dtype]:
         raise UsageError(f"malformed --input {spec!r}: expected 'd0,d1,...:dtype', e.g. '8,128:float32'") from None
     if any(d <= 0 for d in shape):
         raise UsageError(f"malformed --input {spec!r}: dimensions must be positive integers")
+    if any(d > MAX_DIM for d in shape):
+        raise UsageError(f"--input {spec!r}: a dimension exceeds the limit of {MAX_DIM}")
     dtype = DTYPES.get(dtype_text or "float32")
     if dtype is None:
         raise UsageError(f"malformed --input {spec!r}: unknown dtype {dtype_text!r} "
@@ -110,6 +123,7 @@ def _capture(args: argparse.Namespace) -> Any:
     unknown = [f"--{k}" for k in cfg if k not in accepted]
     if unknown:
         raise UsageError(f"model {args.model!r} does not take {', '.join(unknown)}")
+    _check_model_sizes(args.model, cfg, accepted, real=args.real)
     with FakeTensorMode() if not args.real else contextlib.nullcontext():
         try:
             model, make_inputs, loss_fn = MODELS[args.model](**cfg)
@@ -122,6 +136,53 @@ def _capture(args: argparse.Namespace) -> Any:
                        fake=not args.real)
 
 
+def _max_elements(real: bool) -> int:
+    return MAX_REAL_ELEMENTS if real else MAX_FAKE_ELEMENTS
+
+
+def _check_model_sizes(model: str, cfg: dict[str, Any], accepted: Any, *, real: bool) -> None:
+    """UsageError unless the built-in model's sizes are within the limits:
+    each option, then the largest tensors it implies (activations, weights,
+    attention scores), counted with the model's defaults where not given."""
+    if cfg.get("layers", 0) > MAX_LAYERS:
+        raise UsageError(f"--layers {cfg['layers']} exceeds the limit of {MAX_LAYERS}")
+    for key in ("hidden", "seq", "batch", "heads"):
+        if cfg.get(key, 0) > MAX_DIM:
+            raise UsageError(f"--{key} {cfg[key]} exceeds the limit of {MAX_DIM}")
+    if model == "lstm" and cfg.get("seq", 0) > MAX_UNROLLED_SEQ:
+        raise UsageError(f"--seq {cfg['seq']} exceeds lstm's limit of {MAX_UNROLLED_SEQ} "
+                         "(its recurrence is unrolled into the graph)")
+
+    def size(key: str) -> int:
+        if key in cfg:
+            return int(cfg[key])
+        default = accepted[key].default if key in accepted else 1
+        return default if isinstance(default, int) and default > 0 else 1
+
+    batch, seq, hidden, heads = size("batch"), size("seq"), size("hidden"), size("heads")
+    limit = _max_elements(real)
+    for what, elements in (
+        ("activations (batch x seq x 4 hidden)", batch * seq * 4 * hidden),
+        ("weights (4 hidden x hidden)", 4 * hidden * hidden),
+        ("attention scores (batch x heads x seq x seq)", batch * heads * seq * seq),
+    ):
+        if elements > limit:
+            mode = "with --real" if real else "with fake tensors"
+            raise UsageError(f"model {model!r}: its {what} would have {elements:,} elements, past the "
+                             f"limit of {limit:,} {mode}; choose smaller sizes")
+
+
+def _check_input_sizes(specs: list[tuple[tuple[int, ...], torch.dtype]], texts: list[str], *, real: bool) -> None:
+    limit = _max_elements(real)
+    for (shape, _), text in zip(specs, texts):
+        elements = 1
+        for d in shape:
+            elements *= d
+        if elements > limit:
+            mode = "with --real" if real else "with fake tensors"
+            raise UsageError(f"--input {text!r} has {elements:,} elements, past the limit of {limit:,} {mode}")
+
+
 def _capture_user_module(args: argparse.Namespace, autocast: torch.dtype | None) -> Any:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -130,24 +191,26 @@ def _capture_user_module(args: argparse.Namespace, autocast: torch.dtype | None)
     path, _, attr = args.module.partition(":")
     if not attr:
         raise UsageError(f"--module {args.module!r}: expected 'package.module:factory'")
+    # Every check of the arguments before the user's code runs.
+    if not args.input:
+        raise UsageError("--module needs at least one --input 'shape:dtype'")
+    specs = [_parse_input_spec(s) for s in args.input]
+    _check_input_sizes(specs, args.input, real=args.real)
+    if args.checkpoint:
+        raise UsageError("--checkpoint works on built-in models only")
     try:
         module = importlib.import_module(path)
-    except Exception as e:  # the user's module may fail in any way while importing
+    except (Exception, SystemExit) as e:  # the user's module may fail in any way while importing
         raise UsageError(f"--module {args.module!r}: module {path!r} does not import: "
                          f"{type(e).__name__}: {_first_line(e)}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise UsageError(f"--module {args.module!r}: module {path!r} has no callable {attr!r}")
-    if not args.input:
-        raise UsageError("--module needs at least one --input 'shape:dtype'")
-    specs = [_parse_input_spec(s) for s in args.input]
-    if args.checkpoint:
-        raise UsageError("--checkpoint works on built-in models only")
     fake_mode = FakeTensorMode() if not args.real else None
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
         try:
             model = factory()
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise UsageError(f"--module {args.module!r}: the factory failed: {type(e).__name__}: "
                              f"{_first_line(e)}") from None
         if not isinstance(model, torch.nn.Module):
@@ -167,12 +230,12 @@ def _capture_user_module(args: argparse.Namespace, autocast: torch.dtype | None)
     with fake_mode if fake_mode is not None else contextlib.nullcontext(), torch.no_grad(), _quiet_fake_tensors():
         try:
             model(*inputs)
-        except Exception as e:
+        except (Exception, SystemExit) as e:
             raise UsageError(f"--module {args.module!r} does not run on inputs {', '.join(args.input)}: "
                              f"{type(e).__name__}: {_first_line(e)}") from None
     try:
         return cap.capture(model, inputs, loss_fn, autocast_dtype=autocast, fake=not args.real)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise UsageError(f"--module {args.module!r} could not be traced on inputs "
                          f"{', '.join(args.input)}: {type(e).__name__}: {_first_line(e)}") from None
 
@@ -189,6 +252,8 @@ def _quiet_fake_tensors() -> Iterator[None]:
 
 
 def _first_line(e: BaseException) -> str:
+    if isinstance(e, SystemExit):
+        return f"exit status {e.code!r}"
     text = str(e).strip()
     return text.splitlines()[0] if text else "(no message)"
 
@@ -320,6 +385,17 @@ def write_html(args: argparse.Namespace, captured: Any, path: str) -> None:
         raise UsageError(f"--html {path!r}: {e.strerror or e}") from None
 
 
+def check_html_target(path: str, *, force: bool) -> None:
+    """--html: fail before the run, not after it, when the page cannot be
+    written; an existing file is overwritten only with --force."""
+    from .outpath import check_output_path
+
+    try:
+        check_output_path(path, "--html", overwrite=force)
+    except (TypeError, ValueError, OSError) as e:
+        raise UsageError(str(e)) from None
+
+
 def run_explain(args: argparse.Namespace) -> dict[str, Any]:
     from .explain import UnknownNodeError, explain_value
 
@@ -406,6 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-torch", action="store_true", help="skip torch's partitioner")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.add_argument("--html", metavar="FILE", help="also write an HTML page drawing fxcut's decision")
+    p.add_argument("--force", action="store_true", help="overwrite an existing --html file")
     e = sub.add_parser("explain", help="why a value was saved or recomputed")
     _add_verbose(e, argparse.SUPPRESS)
     _add_model_args(e)
@@ -417,6 +494,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: fxcut bench's integer options: each value must be in [1, limit].
+BENCH_INT_OPTIONS = {
+    "--layers": MAX_LAYERS, "--phase-layers": MAX_LAYERS, "--reps": 1000, "--slow-reps": 1000,
+    "--phase-reps": 1000, "--hidden": MAX_DIM, "--heads": MAX_DIM, "--seq": MAX_DIM, "--batch": MAX_DIM,
+    "--vocab": 2**20,
+}
+
+
+def check_bench_args(argv: Sequence[str]) -> None:
+    """UsageError for an integer option of ``fxcut bench`` that is not a
+    positive integer within its limit (the benchmark itself would accept
+    ``--layers -1`` and run for minutes)."""
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        option, eq, inline = token.partition("=")
+        if option not in BENCH_INT_OPTIONS:
+            i += 1
+            continue
+        if eq:
+            values = [inline]
+            i += 1
+        else:
+            j = i + 1
+            # --layers takes several values; a negative number is a value too.
+            while j < len(argv) and (not argv[j].startswith("-") or _is_int(argv[j])):
+                j += 1
+                if option != "--layers":
+                    break
+            values = list(argv[i + 1:j])
+            i = j
+        if not values:
+            raise UsageError(f"fxcut bench: {option} needs a value")
+        for text in values:
+            if not _is_int(text) or not 1 <= int(text) <= BENCH_INT_OPTIONS[option]:
+                raise UsageError(f"fxcut bench: {option} {text!r} must be an integer from 1 to "
+                                 f"{BENCH_INT_OPTIONS[option]}")
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
@@ -424,6 +548,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] == "bench":
         # The benchmark has its own options (argparse cannot hand a
         # subcommand's unknown options through).
+        try:
+            check_bench_args(argv[1:])
+        except UsageError as e:
+            sys.stderr.write(f"fxcut: error: {e}\n")
+            return 2
         return run_bench(argv[1:])
     parser = build_parser()
     try:
@@ -458,6 +587,8 @@ def _logging(verbose: int) -> Iterator[None]:
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         if args.command == "partition":
+            if args.html is not None:
+                check_html_target(args.html, force=args.force)
             captured = _capture(args) if args.html else None
             cmp = run_partition(args, captured)
             if args.json:

@@ -71,7 +71,7 @@ class MinCutOptions:
             treat_parameters_as_free_to_save=bool(config.treat_parameters_as_free_to_save),
             is_non_builtin_to_include=bool(config.is_non_builtin_to_include),
             unsafe_allow_optimization_of_collectives=bool(config.unsafe_allow_optimization_of_collectives),
-            max_dist_from_bw=int(config.max_dist_from_bw),
+            max_dist_from_bw=_max_dist_from_bw(config.max_dist_from_bw),
         )
         return opts.aggressive() if config.aggressive_recomputation else opts
 
@@ -81,6 +81,24 @@ class MinCutOptions:
         that relaxation is written."""
         return replace(self, ban_if_used_far_apart=False, ban_if_long_fusible_chains=False,
                        ban_if_materialized_backward=False, ban_if_not_in_allowlist=False)
+
+
+def _max_dist_from_bw(value: Any) -> int:
+    """``config.max_dist_from_bw`` as the core's int.  torch compares node
+    distances (ints) with it, so a finite float counts as its floor."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"torch._functorch.config.max_dist_from_bw must be an int, got {type(value).__name__} {value!r}"
+        )
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"torch._functorch.config.max_dist_from_bw must be a finite number, got {value!r}")
+        value = math.floor(value)
+    if not -(2**62) <= value <= 2**62:
+        raise ValueError(f"torch._functorch.config.max_dist_from_bw = {value} is out of range")
+    return int(value)
 
 
 @dataclass
@@ -153,19 +171,31 @@ def _static_lifetime_mask(arrays: GraphArrays, indices: list[int]) -> bytes | No
 def _bw_mutation_sources(arrays: GraphArrays) -> list[int]:
     """Sources of mutations applied to the same input in forward and
     backward: recomputing them would apply the mutation twice.  AOT Autograd
-    emits these copy_ nodes only at the end of the joint graph."""
-    mutated_in_backward: set[fx.Node] = set()
+    emits these copy_ nodes only at the end of the joint graph.
+
+    The copy's destination and source are read from the lowered positional
+    args, not from ``node.args``: the lowering resolves CSE (a source that
+    CSE merges with an equal node is lowered as that node)."""
+    mutated_in_backward: set[int] = set()
     sources: list[int] = []
+    index, arg_ptr, arg_idx = arrays.index, arrays.arg_ptr, arrays.arg_idx
     for node in reversed(arrays.nodes):
         if node.op == "output":
             continue
         if node.target is not aten.copy_.default:
             break
         tag = node.meta.get("partitioner_tag")
+        if tag != "must_be_in_backward" and tag != "must_be_in_forward":
+            continue
+        i = index[node]
+        start, end = arg_ptr[i], arg_ptr[i + 1]
+        if end - start != 2:  # copy_(dst, src) of two nodes
+            continue
+        dst, src = arg_idx[start], arg_idx[start + 1]
         if tag == "must_be_in_backward":
-            mutated_in_backward.add(node.args[0])  # type: ignore[arg-type]
-        elif tag == "must_be_in_forward" and node.args[0] in mutated_in_backward:
-            sources.append(arrays.index[node.args[1]])  # type: ignore[index]
+            mutated_in_backward.add(dst)
+        elif dst in mutated_in_backward:
+            sources.append(src)
     return sources
 
 
@@ -296,7 +326,7 @@ def _explain_conflict(err: _C.InfiniteCutError, arrays: GraphArrays) -> None:
         "(conflicting recompute tags or bans); the chain of nodes is: " + " -> ".join(parts)
     )
     err.args = (message,)
-    err.nodes = [arrays.nodes[i] for i in chain]  # type: ignore[attr-defined]
+    err.nodes = [arrays.nodes[i] for i in chain]
 
 
 def _why_unsaveable(arrays: GraphArrays, i: int) -> str | None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import operator
 import threading
+import types
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -127,18 +129,38 @@ def aten_target(target: Any) -> Any:
     return getattr(target, "overloadpacket", target)
 
 
+#: Entries the facts cache holds at most; past it the cache starts afresh.
+MAX_CACHED_TARGETS = 1 << 14
+
+#: Targets that live as long as the process (torch's op registry, builtins):
+#: cached by a strong reference.
+_PERMANENT_TARGETS: tuple[type, ...] = (
+    torch._ops.OpOverload,
+    torch._ops.OpOverloadPacket,
+    torch._ops.HigherOrderOperator,
+    types.BuiltinFunctionType,
+)
+
+
 class TargetFacts:
     """Per-target flag bits, computed on first sight and cached.
 
     One instance per (no-copy set, op lists) combination; the partitioner's
     op lists come from the installed torch.  Thread-safe: a racing insert
     writes the same value.
+
+    The cache never keeps a user's target alive: torch's ops and builtins
+    are held strongly (they live as long as the process), any other target
+    weakly, its entry dropped when it dies; a target that cannot be weakly
+    referenced is held, but the cache holds at most
+    :data:`MAX_CACHED_TARGETS` entries (past that it starts afresh).
     """
 
     def __init__(self, no_copy_ops: frozenset[Any] | None = None) -> None:
         self._no_copy = no_copy_ops
         # Keyed by id(target): OpOverload hashes in Python, ints do not.  The
-        # target is kept alongside so its id cannot be reused while cached.
+        # entry holds the target (or a weak reference to it) so that a reused
+        # id is never mistaken for the target that had it.
         self._cache: dict[int, tuple[Any, int]] = {}
         self._lock = threading.Lock()
 
@@ -157,12 +179,34 @@ class TargetFacts:
         """The target's flag bits, including the Python-only high bits
         (_MUTABLE, _IMPURE, _IMPURE_RANDOM, _HOP) that lowering masks off."""
         hit = self._cache.get(id(target))
-        if hit is not None and hit[0] is target:
-            return hit[1]
+        if hit is not None:
+            held = hit[0]
+            if held is target or (held.__class__ is weakref.ref and held() is target):
+                return hit[1]
         bits = self._compute(target)
-        with self._lock:
-            self._cache[id(target)] = (target, bits)
+        self._remember(target, bits)
         return bits
+
+    def _remember(self, target: Any, bits: int) -> None:
+        key = id(target)
+        cache, lock = self._cache, self._lock
+        held: Any = target
+        if not isinstance(target, _PERMANENT_TARGETS):
+            def forget(ref: "weakref.ref[Any]", key: int = key) -> None:
+                # No lock: this may run from the garbage collector while this
+                # thread holds it.  A race costs at most a recomputation.
+                entry = cache.get(key)
+                if entry is not None and entry[0] is ref:
+                    cache.pop(key, None)
+
+            try:
+                held = weakref.ref(target, forget)
+            except TypeError:  # not weakly referenceable: held, within the bound
+                pass
+        with lock:
+            if len(cache) >= MAX_CACHED_TARGETS:
+                cache.clear()
+            cache[key] = (held, bits)
 
     def _compute(self, target: Any) -> int:
         bits = 0

@@ -20,6 +20,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 from . import _C
 from .lower import lower_structure
 from .ops import TargetFacts, get_no_copy_ops, zero3_facts
+from .snapshot import ModuleSnapshot
 
 #: (position among the primal inputs, ds_id, full unsharded shape)
 ParamIndex = tuple[int, int, Any]
@@ -78,6 +79,9 @@ def recompute_param_aliases(
         raise ValueError("joint_graph has no placeholders: it is not a joint graph")
     positions = _param_positions(param_indices, len(primals))
     params = array("i", sorted({primals[p] for p in positions}))
+    for node in arrays.nodes:
+        if not isinstance(node.meta, dict):
+            raise TypeError(f"node {node.name!r}: meta is {type(node.meta).__name__}, not a dict")
     marks = _C.param_alias_walk(arrays, params)
 
     must_recompute = CheckpointPolicy.MUST_RECOMPUTE
@@ -88,6 +92,56 @@ def recompute_param_aliases(
             node.meta["recompute"] = must_recompute
             tagged.append(node)
     return tagged
+
+
+def wrap_partitioner(
+    inner: PartitionFn,
+    *,
+    z3_partition: bool,
+    param_indices: Sequence[ParamIndex],
+    frame_id: int = 0,
+    frames_partitioned: set[int] | None = None,
+    num_fwd_outputs_by_frame: dict[int, int] | None = None,
+    walk: Callable[[fx.Graph, Sequence[ParamIndex]], Any] | None = None,
+) -> PartitionFn:
+    """The one ZeRO-3 partition wrapper (used by :func:`get_wrapped_partitioner`
+    and by :mod:`fxcut.integrations.deepspeed`).
+
+    The returned function records ``frame_id`` in ``frames_partitioned`` and
+    its ``num_fwd_outputs`` in ``num_fwd_outputs_by_frame`` (each when
+    given), runs ``walk`` (:func:`recompute_param_aliases` when None) when
+    ``z3_partition`` is true, then calls ``inner`` with ``num_fwd_outputs``
+    and every other keyword argument forwarded.  If the walk or ``inner``
+    raises, the module is put back as it was before the walk.
+    """
+    run_walk = walk if walk is not None else recompute_param_aliases
+
+    def partition_recomputing_zero3_aliases(
+        joint_module: fx.GraphModule,
+        joint_inputs: Any,
+        *,
+        num_fwd_outputs: int,
+        **kwargs: Any,
+    ) -> tuple[fx.GraphModule, fx.GraphModule]:
+        if frames_partitioned is not None:
+            frames_partitioned.add(frame_id)
+        if num_fwd_outputs_by_frame is not None:
+            num_fwd_outputs_by_frame[frame_id] = num_fwd_outputs
+        if not z3_partition:
+            return inner(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+        if not isinstance(joint_module, fx.GraphModule):
+            raise TypeError(
+                f"joint_module must be a torch.fx.GraphModule, got {type(joint_module).__name__}"
+            )
+        snapshot = ModuleSnapshot(joint_module)
+        try:
+            run_walk(joint_module.graph, param_indices)
+            return inner(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+        except BaseException:
+            snapshot.restore()
+            raise
+
+    return partition_recomputing_zero3_aliases
 
 
 def get_wrapped_partitioner(
@@ -102,28 +156,20 @@ def get_wrapped_partitioner(
     The returned function records ``frame_id`` in ``frames_partitioned``,
     runs :func:`recompute_param_aliases` when ``z3_partition`` is true, then
     calls ``partition_fn`` (fxcut's min-cut partitioner when None) with
-    ``num_fwd_outputs`` and every other keyword argument forwarded.
+    ``num_fwd_outputs`` and every other keyword argument forwarded.  On an
+    error the module is left as it was (the walk's tags removed).
     """
     if partition_fn is None:
         from .partition import min_cut_rematerialization_partition
 
         partition_fn = min_cut_rematerialization_partition
-    inner: PartitionFn = partition_fn
-
-    def partition_recomputing_zero3_aliases(
-        joint_module: fx.GraphModule,
-        joint_inputs: Any,
-        *,
-        num_fwd_outputs: int,
-        **kwargs: Any,
-    ) -> tuple[fx.GraphModule, fx.GraphModule]:
-        if frames_partitioned is not None:
-            frames_partitioned.add(frame_id)
-        if z3_partition:
-            recompute_param_aliases(joint_module.graph, param_indices)
-        return inner(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
-
-    return partition_recomputing_zero3_aliases
+    return wrap_partitioner(
+        partition_fn,
+        z3_partition=z3_partition,
+        param_indices=param_indices,
+        frame_id=frame_id,
+        frames_partitioned=frames_partitioned,
+    )
 
 
-__all__ = ["recompute_param_aliases", "get_wrapped_partitioner", "get_no_copy_ops"]
+__all__ = ["recompute_param_aliases", "get_wrapped_partitioner", "get_no_copy_ops", "wrap_partitioner"]

@@ -30,13 +30,16 @@ DeepSpeed's native extension, which needs CUDA; fxcut's
 ``deepspeed.compile.partitioner.get_no_copy_ops`` has been replaced (as
 DeepSpeed's unit tests do), the walk uses the replacement.
 
-Not thread-safe: install and uninstall while nothing compiles.
+install and uninstall are atomic (one lock): concurrent calls leave DeepCompile
+either fully patched or fully its own, never patched for good.  Still, call
+them while nothing compiles: a compile in progress may see either state.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch.fx as fx
@@ -47,6 +50,8 @@ from ..zero3 import ParamIndex, PartitionFn
 
 #: (module, attribute) pairs install() rebinds, and what they held before.
 _saved: dict[tuple[str, str], Any] = {}
+#: Held by install() and uninstall() for their whole read-check-write.
+_lock = threading.Lock()
 
 
 def _modules() -> dict[str, Any]:
@@ -69,7 +74,7 @@ def _no_copy_ops() -> Iterable[Any] | None:
     return ops
 
 
-def recompute_param_aliases(joint_graph: fx.Graph, param_indices: list[ParamIndex]) -> None:
+def recompute_param_aliases(joint_graph: fx.Graph, param_indices: Sequence[ParamIndex]) -> None:
     """DeepCompile's ``_recompute_param_aliases`` (returns None), by fxcut."""
     zero3.recompute_param_aliases(joint_graph, param_indices, no_copy_ops=_no_copy_ops())
 
@@ -107,20 +112,15 @@ def get_wrapped_partitioner(
     """DeepCompile's ``get_wrapped_partitioner``, cutting with fxcut."""
     import deepspeed.compile.partitioner as partitioner
 
-    inner = _fxcut_in_place_of(partition_fn)
-    fwd_outputs = getattr(partitioner, "_num_fwd_outputs_by_frame", None)
-
-    def partition_recomputing_zero3_aliases(
-        joint_module: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **kwargs: Any
-    ) -> tuple[fx.GraphModule, fx.GraphModule]:
-        frames_partitioned.add(frame_id)
-        if fwd_outputs is not None:
-            fwd_outputs[frame_id] = num_fwd_outputs
-        if z3_partition:
-            recompute_param_aliases(joint_module.graph, param_indices)
-        return inner(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
-
-    return partition_recomputing_zero3_aliases
+    return zero3.wrap_partitioner(
+        _fxcut_in_place_of(partition_fn),
+        z3_partition=z3_partition,
+        param_indices=param_indices,
+        frame_id=frame_id,
+        frames_partitioned=frames_partitioned,
+        num_fwd_outputs_by_frame=getattr(partitioner, "_num_fwd_outputs_by_frame", None),
+        walk=recompute_param_aliases,
+    )
 
 
 def _replacements() -> dict[tuple[str, str], Callable[..., Any]]:
@@ -134,36 +134,41 @@ def _replacements() -> dict[tuple[str, str], Callable[..., Any]]:
 
 
 def installed() -> bool:
-    return bool(_saved)
+    with _lock:
+        return bool(_saved)
 
 
 def install() -> None:
-    """Make DeepCompile use fxcut (idempotent).  Raises ImportError when
-    DeepSpeed's compile package does not import, AttributeError when it
-    lacks a name this module replaces (an incompatible DeepSpeed)."""
-    if _saved:
-        return
-    modules = _modules()
-    replacements = _replacements()
-    for mod_name, attr in replacements:
-        if not hasattr(modules[mod_name], attr):
-            raise AttributeError(
-                f"deepspeed.compile.{mod_name} has no attribute {attr!r}: "
-                "this DeepSpeed version is not supported by fxcut.integrations.deepspeed"
-            )
-    for (mod_name, attr), new in replacements.items():
-        _saved[(mod_name, attr)] = getattr(modules[mod_name], attr)
-        setattr(modules[mod_name], attr, new)
+    """Make DeepCompile use fxcut (idempotent, atomic).  Raises ImportError
+    when DeepSpeed's compile package does not import, AttributeError when it
+    lacks a name this module replaces (an incompatible DeepSpeed); then
+    nothing is patched."""
+    with _lock:
+        if _saved:
+            return
+        modules = _modules()
+        replacements = _replacements()
+        for mod_name, attr in replacements:
+            if not hasattr(modules[mod_name], attr):
+                raise AttributeError(
+                    f"deepspeed.compile.{mod_name} has no attribute {attr!r}: "
+                    "this DeepSpeed version is not supported by fxcut.integrations.deepspeed"
+                )
+        originals = {key: getattr(modules[key[0]], key[1]) for key in replacements}
+        for (mod_name, attr), new in replacements.items():
+            setattr(modules[mod_name], attr, new)
+        _saved.update(originals)
 
 
 def uninstall() -> None:
     """Give DeepCompile its own functions back (a no-op when not installed)."""
-    if not _saved:
-        return
-    modules = _modules()
-    for (mod_name, attr), old in _saved.items():
-        setattr(modules[mod_name], attr, old)
-    _saved.clear()
+    with _lock:
+        if not _saved:
+            return
+        modules = _modules()
+        for (mod_name, attr), old in _saved.items():
+            setattr(modules[mod_name], attr, old)
+        _saved.clear()
 
 
 __all__ = ["get_wrapped_partitioner", "install", "installed", "recompute_param_aliases", "uninstall"]

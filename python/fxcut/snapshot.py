@@ -1,0 +1,120 @@
+"""Put a GraphModule back exactly as it was when a partition fails.
+
+The partitioner writes to the user's module only after its decision has
+succeeded (dead-code elimination, CSE, recompute tags, then torch's module
+extraction), but some of those later steps can still fail: Python's
+compiler rejecting the generated code, torch's module extraction or
+activation offloading, torch's own partitioner in the fallback path.
+:class:`ModuleSnapshot` records, before the first write, everything those
+steps touch -- per graph: the node objects and their order, each node's
+args, kwargs, users order and meta dict (object and contents); the graph's
+name table, code generator and tracer fields; per module: its graph and its
+generated code -- for the joint module and every GraphModule under it (dead-
+code elimination recurses into subgraphs), and :meth:`restore` puts them back.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch.fx as fx
+
+#: GraphModule attributes that ``recompile`` (re)writes.
+_MODULE_FIELDS = ("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out_spec")
+#: Graph attributes that fxcut's CSE emulation or torch's passes rewrite.
+_GRAPH_FIELDS = ("_codegen", "_tracer_cls", "_tracer_extras", "_co_fields", "_owning_module")
+_MISSING = object()
+
+
+class _GraphState:
+    def __init__(self, graph: fx.Graph) -> None:
+        self.graph = graph
+        nodes = list(graph.nodes)
+        self.nodes = nodes
+        # Parallel lists (no per-node object: this runs on every partition).
+        self.args = [n.args for n in nodes]
+        self.kwargs = [n.kwargs for n in nodes]
+        self.users = [tuple(n.users) for n in nodes]
+        self.metas = [n.meta for n in nodes]
+        self.meta_items = [m.copy() for m in self.metas]
+        self.fields = {name: getattr(graph, name, _MISSING) for name in _GRAPH_FIELDS}
+        namespace = graph._graph_namespace
+        self.namespace = namespace
+        self.namespace_state = {k: copy.copy(v) for k, v in vars(namespace).items()}
+
+    def restore(self) -> None:
+        graph = self.graph
+        root = graph._root
+        nodes = self.nodes
+        for node in nodes:
+            if node._erased:
+                # An erased node keeps stale neighbours; make it a lone node
+                # so that moving it cannot unlink anything else.
+                node._prev = node
+                node._next = node
+                node._erased = False
+        current = list(graph.nodes)
+        keep = {id(n) for n in nodes}
+        added = [n for n in current if id(n) not in keep]  # nodes a failed pass inserted
+        for node in added:
+            node._remove_from_list()
+            node._erased = True
+        for node in nodes:
+            root._prepend(node)
+        graph._len = len(nodes)
+        table = type(graph._find_nodes_lookup_table)()
+        for node in nodes:
+            table.insert(node)
+        graph._find_nodes_lookup_table = table
+        for node in added:
+            node._update_args_kwargs(
+                fx.node.map_arg(node.args, lambda _: None), fx.node.map_arg(node.kwargs, lambda _: None)
+            )
+        for node, args, kwargs in zip(nodes, self.args, self.kwargs):
+            node._update_args_kwargs(args, kwargs)
+        for node, users, meta, items in zip(nodes, self.users, self.metas, self.meta_items):
+            if tuple(node.users) != users:
+                node.users = dict.fromkeys(users)
+            if node.meta is not meta:
+                node.meta = meta
+            if meta.keys() != items.keys() or any(meta[k] is not v for k, v in items.items()):
+                meta.clear()
+                meta.update(items)
+        for name, value in self.fields.items():
+            if value is _MISSING:
+                if hasattr(graph, name):
+                    delattr(graph, name)
+            else:
+                setattr(graph, name, value)
+        vars(self.namespace).update(self.namespace_state)
+        graph._graph_namespace = self.namespace
+
+
+class ModuleSnapshot:
+    """The state of ``module`` and every GraphModule under it, restorable."""
+
+    def __init__(self, module: fx.GraphModule) -> None:
+        self.modules: list[tuple[fx.GraphModule, dict[str, Any], Any]] = []
+        self.graphs: list[_GraphState] = []
+        seen: set[int] = set()
+        for sub in module.modules():
+            if not isinstance(sub, fx.GraphModule) or id(sub) in seen:
+                continue
+            seen.add(id(sub))
+            fields = {name: sub.__dict__.get(name, _MISSING) for name in _MODULE_FIELDS}
+            fields["_graph"] = sub.graph
+            self.modules.append((sub, fields, type(sub).__dict__.get("forward", _MISSING)))
+            self.graphs.append(_GraphState(sub.graph))
+
+    def restore(self) -> None:
+        for state in self.graphs:
+            state.restore()
+        for sub, fields, forward in self.modules:
+            for name, value in fields.items():
+                if value is _MISSING:
+                    sub.__dict__.pop(name, None)
+                else:
+                    sub.__dict__[name] = value
+            if forward is not _MISSING:
+                type(sub).forward = forward
