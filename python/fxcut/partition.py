@@ -210,7 +210,35 @@ def _build_modules(
     has_recomputable: bool,
     has_recomputable_rng: bool,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """torch's own module extraction from the saved values."""
+    """The forward and backward modules from the saved values: fxcut's own
+    builder (:mod:`fxcut.extract`, the modules torch's passes would build),
+    or torch's passes for the graphs that builder leaves to them."""
+    if not (has_recomputable and has_recomputable_rng):
+        from torch._functorch import partitioners as tp
+        from torch.fx.experimental.proxy_tensor import is_sym_node
+
+        from .extract import build_modules
+
+        sym = [n for n in saved_values if is_sym_node(n) and not tp._is_assert_only_symbool(n)]
+        opaque = [n for n in saved_values if tp.is_opaque_node(n)]
+        values = [n for n in saved_values if not is_sym_node(n) and not tp.is_opaque_node(n)]
+        built = build_modules(joint_module, values, sym, opaque, num_fwd_outputs, static_nodes)
+        if built is not None:
+            return built
+    return _torch_build_modules(joint_module, saved_values, num_fwd_outputs, static_nodes,
+                                has_recomputable, has_recomputable_rng)
+
+
+def _torch_build_modules(
+    joint_module: fx.GraphModule,
+    saved_values: list[fx.Node],
+    num_fwd_outputs: int,
+    static_nodes: Any,
+    has_recomputable: bool,
+    has_recomputable_rng: bool,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """torch's own module extraction from the saved values (the reference
+    :mod:`fxcut.extract` is tested against)."""
     from torch._functorch import config
     from torch._functorch import partitioners as tp
     from torch.fx.experimental.proxy_tensor import is_sym_node
@@ -232,7 +260,7 @@ def _build_modules(
         )
     bw_module = tp.reordering_to_mimic_autograd_engine(bw_module)
     if config.enable_activation_offloading:
-        from torch._functorch._activation_checkpointing.activation_offloading import (
+        from torch._functorch._activation_offloading.activation_offloading import (
             enable_activation_offloading,
         )
 
