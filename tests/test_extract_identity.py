@@ -25,7 +25,12 @@ import fxcut
 import zoo
 from extract_identity import both, signature
 from fxcut.capture import copy_graph_module
+from fxcut.extract import torch_modeled
 from random_joint import random_joint
+
+#: Whether fxcut's builder runs at all on this torch (elsewhere torch's passes
+#: build the modules and the comparisons are trivially equal).
+MODELED = torch_modeled()
 
 CASES = sorted(zoo.CASES)
 LAZY = [False, True]
@@ -56,26 +61,26 @@ def test_zoo_modules_equal_torch_passes(name: str, lazy: bool) -> None:
     assert built
     # Every zoo graph but the RNG-recompute ones takes fxcut's builder.
     if not zoo.CASES[name].random:
-        assert fast, name
+        assert fast == MODELED, name
 
 
 @pytest.mark.parametrize("budget", [0.0, 0.3, 0.7])
 @pytest.mark.parametrize("name", ["gpt2", "llama_sac"])
 def test_budgets(name: str, budget: float) -> None:
     fast, _ = _zoo_both(name, True, activation_memory_budget=budget)
-    assert fast
+    assert fast == MODELED
 
 
 @pytest.mark.parametrize("name", ["gpt2", "gpt2_dynamic"])
 def test_without_cse(name: str) -> None:
-    assert _zoo_both(name, False, cse=False)[0]
+    assert _zoo_both(name, False, cse=False)[0] == MODELED
 
 
 def test_dynamic_shapes_save_symbols() -> None:
     """The dynamic-shape case saves sym nodes: the forward returns them last
     and the backward takes them first, as torch's passes order them."""
     fast, _ = _zoo_both("gpt2_dynamic", True)
-    assert fast
+    assert fast == MODELED
     cap = zoo.capture("gpt2_dynamic")
     fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
     from torch.fx.experimental.proxy_tensor import is_sym_node
@@ -90,7 +95,7 @@ def test_zero3_walk_tags() -> None:
     cap = zoo.capture("gpt2")
     if not cap.param_indices:
         pytest.fail("the gpt2 case has no parameter indices for the ZeRO-3 walk")
-    assert _zoo_both("gpt2", True, walk=True)[0]
+    assert _zoo_both("gpt2", True, walk=True)[0] == MODELED
 
 
 def test_rng_ops_recomputed_fall_back_to_torch() -> None:
@@ -136,7 +141,7 @@ def _random_case(seed: int, lazy: bool) -> str:
             fast, _ = both(lambda: copy_graph_module(rj.module), part)
     except fxcut.InfiniteCutError:
         return "conflict"
-    assert fast, seed
+    assert fast == MODELED, seed
     return "ok"
 
 
@@ -147,6 +152,7 @@ def test_random_joint_graphs() -> None:
     assert outcomes.count("ok") >= 250, outcomes.count("ok")
 
 
+@pytest.mark.skipif(not MODELED, reason="fxcut's builder does not run on this torch")
 def test_builder_catches_a_wrong_name_table() -> None:
     """The comparison is strong enough to see a builder that forgets the
     names torch's dead-code elimination leaves taken."""

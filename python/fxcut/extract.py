@@ -84,6 +84,43 @@ def _select(nodes: list[fx.Node], inputs: list[fx.Node], outputs: list[Any], sub
     return _Selection(inputs, copied, kept, outputs)
 
 
+def _placement(nodes: list[fx.Node]) -> tuple[dict[fx.Node, bool], dict[fx.Node, bool]]:
+    """torch's ``_must_be_in_forward`` / ``_must_be_in_backward`` of every
+    node: a ``partitioner_tag``, or a mutable op outside / inside the
+    backward (``is_backward`` tag)."""
+    must_fw: dict[fx.Node, bool] = {}
+    must_bw: dict[fx.Node, bool] = {}
+    mutable: dict[Any, bool] = {}
+    overload = torch._ops.OpOverload
+    for node in nodes:
+        target = node.target
+        m = mutable.get(target)
+        if m is None:
+            m = isinstance(target, overload) and bool(target._schema.is_mutable)
+            try:
+                mutable[target] = m
+            except TypeError:  # an unhashable target
+                pass
+        tag = node.meta.get("partitioner_tag", None)
+        must_fw[node] = tag == "must_be_in_forward" or (
+            m and tag != "is_backward" and tag != "must_be_in_backward")
+        must_bw[node] = tag == "must_be_in_backward" or (m and tag == "is_backward")
+    return must_fw, must_bw
+
+
+def _static_tensor(val: Any) -> bool:
+    """A tensor whose sizes, strides and storage offset are all plain ints
+    (``free_symbols`` of it is empty)."""
+    if not isinstance(val, torch.Tensor) or isinstance(val, torch.nn.Parameter):
+        return False
+    try:
+        if val._has_symbolic_sizes_strides:
+            return False
+        return type(val.storage_offset()) is int
+    except Exception:
+        return False
+
+
 def _used_inputs(sel: _Selection) -> set[fx.Node]:
     used: set[fx.Node] = set()
     for node in sel.kept:
@@ -106,6 +143,68 @@ def _output_meta(out: fx.Node, values: list[Any], descs: list[Any]) -> None:
     ]
 
 
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+class _Copier:
+    """``Graph.node_copy`` into one graph, without ``create_node``'s pytree
+    walk of the arguments (which looks for raw SymInt/SymFloat/SymBool
+    values to warn about): the argument remap visits every leaf anyway, so
+    it notes such a value, and only then the copy goes through torch's
+    ``node_copy`` (and its warning).  Otherwise the node is created exactly
+    as ``create_node`` creates it (name table, insertion, lookup table)."""
+
+    def __init__(self, graph: fx.Graph, env: dict[Any, fx.Node]) -> None:
+        self.graph = graph
+        self.env = env
+        self.namespace = graph._graph_namespace
+        self.table = graph._find_nodes_lookup_table
+        self.raw_sym = False
+        node_cls = fx.Node
+        sym_types = _SYM_TYPES
+
+        def leaf(a: Any) -> Any:
+            if a.__class__ is node_cls:
+                return env[a]
+            if isinstance(a, sym_types):
+                self.raw_sym = True
+            return a
+
+        self.leaf = leaf
+
+    def copy(self, node: fx.Node) -> fx.Node:
+        graph = self.graph
+        if graph.owning_module is not None:
+            return graph.node_copy(node, self.env.__getitem__)
+        self.raw_sym = False
+        args = _map_aggregate(node.args, self.leaf)
+        kwargs = _map_aggregate(node.kwargs, self.leaf)
+        if self.raw_sym and node.op in ("call_function", "call_method", "call_module"):
+            return graph.node_copy(node, self.env.__getitem__)
+        if not kwargs:
+            kwargs = _immutable_dict()
+        name = self.namespace.create_name(node.name, None)
+        new = fx.Node(graph, name, node.op, node.target, args, kwargs, node.type)
+        self.namespace.associate_name_with_obj(name, new)
+        graph._insert(new)
+        self.table.insert(new)
+        graph._len += 1
+        new.meta = copy.copy(node.meta)
+        return new
+
+
+def _map_aggregate(a: Any, fn: Any) -> Any:
+    from torch.fx.node import map_aggregate
+
+    return map_aggregate(a, fn)
+
+
+def _immutable_dict() -> Any:
+    from torch.fx.immutable_collections import immutable_dict
+
+    return immutable_dict()
+
+
 def _raise_getitems(graph: fx.Graph) -> None:
     """torch's ``raise_getitems`` without its recompile."""
     getitems = list(graph.find_nodes(op="call_function", target=operator.getitem))
@@ -126,10 +225,10 @@ def _extraction_graph(sel: _Selection, descs: list[Any], backward: bool) -> fx.G
         env[node] = new
     namespace = graph._graph_namespace
     kept = sel.kept
-    lookup = env.__getitem__
+    copier = _Copier(graph, env)
     for node in sel.copied:
         if node in kept:
-            new = graph.node_copy(node, lookup)
+            new = copier.copy(node)
             if backward:
                 new.meta["autograd_backward"] = True
             env[node] = new
@@ -174,10 +273,10 @@ def _reordered_backward(sel: _Selection, descs: list[Any]) -> fx.Graph | None:
         new = graph.create_node("placeholder", node.name, (), {}, node.name, None)
         new.meta = copy.copy(node.meta)
         env[node] = new
-    lookup = env.__getitem__
+    copier = _Copier(graph, env)
 
     def emit(node: fx.Node) -> None:
-        new = graph.node_copy(node, lookup)
+        new = copier.copy(node)
         new.meta["autograd_backward"] = True
         env[node] = new
 
@@ -238,12 +337,24 @@ def build_modules(
         return None
 
 
+#: torch releases whose module-building passes this builder reproduces
+#: (checked by tests/test_extract_identity.py); on others torch's passes run.
+MODELED_TORCH = ("2.13", "2.14")
+
+
+def torch_modeled() -> bool:
+    """Whether the installed torch's passes are the ones this builder models."""
+    return ".".join(torch.__version__.split(".")[:2]) in MODELED_TORCH
+
+
 def unsupported_reason(joint_module: fx.GraphModule) -> str | None:
     """Why the fast builder leaves this joint graph to torch's passes
-    (a graph-wide feature), or None."""
+    (a graph-wide feature, or a torch release it does not model), or None."""
     from torch._functorch import config
     from torch._inductor import config as inductor_config
 
+    if not torch_modeled():
+        return f"torch {torch.__version__}'s module-building passes are not modeled"
     if config.enable_activation_offloading:
         return "activation offloading"
     if inductor_config.post_grad_fusion_options.get("activation_quantization_aten_pass") is not None:
@@ -299,8 +410,7 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     impure_random = True
     if torch._guards.TracingContext.try_get():
         impure_random = torch._inductor.config.fallback_random
-    must_fw = {n: tp._must_be_in_forward(n) for n in nodes}
-    must_bw = {n: tp._must_be_in_backward(n) for n in nodes}
+    must_fw, must_bw = _placement(nodes)
 
     # The first backward extraction only tells which saved values the
     # backward really reads.
@@ -327,7 +437,10 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     for node in itertools.chain(derived, saved_values, tangents):
         if "val" not in node.meta:
             continue
-        new_symbols = free_symbols(node.meta["val"]) - saved_symbols
+        val = node.meta["val"]
+        if _static_tensor(val):
+            continue
+        new_symbols = free_symbols(val) - saved_symbols
         if new_symbols and bindings is None:
             bindings = find_symbol_binding_fx_nodes(graph)
         for s in sorted(new_symbols, key=lambda s: s.name):
@@ -366,4 +479,4 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     return fw_module, bw_module
 
 
-__all__ = ["build_modules", "unsupported_reason"]
+__all__ = ["MODELED_TORCH", "build_modules", "torch_modeled", "unsupported_reason"]
