@@ -6,7 +6,7 @@ same run, written to stdout (and to --out as Markdown).
     PYTHONPATH=python python bench/bench_budget.py [--layers 24 48] [--budget 0.5]
         [--reps 3] [--out docs/bench_budget.md]
 
-Graphs: ``fxcut.capture.capture_model("gpt2", fake=True, layers=L,
+Graphs: ``capture_model("gpt2", fake=True, layers=L,
 hidden=1024, seq=512)``, the joint graph AOT Autograd hands its
 partitioner (fake tensors: nothing is allocated).  Both sides start from the
 same graph after dead-code elimination and CSE, as the partitioner sees it.
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import statistics
 import sys
 import time
@@ -46,18 +47,15 @@ from torch._functorch import config
 from torch._functorch import partitioners as tp
 
 from fxcut.budget import decide_with_budget
-from fxcut.capture import capture_model, copy_graph_module
 from fxcut.knapsack import solve
-from fxcut.torch_reference import torch_budget_decision
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+from training import capture_model  # noqa: E402  (tests/: the zoo's models, captured)
+from torch_reference import torch_budget_decision, torch_prepared  # noqa: E402  (tests/: torch's decision, step by step)
 
 
 def _prepared(cap: Any) -> torch.fx.GraphModule:
-    gm = copy_graph_module(cap.gm)
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    if config.cse:
-        gm.graph = tp.fx_graph_cse(gm.graph)
-    return gm
+    return torch_prepared(cap.fresh())
 
 
 def _torch_tensor_peak(fn: Any) -> int:

@@ -4,20 +4,21 @@ extraction floor, and the decision's peak Python memory.  A benchmark, not a
 test: it prints one table of medians and ratios measured in the same run.
 
     PYTHONPATH=python python bench/bench_partition.py [--layers 1 4 12 24 48]
-        [--reps 7] [--slow-reps 5] [--hidden 1024] [--seq 512] [--out bench/out]
+        [--reps 7] [--slow-reps 5] [--hidden 1024] [--seq 512] [--out bench/out] [--docs docs]
     PYTHONPATH=python python bench/bench_partition.py --quick     # smoke test, seconds
 
-Writes bench_partition.{json,md,txt,png} into --out and, unless --quick or
---no-docs, the table and the plot to docs/bench_partition.{md,png}.  What is
-timed, and how, is described in fxcut/benchmark.py; the logic is
-``fxcut.benchmark.run(...)``.
+Prints the report; writes bench_partition.{json,md,txt,png} into --out DIR and
+copies the table and the plot into --docs DIR only when asked (``fxcut bench``
+runs the same benchmark, with the same options).  What is
+timed, and how, is described in bench/partition_benchmark.py; the logic is
+``partition_benchmark.run(...)``.
 """
 
 from __future__ import annotations
 
 import sys
 
-from fxcut import benchmark
+import partition_benchmark as benchmark  # bench/, next to this script
 
 if __name__ == "__main__":
     sys.exit(benchmark.main())

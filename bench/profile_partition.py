@@ -177,7 +177,7 @@ def floor_fn(cap: Any, lazy: bool) -> Callable[..., Any]:
 
 
 def profile(layers: int, reps: int) -> dict[str, Any]:
-    from fxcut.benchmark import ModelConfig, capture
+    from partition_benchmark import ModelConfig, capture  # bench/, next to this script
 
     cap = capture(layers, ModelConfig())
     parts = _partitioners()

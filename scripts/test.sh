@@ -25,4 +25,10 @@ if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2
   exit 1
 fi
+# The type checker, strict on the package (the wheel ships py.typed and
+# _C.pyi): [tool.mypy] in pyproject.toml.
+if ! .venv/bin/python -m mypy; then
+  echo "mypy --strict on python/fxcut failed" >&2
+  [ "$rc" -ne 0 ] || rc=1
+fi
 exit "$rc"

@@ -102,7 +102,7 @@ def check(
     code = gm.code
     with pytest.raises(exc, match=match) as info:
         call(gm)
-    assert isinstance(info.value, exc)
+    assert type(info.value) is exc, f"{type(info.value).__name__} is not exactly {exc.__name__}"
     assert gm.graph is graph
     before.assert_same(graph)
     assert gm.code == code

@@ -1,4 +1,4 @@
-"""fxcut.benchmark runs end to end at a tiny size and reports what it should.
+"""bench/partition_benchmark.py runs end to end at a tiny size and reports what it should.
 
 A smoke test of the benchmark's plumbing, not a measurement: no timing is
 asserted, only the result's structure and that fxcut's saved values equal
@@ -15,7 +15,11 @@ import pytest
 pytest.importorskip("networkx")
 pytest.importorskip("scipy")
 
-from fxcut import benchmark  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+import partition_benchmark as benchmark  # noqa: E402
 
 TINY = benchmark.ModelConfig(hidden=32, heads=2, seq=16, batch=2, vocab=64)
 
@@ -78,9 +82,21 @@ def test_outputs_are_written(result: benchmark.BenchResult, tmp_path) -> None:
 def test_fxcut_bench_command_writes_the_table_with_a_progress_bar(tmp_path, capsys) -> None:
     from fxcut import cli
 
-    assert cli.main(["bench", "--quick", "--out", str(tmp_path), "--no-docs"]) == 0
+    assert cli.main(["bench", "--quick", "--out", str(tmp_path / "out"), "--docs", str(tmp_path / "docs")]) == 0
     out, err = capsys.readouterr()
     assert "[" in err and "#" in err and "/" in err  # the progress bar
     for ext in ("json", "md", "txt", "png"):
-        assert (tmp_path / f"bench_partition.{ext}").stat().st_size > 0
-    assert "fxcut bench --quick" in (tmp_path / "bench_partition.md").read_text()
+        assert (tmp_path / "out" / f"bench_partition.{ext}").stat().st_size > 0
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["bench_partition.md", "bench_partition.png"]
+    assert "fxcut bench --quick" in (tmp_path / "out" / "bench_partition.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs", "out"]  # nothing else, anywhere it runs
+
+
+def test_fxcut_bench_writes_nothing_unless_told(tmp_path, monkeypatch, capsys) -> None:
+    from fxcut import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["bench", "--quick"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("GPT-2 style model") and "total" in out  # the report is printed
+    assert list(tmp_path.iterdir()) == []

@@ -34,8 +34,11 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition as
 import fxcut
 import zoo
 from fxcut import knapsack
+import fxcut.core
+import fxcut.partition
 from fxcut.budget import decide_with_budget, memory_pareto
-from fxcut.torch_reference import torch_budget_decision
+from fxcut.core import plan_and_lower
+from torch_reference import torch_budget_decision, torch_prepared
 from random_joint import random_joint
 
 BUDGETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -176,20 +179,15 @@ def _budget_config(budget: float, solver: str):
 
 
 def _prepared(cap) -> fx.GraphModule:
-    """The joint graph as the partitioner decides on it (dead code gone, CSE)."""
-    from torch._functorch.partitioners import fx_graph_cse
-
-    gm = cap.fresh()
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    if config.cse:
-        gm.graph = fx_graph_cse(gm.graph)
-    return gm
+    """torch's side: the joint graph after torch's own dead-code elimination and CSE."""
+    return torch_prepared(cap.fresh())
 
 
 def _decide(cap, budget: float, solver: str | None = None):
-    return decide_with_budget(_prepared(cap).graph, budget, num_fwd_outputs=cap.num_fwd_outputs,
-                              solver=solver, **cap.partition_kwargs)
+    """fxcut's side: the partitioner's planned preparation; the captured graph is only read."""
+    graph = cap.gm.graph
+    return decide_with_budget(graph, budget, num_fwd_outputs=cap.num_fwd_outputs, solver=solver,
+                              arrays=plan_and_lower(graph, cse=bool(config.cse))[1], **cap.partition_kwargs)
 
 
 # The zoo cases that reach the knapsack at some budget.  The others (mlp,
@@ -230,8 +228,7 @@ def test_budget_partition_equals_torch(name: str) -> None:
                 continue
             with _budget_config(budget, solver):
                 want = torch_budget_decision(_prepared(cap), cap.num_fwd_outputs, budget, statics)
-                got = decide_with_budget(_prepared(cap).graph, budget, num_fwd_outputs=cap.num_fwd_outputs,
-                                         static_lifetime_input_indices=statics)
+                got = _decide(cap, budget)
             assert got.stage == "knapsack"
             assert [n.name for n in got.saved_nodes] == want, (solver, budget)
     assert bool(knapsack_budgets) == (name in KNAPSACK_CASES), knapsack_budgets
@@ -258,14 +255,15 @@ def test_resnet_step_under_a_budget_fails_as_with_torch() -> None:
 
 
 def test_budget_pass_lowers_the_graph_once(monkeypatch) -> None:
-    from fxcut import partition
-
     calls = []
-    real = partition.lower_for_partition
-    monkeypatch.setattr(partition, "lower_for_partition", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = fxcut.core.lower_for_partition
+    for module in (fxcut.core, fxcut.partition):
+        if hasattr(module, "lower_for_partition"):
+            monkeypatch.setattr(module, "lower_for_partition", lambda *a, **k: calls.append(1) or real(*a, **k))
     cap = zoo.capture("gpt2")
     with _budget_config(0.5, "dp"):
-        d = decide_with_budget(_prepared(cap).graph, 0.5, num_fwd_outputs=cap.num_fwd_outputs)
+        d = decide_with_budget(cap.gm.graph, 0.5, num_fwd_outputs=cap.num_fwd_outputs,
+                               arrays=plan_and_lower(cap.gm.graph, cse=bool(config.cse))[1])
         assert d.stage == "knapsack" and d.n_cuts == 4
         assert len(calls) == 1
         cap.partition(fxcut.min_cut_rematerialization_partition)

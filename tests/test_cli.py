@@ -14,8 +14,8 @@ import torch
 
 import fxcut
 import fxcut.cli as cli
-from fxcut.capture import capture_model
 from fxcut.report import summarize
+from training import capture_model
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -241,3 +241,18 @@ def test_installed_console_script_runs():
     proc = subprocess.run([str(script), "partition", "--model", "nosuch"], capture_output=True, text=True,
                           env=_env(), timeout=300)
     assert proc.returncode == 2 and "unknown model 'nosuch'" in proc.stderr
+
+
+def test_bench_without_a_source_checkout_is_one_line_and_writes_nothing(capsys, tmp_path):
+    # Installed from a wheel, the benchmark (development tooling) is not there.
+    rc = cli.run_bench(["--quick"], script=tmp_path / "bench" / "partition_benchmark.py")
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and err.startswith("fxcut: error: `fxcut bench`"), err
+    assert "source checkout" in err and "partition_benchmark.py" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_runs_the_checkouts_benchmark():
+    assert cli.BENCH_SCRIPT == ROOT / "bench" / "partition_benchmark.py"
+    assert cli.BENCH_SCRIPT.is_file()

@@ -8,35 +8,18 @@ import torch
 import fxcut
 import zoo
 from fxcut.explain import UnknownNodeError, explain_value, explain_values
-from fxcut.report import summarize
+from placement import graph_state, partition_placement
 
 
-def _actual_placement(case: str) -> dict[str, str]:
-    """Where fxcut's partition put each call_function node of the case."""
-    cap = zoo.capture(case)
-    fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
-    saved = set(summarize(fw, bw, cap.num_fwd_outputs).saved)
-    fw_names = {n.name for n in fw.graph.nodes if n.op == "call_function"}
-    bw_names = {n.name for n in bw.graph.nodes if n.op == "call_function"}
-    placement = {}
-    for name in fw_names | bw_names:
-        if name in saved:
-            placement[name] = "saved"
-        elif name in fw_names and name in bw_names:
-            placement[name] = "recomputed"
-        elif name in bw_names:
-            placement[name] = "computed in backward"
-        else:
-            placement[name] = "forward only"
-    return placement
-
-
-@pytest.mark.parametrize("case", ["mlp", "gpt2", "gpt2_dropout", "llama_bf16", "moe", "resnet", "mlp_dynamic"])
+@pytest.mark.parametrize("case", ["mlp", "gpt2", "gpt2_dropout", "llama_bf16", "llama_sac", "moe", "resnet",
+                                  "mlp_dynamic"])
 def test_explanation_agrees_with_the_partition_for_every_node(case):
     cap = zoo.capture(case)
-    placement = _actual_placement(case)
-    explained = {r["node"]: r for r in explain_values(cap.fresh(), num_fwd_outputs=cap.num_fwd_outputs,
+    placement = partition_placement(cap)
+    before = graph_state(cap.gm)
+    explained = {r["node"]: r for r in explain_values(cap.gm, num_fwd_outputs=cap.num_fwd_outputs,
                                                       **cap.partition_kwargs)}
+    assert graph_state(cap.gm) == before  # read only: no copy needed
     assert placement.keys() <= explained.keys()
     wrong = {name: (where, explained[name]["why"]) for name, where in placement.items()
              if not explained[name]["why"].startswith(where)}

@@ -6,12 +6,13 @@ import logging
 import re
 
 import pytest
+from torch._functorch import config
 
 import fxcut
 import fxcut.cli as cli
 import fxcut.partition
 import zoo
-from fxcut.core import Decision, decide
+from fxcut.core import Decision, decide, plan_and_lower
 
 
 def _records(caplog, level: int) -> list[logging.LogRecord]:
@@ -19,15 +20,10 @@ def _records(caplog, level: int) -> list[logging.LogRecord]:
 
 
 def _decision_of(case: str) -> Decision:
-    from torch._functorch import config
-    from torch._functorch.partitioners import fx_graph_cse
-
+    """The decision the partitioner logs, made on the same prepared graph (the capture is only read)."""
     cap = zoo.capture(case)
-    graph = cap.fresh().graph
-    graph.eliminate_dead_code()
-    if config.cse:
-        graph = fx_graph_cse(graph)
-    return decide(graph, num_fwd_outputs=cap.num_fwd_outputs,
+    graph = cap.gm.graph
+    return decide(graph, num_fwd_outputs=cap.num_fwd_outputs, arrays=plan_and_lower(graph, cse=bool(config.cse))[1],
                   static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"))
 
 

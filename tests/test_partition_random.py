@@ -19,7 +19,7 @@ from torch._functorch import config
 import fxcut
 from fxcut.core import decide
 from random_joint import random_joint
-from fxcut.torch_reference import torch_decision
+from torch_reference import torch_decision
 
 CONFIG_VARIANTS = [
     {},

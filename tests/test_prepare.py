@@ -9,7 +9,6 @@ import copy
 import pytest
 import torch
 import torch.fx as fx
-from torch._functorch.compile_utils import fx_graph_cse
 
 from fxcut import prepare
 from fxcut.ops import default_facts
@@ -17,13 +16,11 @@ from fxcut.core import _impure_random
 
 import zoo
 from random_joint import random_joint
+from torch_reference import torch_prepared
 
 
 def _torch_prepared(gm: fx.GraphModule) -> fx.GraphModule:
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    gm.graph = fx_graph_cse(gm.graph)
-    return gm
+    return torch_prepared(gm, cse=True)
 
 
 def _fxcut_prepared(gm: fx.GraphModule) -> tuple[fx.GraphModule, prepare.Preparation]:

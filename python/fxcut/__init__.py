@@ -9,7 +9,7 @@
 - :func:`memory_pareto`: the memory/recompute trade-off over a budget sweep.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from ._C import InfiniteCutError
@@ -18,6 +18,9 @@ from .lower import GraphArrays, LoweringError
 from .ops import get_no_copy_ops, is_cast_op
 from .partition import min_cut_rematerialization_partition
 from .zero3 import get_wrapped_partitioner, recompute_param_aliases
+
+if TYPE_CHECKING:  # their real types for type checkers; at run time see __getattr__
+    from .integrations.torch_compile import InductorPartitioner, aot_backend, inductor_backend
 
 __all__ = [
     "__version__",
@@ -40,7 +43,8 @@ _LAZY = {"InductorPartitioner", "aot_backend", "inductor_backend"}
 
 
 def __getattr__(name: str) -> Any:
-    # The torch.compile integrations import inductor: only when asked for.
+    # The torch.compile integrations import inductor (seconds): only when asked
+    # for, so ``import fxcut`` does not (tests/test_package_shape.py checks it).
     if name in _LAZY:
         from .integrations import torch_compile
 

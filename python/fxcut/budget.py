@@ -26,15 +26,26 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 import torch
 import torch.fx as fx
+from torch._functorch import config
+from torch.utils._mode_utils import no_dispatch
+from torch.utils._ordered_set import OrderedSet
 
 from . import _C
+from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph, plan_and_lower
 from .knapsack import SOLVERS, KnapsackChoice, solve
 from .lower import GraphArrays
+
+if TYPE_CHECKING:  # both import inductor (seconds): at run time only when a budget below 1 needs them
+    from torch._functorch.partitioners import NodeInfo
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+
+#: ``activation_memory_budget_solver``: a name (fxcut's solvers and torch's) or torch's custom solver.
+Solver: TypeAlias = "str | CustomKnapsackSolver"
 
 STAGES: dict[int, str] = {
     _C.STAGE_NO_BACKWARD: "no_backward",
@@ -54,7 +65,7 @@ _TORCH_SOLVERS = ("dynamic_memory_budget_dp",)
 # --------------------------------------------------------------------------- configuration
 
 
-def check_budget(budget: Any) -> float:
+def check_budget(budget: object) -> float:
     """The budget as a float; ValueError naming it unless it is in [0, 1]."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float)):
         raise ValueError(f"activation_memory_budget must be a number in [0, 1], got {budget!r}")
@@ -64,7 +75,8 @@ def check_budget(budget: Any) -> float:
     return value
 
 
-def check_solver(solver: Any) -> None:
+def check_solver(solver: object) -> None:
+    # Inductor's module (seconds to import): only when a budget below 1 is checked.
     from torch._inductor.custom_graph_pass import CustomKnapsackSolver
 
     if isinstance(solver, CustomKnapsackSolver):
@@ -77,8 +89,8 @@ def check_solver(solver: Any) -> None:
     )
 
 
-def check_estimator(estimator: Any) -> None:
-    from torch._inductor.custom_graph_pass import CustomRuntimeEstimator
+def check_estimator(estimator: object) -> None:
+    from torch._inductor.custom_graph_pass import CustomRuntimeEstimator  # inductor: see check_solver
 
     if isinstance(estimator, CustomRuntimeEstimator) or (isinstance(estimator, str) and estimator in ESTIMATORS):
         return
@@ -103,7 +115,7 @@ def region_budgets(joint_module: fx.GraphModule) -> tuple[list[float], list[fx.N
     of the subgraph modules under it (distinct values, in order), and the
     annotated graph's nodes without one (torch requires full coverage of the
     forward; the caller filters these by its classification)."""
-    try:
+    try:  # version-dependent: torch without region budgets has no such function
         from torch.fx.traceback import _get_memory_budget_annotation
     except ImportError:  # pragma: no cover - older torch
         return [], []
@@ -153,7 +165,7 @@ def input_storage_mask(arrays: GraphArrays) -> bytes:
     """1 where a node's value lives in the storage of a graph input (torch's
     ``get_node_storage(node) in input_storages``; ``None`` counts as a
     storage, as it does there)."""
-    from torch._inductor.fx_utils import get_node_storage
+    from torch._inductor.fx_utils import get_node_storage  # inductor: see check_solver
 
     flags, kind = arrays.flags, arrays.kind
     input_bits = _C.F_PRIMAL | _C.F_FWD_SEED
@@ -178,6 +190,7 @@ def input_storage_mask(arrays: GraphArrays) -> bytes:
 
 def _hint(x: Any) -> Any:
     if isinstance(x, torch.SymInt):
+        # Loaded already wherever a SymInt exists; not worth its 0.8 s in ``import fxcut``.
         from torch.fx.experimental.symbolic_shapes import optimization_hint
 
         return optimization_hint(x, fallback=4096)
@@ -221,7 +234,8 @@ class RuntimeEstimates:
         self.calls = 0
 
     def __call__(self, nodes: Sequence[fx.Node]) -> list[float]:
-        from torch._functorch import config
+        # torch's estimators live in its partitioner, which imports inductor (seconds):
+        # only when a budget below 1 needs them (``import fxcut`` does not import inductor).
         from torch._functorch import partitioners as tp
 
         mode = config.activation_memory_budget_runtime_estimator
@@ -259,7 +273,7 @@ class BudgetDecision:
     budget: float
     stage: str
     saved: list[int]
-    decision: Any  # fxcut.core.Decision of the last cut (tags, classes)
+    decision: Decision  # of the last cut (tags, classes)
     min_act_size: float = 0.0
     max_act_size: float = 0.0
     ratio_more_aggressive: float = math.nan
@@ -283,10 +297,9 @@ class BudgetDecision:
         return [nodes[i] for i in self.saved]
 
 
-def _torch_node_info(decision: Any, static_lifetime_input_indices: Sequence[int]) -> Any:
+def _torch_node_info(decision: Decision, static_lifetime_input_indices: Sequence[int]) -> NodeInfo:
     """torch's NodeInfo from fxcut's classification (for custom solvers)."""
-    from torch._functorch import partitioners as tp
-    from torch.utils._ordered_set import OrderedSet
+    from torch._functorch import partitioners as tp  # imports inductor: see RuntimeEstimates
 
     nodes = decision.arrays.nodes
     cls = decision.node_class
@@ -294,27 +307,27 @@ def _torch_node_info(decision: Any, static_lifetime_input_indices: Sequence[int]
     bw = OrderedSet(n for i, n in enumerate(nodes) if cls[i] & _C.C_REQUIRED_BW)
     closure = OrderedSet(n for i, n in enumerate(nodes) if cls[i] & _C.C_TANGENTS_CLOSURE)
     unclaimed = OrderedSet(n for n in nodes if n not in fw and n not in bw)
-    primals = [n for n in nodes if tp._is_primal(n)]
-    inputs = primals + [n for n in nodes if tp._is_fwd_seed_offset(n)]
+    # torch's private helpers, not re-exported by its partitioner module:
+    primals = [n for n in nodes if tp._is_primal(n)]  # type: ignore[attr-defined]
+    inputs = primals + [n for n in nodes if tp._is_fwd_seed_offset(n)]  # type: ignore[attr-defined]
     static = OrderedSet(p for k, p in enumerate(primals) if k in static_lifetime_input_indices)
     fw_order = {n: k for k, n in enumerate(n for n in nodes if n in fw)}
     return tp.NodeInfo(inputs, fw, bw, closure, unclaimed, fw_order, static)
 
 
 def _knapsack(
-    solver: Any,
+    solver: Solver,
     memories: list[float],
     runtimes: list[float],
     max_memory: float,
     graph: fx.Graph,
     candidate_nodes: list[fx.Node],
-    node_info: Callable[[], Any],
+    node_info: Callable[[], NodeInfo],
 ) -> KnapsackChoice:
     if isinstance(solver, str) and solver in SOLVERS:
         return solve(solver, memories, runtimes, max_memory)
     # dynamic_memory_budget_dp and custom solvers: torch's own dispatch.
-    from torch._functorch import partitioners as tp
-    from torch.utils._mode_utils import no_dispatch
+    from torch._functorch import partitioners as tp  # imports inductor: see RuntimeEstimates
 
     with no_dispatch():
         value, saved, recomputable = tp._optimize_runtime_with_given_memory(
@@ -329,18 +342,14 @@ def decide_with_budget(
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
-    options: Any = None,
+    options: MinCutOptions | None = None,
     arrays: GraphArrays | None = None,
     estimates: RuntimeEstimates | None = None,
-    solver: Any = None,
+    solver: Solver | None = None,
 ) -> BudgetDecision:
     """The budget pass over ``graph`` (read only).  ``arrays``: a lowering
     of ``graph`` to reuse; ``estimates``: a runtime cache to share across
     calls; ``solver``: overrides ``config.activation_memory_budget_solver``."""
-    from torch._functorch import config
-
-    from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph
-
     budget = check_budget(budget)
     solver = config.activation_memory_budget_solver if solver is None else solver
     if 0.0 < budget < 1.0:
@@ -387,15 +396,8 @@ def decide_with_budget(
     dont_ban = bytearray(len(arrays))
     for k in result.knapsack.recomputable:
         dont_ban[result.candidates[k]] = 1
-    aggressive = replace(
-        opts,
-        ban_if_used_far_apart=False,
-        ban_if_long_fusible_chains=False,
-        ban_if_materialized_backward=False,
-        ban_if_not_in_allowlist=False,
-    )
     final = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
-                   options=aggressive, arrays=arrays, dont_ban_mask=bytes(dont_ban))
+                   options=opts.aggressive(), arrays=arrays, dont_ban_mask=bytes(dont_ban))
     t6 = time.perf_counter()
     result.decision = final
     result.saved = list(final.saved)
@@ -417,7 +419,7 @@ class ParetoPoint(NamedTuple):
 DEFAULT_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
 
 
-def recomputed_nodes(decision: Any, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
+def recomputed_nodes(decision: Decision, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
     """The forward ops the backward recomputes when ``saved`` is saved: the
     call_function forward nodes the backward outputs reach through their
     inputs without passing a saved value or a placeholder (getitems, which
@@ -447,7 +449,7 @@ def memory_pareto(
     *,
     budgets: Sequence[float] = DEFAULT_BUDGETS,
     static_lifetime_input_indices: list[int] | None = None,
-    solver: Any = None,
+    solver: Solver | None = None,
     plot: str | None = None,
 ) -> list[ParetoPoint]:
     """The memory/runtime trade-off of the budget, one point per budget.
@@ -455,27 +457,19 @@ def memory_pareto(
     For each budget: the bytes the forward saves for the backward and the
     estimated runtime of the forward ops the backward recomputes (under the
     configured runtime estimator: flops by default), and the stage that
-    decided.  ``joint_module`` is left untouched (a copy gets the dead-code
-    elimination and CSE the partitioner applies); the graph is lowered once
-    and every estimate is shared across budgets.  ``plot``: a path to save a
-    PNG of recompute runtime against saved bytes (needs matplotlib).
+    decided.  The graph is taken as the partitioner prepares it (dead code
+    removed, CSE when config.cse; planned, ``joint_module`` is not
+    modified) and lowered once; every estimate is shared across budgets.
+    ``plot``: a path to save a PNG of recompute runtime against saved bytes
+    (needs matplotlib).
     """
-    from torch._functorch import config
-    from torch._functorch import partitioners as tp
-
-    from .capture import copy_graph_module
-    from .core import lower_graph
-
     points_budgets = [check_budget(b) for b in budgets]
-    gm = copy_graph_module(joint_module)
-    gm.graph.eliminate_dead_code()
-    if config.cse:
-        gm.graph = tp.fx_graph_cse(gm.graph)
-    arrays = lower_graph(gm.graph)
+    graph = joint_module.graph
+    arrays = plan_and_lower(graph, cse=bool(config.cse))[1]
     estimates = RuntimeEstimates()
     points = []
     for b in points_budgets:
-        d = decide_with_budget(gm.graph, b, num_fwd_outputs=num_fwd_outputs,
+        d = decide_with_budget(graph, b, num_fwd_outputs=num_fwd_outputs,
                                static_lifetime_input_indices=static_lifetime_input_indices,
                                arrays=arrays, estimates=estimates, solver=solver)
         if d.stage == "no_backward":

@@ -10,7 +10,7 @@ then delegates (to torch's ``min_cut_rematerialization_partition`` by
 default) so compilation completes.
 
 Fake capture (``fake=True``): the model is built under a
-``FakeTensorMode`` (:func:`capture_model` does it), so its parameters are
+``FakeTensorMode`` (the ``fxcut`` command does it), so its parameters are
 fake tensors that claim ``device="cpu"`` but own no storage; compiling and
 running the forward inside that mode gives exactly the joint graph of the
 real CPU model -- CPU autocast included -- for any parameter count.  (A
@@ -40,11 +40,8 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.compilers import nop
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-from .models import BlockStack, LossFn, build_model
-
-#: DeepCompile's parameter record: (position among the primal placeholders, ds_id, full shape)
-ParamIndex = tuple[int, int, torch.Size]
-PartitionFn = Callable[..., tuple[fx.GraphModule, fx.GraphModule]]
+from .models import BlockStack, LossFn
+from .zero3 import ParamIndex, PartitionFn
 
 aten = torch.ops.aten
 
@@ -61,7 +58,7 @@ class CaptureOptions:
     - ``checkpoint``: wrap each block in non-reentrant ``torch.utils.checkpoint``.
     - ``sac``: like ``checkpoint``, with :func:`sac_policy` (implies ``checkpoint``).
     - ``dynamic``: ``torch.compile(dynamic=True)``: symbolic input sizes.
-    - ``fake``: the model's parameters are fake tensors (see :func:`capture_model`).
+    - ``fake``: the model's parameters are fake tensors (built under a ``FakeTensorMode``).
     """
 
     autocast_dtype: torch.dtype | None = None
@@ -73,6 +70,7 @@ class CaptureOptions:
 
 def torch_min_cut_partition(*args: Any, **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
     """The installed torch's ``min_cut_rematerialization_partition``."""
+    # torch's partitioner imports inductor (seconds): only when it partitions.
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     return min_cut_rematerialization_partition(*args, **kwargs)
@@ -88,8 +86,11 @@ def sac_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> torch.utils.chec
     return torch.utils.checkpoint.CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def sac_context_fn() -> Any:
-    return torch.utils.checkpoint.create_selective_checkpoint_contexts(sac_policy)
+def sac_context_fn() -> tuple[contextlib.AbstractContextManager[None], contextlib.AbstractContextManager[None]]:
+    """The forward's and the recomputation's contexts of :func:`sac_policy`."""
+    contexts: tuple[contextlib.AbstractContextManager[None], contextlib.AbstractContextManager[None]] = (
+        torch.utils.checkpoint.create_selective_checkpoint_contexts(sac_policy))  # type: ignore[no-untyped-call]
+    return contexts
 
 
 # --------------------------------------------------------------------------- copies
@@ -188,23 +189,26 @@ def _fake_mode_of(model: nn.Module) -> FakeTensorMode | None:
     return next(iter(modes.values()), None)
 
 
-def _param_indices(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
-                   names: dict[int, str], ds_ids: dict[int, int]) -> tuple[list[ParamIndex], list[str]]:
-    # aot_module_simplified puts the traced module's own parameters and buffers
-    # first, then the graph inputs.
+def primal_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[tuple[str | None, Any]]:
+    """What AOT Autograd's primal placeholders hold, in order, as (name,
+    value): the traced module's own parameters and buffers (none when dynamo
+    lifts them, its default), then dynamo's graph inputs (name None)."""
     own = [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
+    return [*own, *((None, t) for t in example_inputs)]
+
+
+def _param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                   names: dict[int, str], ds_ids: dict[int, int]) -> tuple[list[ParamIndex], list[str]]:
     indices: list[ParamIndex] = []
     found: list[str] = []
-    for position, (name, t) in enumerate(own):
-        if isinstance(t, nn.Parameter):
-            indices.append((position, ds_ids.get(id(t), -1), t.shape))
-            found.append(names.get(id(t), name))
-    for k, t in enumerate(example_inputs):
-        if isinstance(t, nn.Parameter):
-            if id(t) not in names:
-                raise CaptureError(f"graph input {k} is a parameter the model does not own")
-            indices.append((len(own) + k, ds_ids[id(t)], t.shape))
-            found.append(names[id(t)])
+    for position, (name, t) in enumerate(primal_inputs(gm, example_inputs)):
+        if not isinstance(t, nn.Parameter):
+            continue
+        if name is None and id(t) not in names:
+            raise CaptureError(f"primal {position} is a parameter the model does not own")
+        # The module's own parameters may be unknown to the model (ds_id -1).
+        indices.append((position, ds_ids.get(id(t), -1), t.shape))
+        found.append(names.get(id(t), name or ""))
     return indices, found
 
 
@@ -241,7 +245,7 @@ def _run_step(model: nn.Module, step: Callable[..., torch.Tensor], inputs: Seque
         torch.manual_seed(seed)
         loss = step(*inputs)
         if backward:
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # unannotated in torch
     grads: Grads = {}
     for name, p in model.named_parameters():
         if p.requires_grad:
@@ -275,7 +279,7 @@ def _capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, opts: Cap
     fake_mode = _fake_mode_of(model)
     if opts.fake and fake_mode is None:
         raise ValueError("fake=True needs a model whose parameters are fake tensors: "
-                         "build it under a FakeTensorMode (see capture_model)")
+                         "build it under a FakeTensorMode")
     if not opts.fake and fake_mode is not None:
         raise ValueError("the model's parameters are fake tensors: pass fake=True")
 
@@ -293,9 +297,7 @@ def _capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, opts: Cap
         # Dynamo may throw a graph away and retrace (with dynamic=True it first
         # tries unspecialised floats); only a graph whose compilation returned counts.
         indices, found = _param_indices(gm, example_inputs, names, ds_ids)
-        n_own = len(list(gm.named_parameters(remove_duplicate=False)))
-        n_own += len(list(gm.named_buffers(remove_duplicate=False)))
-        graphs.append((indices, found, n_own + len(example_inputs), recorder.calls[first_call:]))
+        graphs.append((indices, found, len(primal_inputs(gm, example_inputs)), recorder.calls[first_call:]))
         return compiled
 
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
@@ -339,7 +341,7 @@ def capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
     compiled).  ``delegate`` is the partitioner that finishes the
     compilation.  ``ds_id`` of a parameter is its position in
     ``model.named_parameters()``.  With ``fake=True`` every parameter must be
-    a fake tensor (build the model with :func:`capture_model` or under a
+    a fake tensor (build the model under a
     ``FakeTensorMode``); real tensor inputs are converted to that mode.
     Raises :class:`CaptureError` unless exactly one joint graph was made.
     """
@@ -347,63 +349,8 @@ def capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
     return _capture(model, inputs, loss_fn, opts, delegate, seed=0, backward=False)[0]
 
 
-def capture_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
-                 autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
-                 dynamic: bool = False, delegate: PartitionFn = torch_min_cut_partition,
-                 seed: int = 0) -> tuple[JointCapture, tuple[torch.Tensor, Grads]]:
-    """:func:`capture` and run the backward too: the capture and :func:`train_step`'s result.
-
-    The recorder only copies its arguments, so the returned step is exactly
-    ``train_step(model, inputs, loss_fn, delegate, ..., seed=seed)``: one
-    compilation serves both.
-    """
-    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic)
-    return _capture(model, inputs, loss_fn, opts, delegate, seed=seed, backward=True)
-
-
-def capture_model(name: str, *, autocast_dtype: torch.dtype | None = None, checkpoint: bool = False,
-                  sac: bool = False, dynamic: bool = False, fake: bool = False,
-                  delegate: PartitionFn = torch_min_cut_partition, **cfg: Any) -> JointCapture:
-    """Build ``fxcut.models.MODELS[name](**cfg)`` and :func:`capture` it.
-
-    With ``fake=True`` the model is built under a fresh ``FakeTensorMode``,
-    so no parameter is allocated whatever its size.
-    """
-    with FakeTensorMode() if fake else contextlib.nullcontext():
-        model, make_inputs, loss_fn = build_model(name, **cfg)
-        inputs = make_inputs()
-    return capture(model, inputs, loss_fn, autocast_dtype=autocast_dtype, checkpoint=checkpoint,
-                   sac=sac, dynamic=dynamic, fake=fake, delegate=delegate)
-
-
-# --------------------------------------------------------------------------- training steps
-
-
-def train_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, partition_fn: PartitionFn, *,
-               autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
-               dynamic: bool = False, seed: int = 0) -> tuple[torch.Tensor, Grads]:
-    """One forward+backward of ``loss_fn(model(*inputs), inputs)``, compiled with ``partition_fn``.
-
-    The backend is ``aot_autograd`` with no-op compilers (CPU eager kernels).
-    The global RNG is seeded with ``seed`` for the run and restored after.
-    Returns ``(loss, {name: grad})`` for every parameter that requires grad
-    (``None`` where it got none); the model's ``.grad`` fields are left cleared.
-    """
-    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic)
-    return _compile_and_run(model, inputs, loss_fn, _aot_backend(partition_fn), opts, seed, backward=True)
-
-
-def eager_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
-               autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
-               dynamic: bool = False, seed: int = 0) -> tuple[torch.Tensor, Grads]:
-    """:func:`train_step` without compiling (``dynamic`` is accepted and ignored)."""
-    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic)
-    with _compile_options(model, opts):
-        return _run_step(model, lambda *a: loss_fn(model(*a), a), inputs, seed, backward=True)
-
-
 __all__ = [
     "CaptureError", "CaptureOptions", "Grads", "JointCapture", "ParamIndex", "PartitionFn",
-    "PartitionRecorder", "capture", "capture_model", "capture_step", "copy_graph_module",
-    "eager_step", "sac_context_fn", "sac_policy", "torch_min_cut_partition", "train_step",
+    "PartitionRecorder", "capture", "copy_graph_module", "primal_inputs", "sac_context_fn", "sac_policy",
+    "torch_min_cut_partition",
 ]

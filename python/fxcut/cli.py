@@ -3,7 +3,7 @@
     fxcut partition --model llama --layers 4 --zero3     # fxcut vs torch, side by side
     fxcut partition --module pkg.mod:factory --input 8,128:float32
     fxcut explain --model gpt2 VALUE                     # why VALUE was saved / recomputed
-    fxcut bench [--quick] [--layers 1 4 12 24 48]        # the benchmark, with a progress bar
+    fxcut bench [--quick] [--out DIR] [--docs DIR]       # a source checkout's benchmark (bench/)
     python -m fxcut                                      # the main job (see DEFAULT_ARGS)
 
 Models are traced with fake tensors, so a model of billions of parameters is
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import inspect
 import json
 import logging
@@ -22,6 +23,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import torch
@@ -369,6 +371,30 @@ def _add_verbose(p: argparse.ArgumentParser, default: Any) -> None:
     p.add_argument("-v", "--verbose", action="count", default=default, help="log at INFO (-v) or DEBUG (-vv)")
 
 
+#: The benchmark ``fxcut bench`` runs: development tooling, in the source
+#: checkout next to this package (``python/fxcut/``), not in the wheel.
+BENCH_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "partition_benchmark.py"
+
+
+def run_bench(argv: Sequence[str], script: Path = BENCH_SCRIPT) -> int:
+    """``fxcut bench``: run the source checkout's benchmark (it needs the
+    checkout's tests/ for torch's reference, and numpy, scipy, networkx and
+    matplotlib); a clear error where fxcut is installed without one."""
+    if not script.is_file():
+        sys.stderr.write(
+            f"fxcut: error: `fxcut bench` runs the benchmark of fxcut's source checkout ({script} is "
+            "missing: this fxcut was installed from a wheel). Clone the repository, install it with "
+            "`pip install -e '.[test]'` and run `fxcut bench` (or `python bench/bench_partition.py`) there.\n")
+        return 2
+    spec = importlib.util.spec_from_file_location("partition_benchmark", script)
+    assert spec is not None and spec.loader is not None  # a .py file always has a source loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    status: int = module.main(list(argv), prog="fxcut bench")
+    return status
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fxcut", description="fxcut: AOT Autograd's min-cut partition decision, in C")
     _add_verbose(parser, 0)
@@ -398,9 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] == "bench":
         # The benchmark has its own options (argparse cannot hand a
         # subcommand's unknown options through).
-        from .benchmark import main as bench_main
-
-        return bench_main(argv[1:], prog="fxcut bench")
+        return run_bench(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import time
 from array import array
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._functorch import config
+from torch.utils.checkpoint import CheckpointPolicy
 
-from . import _C
+from . import _C, prepare
 from .lower import GraphArrays, lower_for_partition
 from .ops import default_facts, mutated_inputs
 
@@ -56,16 +59,13 @@ class MinCutOptions:
     max_dist_from_bw: int
 
     @classmethod
-    def from_config(cls) -> "MinCutOptions":
+    def from_config(cls) -> MinCutOptions:
         """Read ``torch._functorch.config`` now, as torch does at call time."""
-        from torch._functorch import config
-
-        aggressive = bool(config.aggressive_recomputation)
-        return cls(
-            ban_if_used_far_apart=bool(config.ban_recompute_used_far_apart) and not aggressive,
-            ban_if_long_fusible_chains=bool(config.ban_recompute_long_fusible_chains) and not aggressive,
-            ban_if_materialized_backward=bool(config.ban_recompute_materialized_backward) and not aggressive,
-            ban_if_not_in_allowlist=bool(config.ban_recompute_not_in_allowlist) and not aggressive,
+        opts = cls(
+            ban_if_used_far_apart=bool(config.ban_recompute_used_far_apart),
+            ban_if_long_fusible_chains=bool(config.ban_recompute_long_fusible_chains),
+            ban_if_materialized_backward=bool(config.ban_recompute_materialized_backward),
+            ban_if_not_in_allowlist=bool(config.ban_recompute_not_in_allowlist),
             ban_if_reduction=bool(config.ban_recompute_reductions),
             recompute_views=bool(config.recompute_views),
             treat_parameters_as_free_to_save=bool(config.treat_parameters_as_free_to_save),
@@ -73,6 +73,14 @@ class MinCutOptions:
             unsafe_allow_optimization_of_collectives=bool(config.unsafe_allow_optimization_of_collectives),
             max_dist_from_bw=int(config.max_dist_from_bw),
         )
+        return opts.aggressive() if config.aggressive_recomputation else opts
+
+    def aggressive(self) -> MinCutOptions:
+        """These options with the four bans that ``aggressive_recomputation``
+        (and the memory budget's relaxed cuts) lift turned off: the one place
+        that relaxation is written."""
+        return replace(self, ban_if_used_far_apart=False, ban_if_long_fusible_chains=False,
+                       ban_if_materialized_backward=False, ban_if_not_in_allowlist=False)
 
 
 @dataclass
@@ -97,7 +105,7 @@ class Decision:
         return [nodes[i] for i in self.saved]
 
     @classmethod
-    def from_core(cls, arrays: GraphArrays, out: dict, seconds: dict[str, float] | None = None) -> "Decision":
+    def from_core(cls, arrays: GraphArrays, out: dict[str, Any], seconds: dict[str, float] | None = None) -> Decision:
         """From the dict the core's decision entry points return."""
         network = None
         if "net_tail" in out:
@@ -165,7 +173,7 @@ def _bw_mutation_sources(arrays: GraphArrays) -> list[int]:
     return sources
 
 
-def _fuse_pairs(arrays: GraphArrays) -> tuple[array, array]:
+def _fuse_pairs(arrays: GraphArrays) -> tuple[array[int], array[int]]:
     fuse_a, fuse_b = array("i"), array("i")
     for b, bits in enumerate(arrays.flags):
         if bits & _C.F_MUTABLE_HOP:
@@ -178,6 +186,20 @@ def _fuse_pairs(arrays: GraphArrays) -> tuple[array, array]:
 def lower_graph(graph: fx.Graph) -> GraphArrays:
     """The graph array of ``graph`` with the facts the decision reads."""
     return lower_for_partition(graph, default_facts(), impure_random=_impure_random())
+
+
+def plan_and_lower(graph: fx.Graph, *, cse: bool) -> tuple[prepare.Preparation, GraphArrays]:
+    """The one graph-preparation path: torch's dead-code elimination (and
+    CSE when ``cse``) planned on ``graph``, and the graph array of the graph
+    as they will leave it.  ``graph`` is not modified: the partitioner
+    applies the plan (:func:`fxcut.prepare.apply`) once its decision has
+    succeeded; explain, the HTML page and the Pareto sweep only read."""
+    facts = default_facts()
+    impure_random = _impure_random()
+    prep = prepare.plan(graph, facts, cse=cse, impure_random=impure_random)
+    arrays = lower_for_partition(graph, facts, impure_random=impure_random, removed=prep.removed,
+                                 replace=prep.replace)
+    return prep, arrays
 
 
 def core_args(
@@ -219,7 +241,8 @@ def core_args(
     )
 
 
-def call_core(fn: Any, arrays: GraphArrays, args: tuple[Any, ...], mask: bytes | None, *extra: Any) -> dict:
+def call_core(fn: Callable[..., dict[str, Any]], arrays: GraphArrays, args: tuple[Any, ...], mask: bytes | None,
+              *extra: Any) -> dict[str, Any]:
     """``fn(arrays, options, static_lifetime, mask, force_save, fuse_a,
     fuse_b, *extra)`` with the core's errors naming nodes."""
     option_values, static_mask, force_save, fuse_a, fuse_b = args
@@ -272,8 +295,6 @@ def decide(
 def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutError":
     """An InfiniteCutError naming the chain of nodes that joins source and
     sink by infinite edges, with what pins each end."""
-    from torch.utils.checkpoint import CheckpointPolicy
-
     parts = []
     for i in chain:
         node = arrays.nodes[i]
@@ -290,8 +311,8 @@ def _conflict_error(arrays: GraphArrays, chain: list[int]) -> "_C.InfiniteCutErr
         "(conflicting recompute tags or bans); the chain of nodes is: " + " -> ".join(parts)
     )
     err = _C.InfiniteCutError(message)
-    err.chain = [arrays.nodes[i].name for i in chain]  # type: ignore[attr-defined]
-    err.nodes = [arrays.nodes[i] for i in chain]  # type: ignore[attr-defined]
+    err.chain = [arrays.nodes[i].name for i in chain]
+    err.nodes = [arrays.nodes[i] for i in chain]
     return err
 
 
@@ -313,6 +334,7 @@ def _why_unsaveable(arrays: GraphArrays, i: int) -> str | None:
 def _impure_random() -> bool:
     # As torch's dead-code elimination decides it at call time.
     if torch._guards.TracingContext.try_get():
+        # Inductor is compiling (so loaded) whenever a tracing context exists.
         import torch._inductor.config as inductor_config
 
         return bool(inductor_config.fallback_random)

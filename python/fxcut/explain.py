@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 import torch.fx as fx
-import torch.utils._pytree as pytree
+from torch._functorch import config
 
 from . import _C
-from .core import Decision, decide
+from .core import Decision, decide, plan_and_lower
+from .lower import GraphArrays
 from .report import value_nbytes
 
 _TAG_NAMES = {0: "MUST_SAVE", 1: "PREFER_SAVE", 2: "MUST_RECOMPUTE", 3: "PREFER_RECOMPUTE",
@@ -20,31 +21,42 @@ class UnknownNodeError(LookupError):
     """No node of that name in the (prepared) joint graph."""
 
 
-def _placement(graph: fx.Graph, saved: set[fx.Node], num_fwd_outputs: int) -> tuple[set[fx.Node], set[fx.Node]]:
-    """The nodes torch's module extraction puts in the forward and in the
-    backward, given the saved values: the forward computes its outputs and
-    the saved values from the primals; the backward computes the gradients
-    from the saved values and the tangents."""
-    output = next(n for n in reversed(graph.nodes) if n.op == "output")
-    leaves = pytree.arg_tree_leaves(*output.args)
-    fw_outputs = [x for x in leaves[:num_fwd_outputs] if isinstance(x, fx.Node)]
-    bw_outputs = [x for x in leaves[num_fwd_outputs:] if isinstance(x, fx.Node)]
+class Placement(NamedTuple):
+    """Node indices by where torch's module extraction puts them."""
 
-    def ancestors(roots: list[fx.Node], stop: set[fx.Node]) -> set[fx.Node]:
-        seen: set[fx.Node] = set()
-        stack = list(roots)
+    saved: set[int]  # saved for backward, and used there
+    forward: set[int]
+    backward: set[int]  # the saved values included
+
+
+def placement(arrays: GraphArrays, saved: Iterable[int], num_fwd_outputs: int) -> Placement:
+    """Where torch's module extraction puts each node, given the decision's
+    saved values: the backward computes the gradients from the saved values
+    and the tangents; a saved value it does not reach is dropped (the
+    extraction prunes saved values the backward never reads); the forward
+    computes its outputs and the remaining saved values from the primals.
+    Read from the graph array, so it holds for the graph as dead-code
+    elimination and CSE will leave it."""
+    in_ptr, in_idx = arrays.in_ptr, arrays.in_idx
+
+    def ancestors(roots: Iterable[int], stop: set[int]) -> set[int]:
+        seen: set[int] = set()
+        stack = [i for i in roots if i >= 0]
         while stack:
-            node = stack.pop()
-            if node in seen:
+            i = stack.pop()
+            if i in seen:
                 continue
-            seen.add(node)
-            if node not in stop:
-                stack.extend(node.all_input_nodes)
+            seen.add(i)
+            if i not in stop:
+                stack.extend(in_idx[in_ptr[i]:in_ptr[i + 1]])
         return seen
 
-    forward = ancestors(fw_outputs + list(saved), set())
-    backward = ancestors(bw_outputs, saved)
-    return forward, backward
+    outputs = arrays.outputs
+    chosen = set(saved)
+    backward = ancestors(outputs[num_fwd_outputs:], chosen)
+    kept = chosen & backward
+    forward = ancestors([*outputs[:num_fwd_outputs], *kept], set())
+    return Placement(kept, forward, backward)
 
 
 def explain_value(
@@ -70,19 +82,15 @@ def explain_values(
     **_: Any,
 ) -> list[dict[str, Any]]:
     """The decision for each named node (every node when ``names`` is None)
-    from one partition decision.  The graph is prepared as the partitioner
-    prepares it (dead code removed, CSE when config.cse); ``joint_module`` is
-    modified (pass a copy).  Raises :class:`UnknownNodeError` naming the
-    first name that is not a node of the prepared graph."""
-    from torch._functorch import config
-    from torch._functorch.partitioners import fx_graph_cse
-
+    from one partition decision, on the graph as the partitioner prepares it
+    (dead code removed, CSE when config.cse; planned, ``joint_module`` is
+    not modified).  Raises :class:`UnknownNodeError` naming the first name
+    that is not a node of the prepared graph."""
     graph = joint_module.graph
     before = {n.name for n in graph.nodes}
-    graph.eliminate_dead_code()
-    if config.cse:
-        graph = fx_graph_cse(graph)
-    d = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_lifetime_input_indices)
+    arrays = plan_and_lower(graph, cse=bool(config.cse))[1]
+    d = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_lifetime_input_indices,
+               arrays=arrays)
     index = {n.name: i for i, n in enumerate(d.arrays.nodes) if n.op != "output"}
     wanted = list(index) if names is None else list(names)
     for name in wanted:
@@ -98,13 +106,12 @@ def explain_values(
                 + (f"; similar: {', '.join(close)}" if close else "")
             )
     has_backward = d.n_required_bw > 0
-    saved_nodes = set(d.saved_nodes) if has_backward else set()
-    forward, backward = _placement(graph, saved_nodes, num_fwd_outputs) if has_backward else (set(graph.nodes), set())
-    return [_explain_node(d, index[name], saved_nodes, forward, backward, has_backward) for name in wanted]
+    where = placement(arrays, d.saved, num_fwd_outputs) if has_backward else Placement(set(), set(range(len(arrays))), set())
+    return [_explain_node(d, index[name], where, has_backward) for name in wanted]
 
 
-def _explain_node(d: Decision, i: int, saved_nodes: set[fx.Node], forward: set[fx.Node], backward: set[fx.Node],
-                  has_backward: bool) -> dict[str, Any]:
+def _explain_node(d: Decision, i: int, where: Placement, has_backward: bool) -> dict[str, Any]:
+    saved, forward, backward = where
     node = d.arrays.nodes[i]
     name = node.name
     cls = d.node_class[i]
@@ -120,9 +127,9 @@ def _explain_node(d: Decision, i: int, saved_nodes: set[fx.Node], forward: set[f
         "banned": d.banned(i),
         "dist_from_bw": d.dist_from_bw[i] if cls & _C.C_REQUIRED_FW else None,
         "weight": None if weight == _C.WEIGHT_NONE else ("inf" if weight == _C.WEIGHT_INF else weight),
-        "saved": node in saved_nodes,
-        "in_forward": node in forward,
-        "in_backward": node in backward and node not in saved_nodes,
+        "saved": i in saved,
+        "in_forward": i in forward,
+        "in_backward": i in backward and i not in saved,
     }
     if not has_backward:
         why = "forward only: the graph computes no gradients"
@@ -146,7 +153,8 @@ def _explain_node(d: Decision, i: int, saved_nodes: set[fx.Node], forward: set[f
     else:
         why = "in neither graph"
     facts["why"] = why
-    saved_inputs = [n.name for n in node.all_input_nodes if n in saved_nodes]
+    a = d.arrays
+    saved_inputs = [a.nodes[j].name for j in dict.fromkeys(a.in_idx[a.in_ptr[i]:a.in_ptr[i + 1]]) if j in saved]
     facts["saved_inputs"] = saved_inputs
     lines = [f"{name} = {facts['op']}  ({facts['bytes']} bytes)", f"  {why}"]
     lines.append(

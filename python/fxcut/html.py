@@ -19,10 +19,11 @@ import re
 from typing import Any
 
 import torch.fx as fx
-import torch.utils._pytree as pytree
+from torch._functorch import config
 
 from . import _C
-from .core import Decision, decide
+from .core import Decision, decide, plan_and_lower
+from .explain import placement
 from .report import value_nbytes
 
 #: The classes, in legend order, with their colours.
@@ -42,25 +43,20 @@ _LAYER = re.compile(r"^(.*?[.\[]'?(\d+)'?\]?)(?:[.\[]|$)")
 
 def decide_prepared(joint_module: fx.GraphModule, *, num_fwd_outputs: int,
                     static_lifetime_input_indices: list[int] | None = None, **_: Any) -> Decision:
-    """The decision on ``joint_module`` prepared as the partitioner prepares
-    it (dead code removed, CSE when config.cse), as explain does;
-    ``joint_module`` is modified (pass a copy)."""
-    from torch._functorch import config
-    from torch._functorch.partitioners import fx_graph_cse
-
+    """The decision on ``joint_module`` as the partitioner prepares it (dead
+    code removed, CSE when config.cse; planned, ``joint_module`` is not
+    modified), as explain makes it."""
     graph = joint_module.graph
-    graph.eliminate_dead_code()
-    if config.cse:
-        graph = fx_graph_cse(graph)
-    return decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_lifetime_input_indices)
+    arrays = plan_and_lower(graph, cse=bool(config.cse))[1]
+    return decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_lifetime_input_indices,
+                  arrays=arrays)
 
 
-def _infer_num_fwd_outputs(d: Decision, output: fx.Node) -> int:
+def _infer_num_fwd_outputs(d: Decision) -> int:
     """Leading outputs without the required-in-backward bit are forward outputs."""
-    index = d.arrays.index
     count = 0
-    for leaf in pytree.arg_tree_leaves(*output.args):
-        if isinstance(leaf, fx.Node) and leaf in index and d.node_class[index[leaf]] & _C.C_REQUIRED_BW:
+    for i in d.arrays.outputs:
+        if i >= 0 and d.node_class[i] & _C.C_REQUIRED_BW:
             break
         count += 1
     return count
@@ -68,33 +64,27 @@ def _infer_num_fwd_outputs(d: Decision, output: fx.Node) -> int:
 
 def classify(d: Decision, num_fwd_outputs: int | None = None) -> dict[fx.Node, str]:
     """Each node's class (every node but the output), with explain's placement."""
-    from .explain import _placement
-
-    nodes = [n for n in d.arrays.nodes if n.op != "output"]
-    output = next((n for n in d.arrays.nodes if n.op == "output"), None)
-    has_backward = d.n_required_bw > 0 and output is not None
+    nodes = d.arrays.nodes
+    has_backward = d.n_required_bw > 0 and any(n.op == "output" for n in nodes)
     if not has_backward:
-        return {n: ("banned" if d.banned(i) else "forward") for i, n in enumerate(d.arrays.nodes) if n.op != "output"}
-    assert output is not None
+        return {n: ("banned" if d.banned(i) else "forward") for i, n in enumerate(nodes) if n.op != "output"}
     if num_fwd_outputs is None:
-        num_fwd_outputs = _infer_num_fwd_outputs(d, output)
-    saved = set(d.saved_nodes)
-    forward, backward = _placement(output.graph, saved, num_fwd_outputs)
+        num_fwd_outputs = _infer_num_fwd_outputs(d)
+    saved, forward, backward = placement(d.arrays, d.saved, num_fwd_outputs)
     out: dict[fx.Node, str] = {}
-    for i, n in enumerate(d.arrays.nodes):
+    for i, n in enumerate(nodes):
         if n.op == "output":
             continue
-        if n in saved:
+        if i in saved:
             out[n] = "saved"
-        elif n in backward and n in forward:
+        elif i in backward and i in forward:
             out[n] = "recomputed"
-        elif n in backward:
+        elif i in backward:
             out[n] = "backward"
         elif d.banned(i):
             out[n] = "banned"
         else:
             out[n] = "forward"
-    assert len(out) == len(nodes)
     return out
 
 

@@ -84,12 +84,11 @@ def ilp(memory: Sequence[float], runtimes: Sequence[float], max_memory: float) -
     with scipy's mixed-integer solver -- the problem torch poses, posed the
     same way (same arrays, bounds and integrality), so HiGHS answers alike.
     An item counts as saved only where the solution is exactly 1."""
-    import numpy as np
-
-    try:
+    try:  # optional dependencies, for this solver only
+        import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
     except ImportError:
-        raise RuntimeError("the 'ilp' memory-budget solver needs scipy") from None
+        raise RuntimeError("the 'ilp' memory-budget solver needs numpy and scipy") from None
 
     weights = np.array(memory)
     values = np.array(runtimes)

@@ -15,6 +15,11 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
+from torch._functorch import config
+from torch._library.fake_class_registry import FakeScriptObject
+from torch.fx.experimental._backward_state import BackwardState
+from torch.fx.experimental.proxy_tensor import py_sym_types
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C
@@ -48,16 +53,16 @@ class GraphArrays:
 
     nodes: list[fx.Node]
     index: dict[fx.Node, int]
-    kind: array
-    flags: array
-    tag: array
-    ac_graph_id: array
-    nbytes: array
-    arg_ptr: array
-    arg_idx: array
-    in_ptr: array
-    in_idx: array
-    outputs: array
+    kind: array[int]
+    flags: array[int]
+    tag: array[int]
+    ac_graph_id: array[int]
+    nbytes: array[int]
+    arg_ptr: array[int]
+    arg_idx: array[int]
+    in_ptr: array[int]
+    in_idx: array[int]
+    outputs: array[int]
     #: wall time the lowering took, for logs and benchmarks
     seconds: float = 0.0
 
@@ -201,20 +206,9 @@ def _lower_nodes(
         if op == "output":
             outputs.extend(index[a] if a.__class__ is node_cls else -1 for a in _output_leaves(node))
 
-    return GraphArrays(
-        nodes=nodes,
-        index=index,
-        kind=kind,
-        flags=flags,
-        tag=tag,
-        ac_graph_id=ac_graph_id,
-        nbytes=nbytes,
-        arg_ptr=arg_ptr,
-        arg_idx=arg_idx,
-        in_ptr=in_ptr,
-        in_idx=in_idx,
-        outputs=outputs,
-    )
+    return GraphArrays(nodes=nodes, index=index, kind=kind, flags=flags, tag=tag, ac_graph_id=ac_graph_id,
+                       nbytes=nbytes, arg_ptr=arg_ptr, arg_idx=arg_idx, in_ptr=in_ptr, in_idx=in_idx,
+                       outputs=outputs)
 
 
 def _lower_replaced(
@@ -254,8 +248,6 @@ def _output_leaves(output: fx.Node) -> list[Any]:
     """The leaves of the output node's value, in order, as torch's partitioner
     sees them (``pytree.arg_tree_leaves`` over the output's args).  Leaves
     that are not nodes (``None`` gradients) are lowered as -1."""
-    import torch.utils._pytree as pytree
-
     return list(pytree.arg_tree_leaves(*output.args))
 
 
@@ -263,6 +255,7 @@ def _output_leaves(output: fx.Node) -> list[Any]:
 def _tensor_nbytes(val: torch.Tensor) -> int:
     numel = val.numel()
     if type(numel) is not int:
+        # Loaded already wherever a symbolic size exists; not worth its 0.8 s in ``import fxcut``.
         from torch.fx.experimental.symbolic_shapes import optimization_hint
 
         numel = optimization_hint(numel, fallback=4096)
@@ -279,11 +272,6 @@ class _ValueFacts:
     torch's ``_size_of`` computes (SIZE_UNKNOWN where it would raise)."""
 
     def __init__(self, facts: TargetFacts, impure_random: bool) -> None:
-        from torch._functorch import config
-        from torch._library.fake_class_registry import FakeScriptObject
-        from torch.fx.experimental._backward_state import BackwardState
-        from torch.fx.experimental.proxy_tensor import py_sym_types
-
         self.facts = facts
         self.impure_random = impure_random
         self.sym_types = py_sym_types
@@ -365,6 +353,7 @@ def _shape_of(val: Any) -> str:
 
 
 def _is_opaque(node: fx.Node) -> bool:
+    # AOT Autograd's graph compiler imports inductor (seconds): only for the rare opaque value.
     from torch._functorch._aot_autograd.graph_compile import is_opaque_node
 
     return bool(is_opaque_node(node))

@@ -14,7 +14,10 @@ from __future__ import annotations
 import array
 import math
 from collections.abc import Iterable
-from typing import Literal, Union, overload
+from typing import TYPE_CHECKING, Literal, Union, overload
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 from . import _C
 
@@ -49,19 +52,19 @@ def _capacity_code(cap: Capacity) -> int:
 
 @overload
 def minimum_cut_arrays(
-    n_vertices: int, tail: object, head: object, cap: object, source: int, sink: int,
+    n_vertices: int, tail: Buffer, head: Buffer, cap: Buffer, source: int, sink: int,
     *, algorithm: str = ..., as_mask: Literal[False] = ...,
 ) -> tuple[int, set[int]]: ...
 @overload
 def minimum_cut_arrays(
-    n_vertices: int, tail: object, head: object, cap: object, source: int, sink: int,
+    n_vertices: int, tail: Buffer, head: Buffer, cap: Buffer, source: int, sink: int,
     *, algorithm: str = ..., as_mask: Literal[True],
 ) -> tuple[int, bytes]: ...
 def minimum_cut_arrays(
     n_vertices: int,
-    tail: object,
-    head: object,
-    cap: object,
+    tail: Buffer,
+    head: Buffer,
+    cap: Buffer,
     source: int,
     sink: int,
     *,

@@ -10,9 +10,9 @@ Every builder takes keyword-only options with small defaults and returns a
 - ``loss_fn(output, inputs)`` reduces the model's output to a scalar loss
   (cross-entropy where the model is a classifier or a language model).
 
-``device="meta"`` builds the model without allocating its parameters, so a
-GPT of billions of parameters can be traced with fake tensors (see
-:func:`fxcut.capture.capture_model`).
+Built under a ``FakeTensorMode``, a model allocates none of its parameters,
+so a GPT of billions of parameters can be traced (the ``fxcut`` command does
+so; see :mod:`fxcut.capture` for why the ``meta`` device is no substitute).
 
 Models made of repeated blocks derive from :class:`BlockStack`; their blocks
 can be wrapped in ``torch.utils.checkpoint.checkpoint`` by
@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 import torch.nn as nn
@@ -83,7 +83,10 @@ class BlockStack(nn.Module):
 # --------------------------------------------------------------------------- helpers
 
 
-def _seeded_build(seed: int, device: Device, dtype: torch.dtype, make: Callable[[], nn.Module]) -> nn.Module:
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
+
+
+def _seeded_build(seed: int, device: Device, dtype: torch.dtype, make: Callable[[], ModuleT]) -> ModuleT:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with torch.device(device):
@@ -202,6 +205,8 @@ def mlp(*, layers: int = 3, in_features: int = 16, hidden: int = 32, out_feature
 
 
 class GPT2Attention(nn.Module):
+    causal: torch.Tensor  # a buffer
+
     def __init__(self, hidden: int, heads: int, seq: int, dropout: float, sdpa: bool) -> None:
         super().__init__()
         if hidden % heads:
@@ -345,6 +350,10 @@ class LlamaBlock(nn.Module):
 
 class Llama(BlockStack):
     """Llama: RMSNorm, rotary position embeddings, grouped-query attention, SwiGLU, no bias."""
+
+    rope_cos: torch.Tensor  # buffers
+    rope_sin: torch.Tensor
+    causal: torch.Tensor
 
     def __init__(self, layers: int, hidden: int, heads: int, kv_heads: int, intermediate: int,
                  seq: int, vocab: int, rope_theta: float, sdpa: bool) -> None:

@@ -263,7 +263,8 @@ def mutated_inputs(node: fx.Node) -> list[fx.Node]:
                 found.extend(a for a in arg if isinstance(a, fx.Node))
     elif node.target is getattr(hops, "triton_kernel_wrapper_functional", None):
         kwargs: Any = node.kwargs["kwargs"]
-        for name in node.kwargs["tensors_to_clone"]:  # type: ignore[union-attr]
+        cloned: list[str] = node.kwargs["tensors_to_clone"]  # type: ignore[assignment]  # a list of names
+        for name in cloned:
             arg = kwargs[name]
             if isinstance(arg, fx.Node):
                 found.append(arg)
@@ -277,6 +278,7 @@ def is_impure(node: fx.Node, facts: TargetFacts, impure_random: bool) -> bool:
     if bits & _HOP:
         from torch._library.utils import is_impure as torch_is_impure
 
+        assert not isinstance(target, str)  # a higher-order op's target is the op
         return bool(
             torch_is_impure(target, args=node.args, kwargs=node.kwargs, impure_random=impure_random)
         )

@@ -169,7 +169,7 @@ def min_cut_rematerialization_partition(
     )
     _write_back_tags(decision)
     static_indices = list(static_lifetime_input_indices or [])
-    primals = [n for n in joint_graph.nodes if tp._is_primal(n)]
+    primals = [n for n in joint_graph.nodes if tp._is_primal(n)]  # type: ignore[attr-defined]
     from torch.utils._ordered_set import OrderedSet
 
     static_nodes = OrderedSet(p for i, p in enumerate(primals) if i in static_indices)
@@ -244,8 +244,8 @@ def _torch_build_modules(
     from torch.fx.experimental.proxy_tensor import is_sym_node
 
     saved_sym_nodes = [n for n in saved_values if is_sym_node(n) and not tp._is_assert_only_symbool(n)]
-    saved_opaque_nodes = [n for n in saved_values if tp.is_opaque_node(n)]
-    saved_values = [n for n in saved_values if not is_sym_node(n) and not tp.is_opaque_node(n)]
+    saved_opaque_nodes = [n for n in saved_values if tp.is_opaque_node(n)]  # type: ignore[attr-defined]
+    saved_values = [n for n in saved_values if not is_sym_node(n) and not tp.is_opaque_node(n)]  # type: ignore[attr-defined]
     fw_module, bw_module = tp._extract_fwd_bwd_modules(
         joint_module,
         saved_values,
@@ -265,8 +265,8 @@ def _torch_build_modules(
         )
 
         enable_activation_offloading(fw_module, bw_module, num_fwd_outputs, static_nodes)
-    fw_module = tp.raise_getitems(fw_module)
-    bw_module = tp.raise_getitems(bw_module)
+    fw_module = tp.raise_getitems(fw_module)  # type: ignore[attr-defined]
+    bw_module = tp.raise_getitems(bw_module)  # type: ignore[attr-defined]
     fw_module = tp.thread_graphsafe_rng_from_hops(fw_module, is_backward=False)
     bw_module = tp.thread_graphsafe_rng_from_hops(bw_module, is_backward=True)
     return fw_module, bw_module

@@ -20,6 +20,9 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.fx.graph import CodeGen, _Namespace
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._pytree import tree_flatten
 
 from .ops import TargetFacts, aten_target, is_impure
 
@@ -61,13 +64,11 @@ def plan_dead_code(nodes: list[fx.Node], facts: TargetFacts, impure_random: bool
 
 
 def _storage_key(node: fx.Node) -> Any:
-    from torch.multiprocessing.reductions import StorageWeakRef
-
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return None
     try:
-        return StorageWeakRef(val.untyped_storage())
+        return StorageWeakRef(val.untyped_storage())  # type: ignore[no-untyped-call]  # unannotated in torch
     except NotImplementedError:
         return None
 
@@ -76,11 +77,12 @@ def plan_cse(nodes: list[fx.Node]) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node
     """``fx_graph_cse``'s choices over ``nodes`` (the graph after dead-code
     elimination): duplicate -> representative, and the mutation region of
     every node (which torch records in ``meta["mutation_region_id"]``)."""
+    # Inductor's pattern matcher, and sympy with it (seconds to import): loaded
+    # already wherever torch partitions; ``import fxcut`` does not load them.
     import sympy
     from torch._functorch.compile_utils import get_aten_target, rand_ops
     from torch._inductor.pattern_matcher import is_mutation_op
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
-    from torch.utils._pytree import tree_flatten
 
     region_ids: dict[fx.Node, int] = {}
     region = 0
@@ -155,8 +157,6 @@ def _as_fresh_graph(graph: fx.Graph) -> None:
     """Give ``graph`` the state of the new Graph torch's CSE copies into: the
     default code generator, no tracer, and a name table of the surviving
     nodes only (so nodes created later get the names torch's would)."""
-    from torch.fx.graph import CodeGen, _Namespace
-
     namespace = _Namespace()
     position: dict[fx.Node, int] = {}
     for i, node in enumerate(graph.nodes):

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .lower import _object_nbytes, _tensor_nbytes
+
 
 def value_nbytes(node: fx.Node) -> int:
     """Bytes of the value a node holds (0 for non-tensors, as torch's
     partitioner sizes symbolic values at 1 byte)."""
-    from .lower import _object_nbytes, _tensor_nbytes
-
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
         return _tensor_nbytes(val)

@@ -39,17 +39,9 @@ import torch
 
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from fxcut.capture import (
-    CaptureOptions,
-    Grads,
-    JointCapture,
-    PartitionFn,
-    capture_step,
-    eager_step,
-    torch_min_cut_partition,
-    train_step,
-)
+from fxcut.capture import CaptureOptions, Grads, JointCapture, PartitionFn, torch_min_cut_partition
 from fxcut.models import BuiltModel, build_model
+from training import capture_step, eager_step, train_step
 
 #: Features a case's joint graph is known to show (checked by tests/test_zoo.py).
 BF16_PARAM_CASTS = "bf16_param_casts"

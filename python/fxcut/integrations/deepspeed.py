@@ -65,7 +65,8 @@ def _no_copy_ops() -> Iterable[Any] | None:
     current = getattr(partitioner, "get_no_copy_ops", None)
     if current is None or current is getattr(util, "get_no_copy_ops", None):
         return None
-    return current()
+    ops: Iterable[Any] = current()
+    return ops
 
 
 def recompute_param_aliases(joint_graph: fx.Graph, param_indices: list[ParamIndex]) -> None:

@@ -39,20 +39,17 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.compilers import nop
+from torch._inductor import config as inductor_config
+from torch._inductor.compile_fx import compile_fx
 from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
 
+from .. import _C
+from ..capture import primal_inputs
 from ..zero3 import ParamIndex, get_wrapped_partitioner
 
 Backend = Callable[[fx.GraphModule, Sequence[Any]], Any]
-
-
-def _graph_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[Any]:
-    """What AOT Autograd's primal placeholders hold, in order: the traced
-    module's own parameters and buffers (none when dynamo lifts them, its
-    default), then dynamo's graph inputs."""
-    own = {**dict(gm.named_parameters(remove_duplicate=False)),
-           **dict(gm.named_buffers(remove_duplicate=False))}
-    return [*own.values(), *example_inputs]
 
 
 def _is_param_index(entry: Any) -> bool:
@@ -70,13 +67,13 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
         return []
     if isinstance(zero3_params, nn.Module):
         zero3_params = list(zero3_params.parameters())
-    inputs = _graph_inputs(gm, example_inputs)
+    inputs = [t for _, t in primal_inputs(gm, example_inputs)]
     if zero3_params is True:
         wanted = None
     else:
         entries = list(zero3_params)
         if entries and all(_is_param_index(e) for e in entries):
-            return [tuple(e) for e in entries]  # type: ignore[misc]
+            return [(int(e[0]), int(e[1]), e[2]) for e in entries]
         for k, e in enumerate(entries):
             if not isinstance(e, torch.Tensor):
                 raise TypeError(f"zero3_params[{k}] is {type(e).__name__}: expected parameters, "
@@ -89,15 +86,21 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
     ]
 
 
+#: The files whose code can change a partition (the decision path: what
+#: InductorPartitioner runs, and every fxcut module that imports), relative to
+#: the package.  tests/test_package_shape.py checks it against the imports.
+DECISION_FILES = ("budget.py", "core.py", "extract.py", "knapsack.py", "lower.py", "ops.py", "partition.py",
+                  "prepare.py", "zero3.py", os.path.join("integrations", "torch_compile.py"))
+
+
 @functools.cache
 def _code_hash() -> str:
-    """A hash of fxcut's code (Python and the C extension): part of
-    inductor's cache key, so a cached graph is only reused when it was cut by
-    this very code."""
-    from .. import _C
-
+    """A hash of the decision path's code (:data:`DECISION_FILES` and the C
+    extension): part of inductor's cache key, so a cached graph is only
+    reused when it was cut by this very code, and a change to the CLI or the
+    tooling does not throw the cache away."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = sorted(os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(".py"))
+    paths = [os.path.join(root, f) for f in DECISION_FILES]
     return get_hash_for_files((*paths, _C.__file__)).hex()
 
 
@@ -111,7 +114,7 @@ class InductorPartitioner(CustomPartitionerFn):
     def __init__(self, param_indices: Iterable[ParamIndex] = ()) -> None:
         # Only plain data here: inductor pickles its config, this object
         # included, into its cache key.
-        self.param_indices: list[ParamIndex] = [tuple(e) for e in param_indices]  # type: ignore[misc]
+        self.param_indices: list[ParamIndex] = [(int(e[0]), int(e[1]), e[2]) for e in param_indices]
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
                  ) -> tuple[fx.GraphModule, fx.GraphModule]:
@@ -126,9 +129,7 @@ class InductorPartitioner(CustomPartitionerFn):
 
 
 def _check_inductor_options(options: dict[str, Any]) -> None:
-    from torch._inductor import config
-
-    known = config.get_config_copy()
+    known = inductor_config.get_config_copy()
     unknown = [k for k in options if k.replace("-", "_") not in known]
     if unknown:
         raise ValueError(f"unknown inductor option(s): {', '.join(unknown)}")
@@ -147,8 +148,6 @@ def inductor_backend(zero3_params: Any = None, **inductor_options: Any) -> Backe
     _check_inductor_options(options)
 
     def fxcut_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from torch._inductor.compile_fx import compile_fx
-
         partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params))
         return compile_fx(gm, example_inputs, config_patches={**options, "custom_partitioner_fn": partitioner})
 
@@ -168,9 +167,6 @@ def aot_backend(fw_compiler: Callable[..., Any] | None = None, bw_compiler: Call
         raise ValueError("aot_backend sets partition_fn itself")
 
     def fxcut_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        from torch._dynamo.backends.common import aot_autograd
-        from torch._functorch.compilers import nop
-
         indices = zero3_param_indices(gm, example_inputs, zero3_params)
         fw = fw_compiler if fw_compiler is not None else nop
         bw = bw_compiler if bw_compiler is not None else fw

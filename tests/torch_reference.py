@@ -4,8 +4,10 @@ the baseline its benchmarks time.
 Calls the installed torch's partitioner functions in the order its
 ``min_cut_rematerialization_partition`` does (tag passes, classification,
 dist_from_bw, ``solve_min_cut``), on a graph module the caller owns (torch's
-passes write tags into it).  Dead-code elimination and CSE are left to the
-caller so both sides can start from the same graph.
+passes write tags into it).  Dead-code elimination and CSE, torch's own, are
+:func:`torch_prepared` (the tests' and benchmarks' one copy of them); fxcut
+plans the same passes without touching the graph
+(:func:`fxcut.core.plan_and_lower`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,17 @@ from dataclasses import dataclass
 import torch.fx as fx
 from torch._functorch import config
 from torch._functorch import partitioners as tp
+
+
+def torch_prepared(gm: fx.GraphModule, cse: bool | None = None) -> fx.GraphModule:
+    """torch's partitioner's first passes, in place on ``gm`` (pass a copy):
+    dead-code elimination, then CSE when ``cse`` (default: ``config.cse``).
+    Returns ``gm``."""
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    if config.cse if cse is None else cse:
+        gm.graph = tp.fx_graph_cse(gm.graph)
+    return gm
 
 
 @dataclass

@@ -6,7 +6,7 @@ times, in one run, on the same joint graph:
 
 (a) ``decision``: fxcut's :func:`fxcut.core.decide` (lowering + C core)
     vs torch's tag passes + classification + dist_from_bw + ``solve_min_cut``
-    (:func:`fxcut.torch_reference.torch_decision`), both on the graph after
+    (:func:`torch_reference.torch_decision`), both on the graph after
     dead-code elimination and CSE, as the partitioner sees it;
 (b) ``solver``: the min-cut alone on the flow network fxcut builds for that
     graph: ``fxcut._C.min_cut`` (push-relabel, the partitioner's default, and
@@ -54,6 +54,7 @@ import shlex
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
@@ -65,7 +66,14 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from . import _C
+from fxcut import _C
+
+# torch's own decision, step by step (the tests' oracle), is this benchmark's baseline.
+_TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
+from torch_reference import torch_prepared  # noqa: E402
+from training import capture_model  # noqa: E402
 
 Progress = Callable[[str], None]
 
@@ -154,7 +162,6 @@ def capture(layers: int, model: ModelConfig):
     default partitioner finishes the compilation (faster than min-cut)."""
     from torch._functorch.partitioners import default_partition
 
-    from .capture import capture_model
 
     return capture_model("gpt2", fake=True, delegate=default_partition, layers=layers,
                          hidden=model.hidden, heads=model.heads, seq=model.seq, batch=model.batch,
@@ -162,15 +169,9 @@ def capture(layers: int, model: ModelConfig):
 
 
 def prepare(gm: fx.GraphModule) -> fx.GraphModule:
-    """What both partitioners do first, in place: dead-code elimination, then CSE if configured."""
-    from torch._functorch import config
-    from torch._functorch.partitioners import fx_graph_cse
-
-    gm.graph.eliminate_dead_code()
-    gm.recompile()
-    if config.cse:
-        gm.graph = fx_graph_cse(gm.graph)
-    return gm
+    """What both partitioners do first, in place: dead-code elimination, then
+    CSE if configured (torch's own passes, outside the timer for both sides)."""
+    return torch_prepared(gm)
 
 
 def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
@@ -193,7 +194,7 @@ class Network:
 
 def network_of(graph: fx.Graph, num_fwd_outputs: int, static: list[int]) -> Network:
     """The flow network fxcut's decision builds for ``graph`` (not solved)."""
-    from .core import decide
+    from fxcut.core import decide
 
     d = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static, keep_network=2)
     assert d.network is not None
@@ -348,11 +349,11 @@ class _Size:
     def __init__(self, cap: Any, prepared: fx.GraphModule, net: Network, with_gc: bool = False) -> None:
         from torch._functorch import partitioners as tp
 
-        from . import min_cut_rematerialization_partition as fxcut_partition
-        from .capture import copy_graph_module
-        from .core import decide
-        from .partition import _write_back_tags
-        from .torch_reference import torch_decision
+        from fxcut import min_cut_rematerialization_partition as fxcut_partition
+        from fxcut.capture import copy_graph_module
+        from fxcut.core import decide
+        from fxcut.partition import _write_back_tags
+        from torch_reference import torch_decision
 
         self.cap, self.prepared, self.net, self.with_gc = cap, prepared, net, with_gc
         self.copy = lambda: copy_graph_module(prepared)
@@ -461,8 +462,8 @@ class _Size:
         return len(fx_saved), p_fx == p_torch, value, sp_value
 
     def memory(self) -> dict[str, int | None]:
-        from .core import decide
-        from .torch_reference import torch_decision
+        from fxcut.core import decide
+        from torch_reference import torch_decision
 
         out: dict[str, int | None] = {}
         gm = self.copy()
@@ -545,15 +546,15 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = False) -> dict[str, f
 
     from torch._functorch import partitioners as tp
 
-    from . import partition as fp
+    from fxcut import partition as fp
 
     clock = _PhaseClock()
     gm = cap.fresh()
     with ExitStack() as stack:
         stack.enter_context(clock.wrap(tp, "_extract_fwd_bwd_modules", "extract"))
         if fxcut_side:
-            from . import budget as fb
-            from . import prepare as fprep
+            from fxcut import budget as fb
+            from fxcut import prepare as fprep
 
             stack.enter_context(clock.wrap(fprep, "plan", "plan"))
             stack.enter_context(clock.wrap(fp, "lower_for_partition", "lower"))
@@ -626,7 +627,7 @@ def _environment() -> dict[str, Any]:
     import networkx
     import scipy
 
-    from ._version import __version__
+    from fxcut._version import __version__
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -946,9 +947,9 @@ def main(argv: list[str] | None = None, prog: str = "bench/bench_partition.py") 
     p.add_argument("--with-gc", action="store_true",
                    help="leave Python's garbage collector on during the timed calls (off by default, as timeit)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the pipeline")
-    p.add_argument("--out", default=os.path.join("bench", "out"), help="directory for json/md/txt/png")
-    p.add_argument("--docs", default="docs", help="where the md table and png plot are copied")
-    p.add_argument("--no-docs", action="store_true", help="do not copy into --docs")
+    p.add_argument("--out", metavar="DIR", help="write bench_partition.{json,md,txt,png} into DIR (default: print only)")
+    p.add_argument("--docs", metavar="DIR",
+                   help="also copy the md table and the png plot into DIR, e.g. docs (default: none)")
     args = p.parse_args(argv)
 
     if args.quick:
@@ -964,14 +965,19 @@ def main(argv: list[str] | None = None, prog: str = "bench/bench_partition.py") 
     bar.close()
     command = ("fxcut bench " if prog == "fxcut bench" else "PYTHONPATH=python python bench/bench_partition.py ") + \
         shlex.join(sys.argv[1:] if argv is None else argv)
-    paths = write(result, args.out, command.strip())
     print(format_report(result, command.strip()))
-    if not (args.quick or args.no_docs):
-        os.makedirs(args.docs, exist_ok=True)
-        shutil.copyfile(paths["md"], os.path.join(args.docs, "bench_partition.md"))
-        shutil.copyfile(paths["png"], os.path.join(args.docs, "bench_partition.png"))
-        paths["docs"] = args.docs
-    print("wrote " + ", ".join(paths.values()))
+    if args.out is None and args.docs is None:
+        return 0
+    # The docs copy is made from the written files: without --out they go to a
+    # temporary directory that is removed afterwards.
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = write(result, args.out or scratch, command.strip())
+        if args.docs is not None:
+            os.makedirs(args.docs, exist_ok=True)
+            for ext in ("md", "png"):
+                shutil.copyfile(paths[ext], os.path.join(args.docs, f"bench_partition.{ext}"))
+        written = [args.out] * (args.out is not None) + [args.docs] * (args.docs is not None)
+    print("wrote into " + ", ".join(written))
     return 0
 
 

@@ -1,0 +1,192 @@
+"""The package's shape, checked from its source: no import cycle between
+fxcut's modules, inductor's cache key covering every module that can change
+a partition, no development tooling in the package, and ``import fxcut``
+without inductor (the reason the few lazy imports that remain are lazy)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import fxcut
+from fxcut.integrations.torch_compile import DECISION_FILES
+
+PACKAGE = Path(fxcut.__file__).resolve().parent
+
+
+def _module_name(path: Path) -> str:
+    parts = ["fxcut", *path.relative_to(PACKAGE).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The fxcut modules ``name`` imports anywhere in its code (function
+    bodies included: a cycle closed at call time is a cycle too), except
+    under ``if TYPE_CHECKING``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                if sub in modules:
+                    found.add(sub)
+                elif target in modules:
+                    found.add(target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    found.discard(name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """fxcut's modules and the fxcut modules each imports (the C extension
+    ``fxcut._C`` imports none)."""
+    modules = {**_modules(), "fxcut._C": Path(fxcut._C.__file__)}
+    return {name: (_imports(name, path, modules) if path.suffix == ".py" else set())
+            for name, path in modules.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (a list of modules, first = last), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state:
+                found = dfs(n)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = dfs(m)
+            if found:
+                return found
+    return None
+
+
+def _reachable(graph: dict[str, set[str]], roots: list[str]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    return seen
+
+
+def test_the_import_walk_sees_imports_in_functions_and_relative_ones():
+    graph = _graph()
+    # __init__ imports the torch.compile integration only in __getattr__.
+    assert "fxcut.integrations.torch_compile" in graph["fxcut"]
+    assert {"fxcut.core", "fxcut.knapsack"} <= graph["fxcut.budget"]
+    assert graph["fxcut.integrations.torch_compile"] >= {"fxcut._C", "fxcut.zero3"}
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_package_has_no_import_cycle():
+    cycle = _cycle(_graph())
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_inductors_cache_key_covers_the_decision_path_only():
+    """What InductorPartitioner runs (fxcut.partition, via fxcut.zero3's
+    wrapper) and every fxcut module those import is hashed; the CLI, the
+    capture, explain and the report are not."""
+    modules = _modules()
+    hashed = {_module_name(PACKAGE / f) for f in DECISION_FILES}
+    assert all((PACKAGE / f).is_file() for f in DECISION_FILES)
+    needed = _reachable(_graph(), ["fxcut.partition", "fxcut.zero3"]) - {"fxcut._C", "fxcut._version"}
+    assert needed <= hashed, sorted(needed - hashed)
+    assert "fxcut.integrations.torch_compile" in hashed
+    assert hashed.isdisjoint({"fxcut.cli", "fxcut.capture", "fxcut.models", "fxcut.explain", "fxcut.html",
+                              "fxcut.report"})
+    assert set(modules) >= hashed
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names.update(a.name.partition(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_development_tooling_is_not_in_the_package():
+    """The benchmark and torch's reference live in bench/ and tests/; the
+    package needs nothing but torch at import (numpy and scipy only for the
+    "ilp" knapsack solver, matplotlib only to plot, both imported there)."""
+    assert not set(_modules()) & {"fxcut.benchmark", "fxcut.torch_reference"}
+    assert not (PACKAGE / "benchmark.py").exists() and not (PACKAGE / "torch_reference.py").exists()
+    stdlib = set(sys.stdlib_module_names)
+    for path in PACKAGE.rglob("*.py"):
+        third_party = _top_level_imports(path) - stdlib - {"torch", "fxcut"}
+        assert not third_party, (path.name, third_party)
+
+
+def test_import_fxcut_does_not_import_inductor():
+    code = "import sys, fxcut; print(sorted(m for m in sys.modules if m.startswith('torch._inductor')))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_c_extensions_stub_names_what_it_exports():
+    """python/fxcut/_C.pyi (what type checkers read) against the module."""
+    tree = ast.parse((PACKAGE / "_C.pyi").read_text())
+    stubbed = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            stubbed.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            stubbed.add(node.target.id)
+    exported = {name for name in dir(fxcut._C) if not name.startswith("_")}
+    assert stubbed == exported, (sorted(exported - stubbed), sorted(stubbed - exported))
+    for name in stubbed & exported:
+        value = getattr(fxcut._C, name)
+        kind = next(type(n).__name__ for n in tree.body if getattr(n, "name", None) == name
+                    or getattr(getattr(n, "target", None), "id", None) == name)
+        expected = {"ClassDef": isinstance(value, type), "FunctionDef": callable(value) and not isinstance(value, type),
+                    "AnnAssign": isinstance(value, int)}[kind]
+        assert expected, name
