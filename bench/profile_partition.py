@@ -113,13 +113,16 @@ def _partitioners() -> dict[str, Callable[..., Any]]:
             "torch": tp.min_cut_rematerialization_partition}
 
 
-def _call(cap: Any, fn: Callable[..., Any], lazy: bool, profile: bool) -> dict[str, Any]:
+def _call(cap: Any, fn: Callable[..., Any], lazy: bool, profile: bool, with_gc: bool = True) -> dict[str, Any]:
     from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 
     gm = cap.fresh()
     if lazy:
         gm = _LazyGraphModule.from_graphmodule(gm)
     gc.collect()
+    was_enabled = gc.isenabled()
+    if not with_gc:
+        gc.disable()
     clock = _GcClock()
     prof = cProfile.Profile() if profile else None
     with _use_lazy_graph_module(lazy):
@@ -135,6 +138,8 @@ def _call(cap: Any, fn: Callable[..., Any], lazy: bool, profile: bool) -> dict[s
             wall = time.perf_counter() - t
         finally:
             gc.callbacks.remove(clock)
+            if was_enabled:
+                gc.enable()
     out: dict[str, Any] = {"wall": wall, "gc": clock.spent, "collections": clock.collections}
     if prof is not None:
         stats = pstats.Stats(prof)
@@ -176,7 +181,7 @@ def floor_fn(cap: Any, lazy: bool) -> Callable[..., Any]:
     return floor
 
 
-def profile(layers: int, reps: int) -> dict[str, Any]:
+def profile(layers: int, reps: int, with_gc: bool = True, cprofile: bool = True) -> dict[str, Any]:
     from partition_benchmark import ModelConfig, capture  # bench/, next to this script
 
     cap = capture(layers, ModelConfig())
@@ -187,10 +192,12 @@ def profile(layers: int, reps: int) -> dict[str, Any]:
     gcs: dict[tuple[str, bool], list[float]] = {c: [] for c in cases}
     for _ in range(reps):  # interleaved
         for name, lazy in cases:
-            r = _call(cap, floors[lazy] if name == "floor" else parts[name], lazy, profile=False)
+            r = _call(cap, floors[lazy] if name == "floor" else parts[name], lazy, profile=False,
+                      with_gc=with_gc)
             walls[(name, lazy)].append(r["wall"])
             gcs[(name, lazy)].append(r["gc"])
-    rows = {c: _call(cap, floors[c[1]] if c[0] == "floor" else parts[c[0]], c[1], profile=True)["rows"]
+    rows = {c: (_call(cap, floors[c[1]] if c[0] == "floor" else parts[c[0]], c[1], profile=True,
+                      with_gc=with_gc)["rows"] if cprofile else {})
             for c in cases}
     ratios = {}
     for lazy in (True, False):
@@ -202,13 +209,13 @@ def profile(layers: int, reps: int) -> dict[str, Any]:
             "fxcut/floor": statistics.median(f / fl for f, fl in zip(w["fxcut"], w["floor"])),
         }
     return {"layers": layers, "nodes": cap.num_nodes, "cases": cases, "walls": walls, "gcs": gcs,
-            "rows": rows, "ratios": ratios, "reps": reps}
+            "rows": rows, "ratios": ratios, "reps": reps, "with_gc": with_gc}
 
 
 def format_profile(p: dict[str, Any], markdown: bool = False) -> str:
     cases = p["cases"]
     heads = [f"{n} {'lazy' if lazy else 'eager'}" for n, lazy in cases]
-    lines = [f"### {p['layers']} layers ({p['nodes']} joint nodes), gc on, ms"]
+    lines = [f"### {p['layers']} layers ({p['nodes']} joint nodes), gc {'on' if p['with_gc'] else 'OFF'}, ms"]
     sep = " | " if markdown else "  "
 
     def row(label: str, cells: list[str]) -> str:
@@ -224,8 +231,9 @@ def format_profile(p: dict[str, Any], markdown: bool = False) -> str:
     lines.append(row("  of which garbage collection (median)",
                      [f"{1e3 * statistics.median(p['gcs'][c]):.0f}" for c in cases]))
     labels = [label for label, _, _ in PHASES + PRIMITIVES]
-    lines.append(row("under cProfile (inclusive ms / calls):", [""] * len(cases)))
-    for label in labels:
+    if all(p["rows"].values()):
+        lines.append(row("under cProfile (inclusive ms / calls):", [""] * len(cases)))
+    for label in labels if all(p["rows"].values()) else []:
         cells = []
         for c in cases:
             ms, calls = p["rows"][c][label]
@@ -247,10 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, nargs="+", default=[24, 48])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--no-gc", action="store_true", help="garbage collector off during the timed calls (timeit's way)")
+    ap.add_argument("--no-cprofile", action="store_true", help="wall times and ratios only")
     a = ap.parse_args(argv)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 20000))
     for layers in a.layers:
-        print(format_profile(profile(layers, a.reps), a.markdown), flush=True)
+        result = profile(layers, a.reps, with_gc=not a.no_gc, cprofile=not a.no_cprofile)
+        print(format_profile(result, a.markdown), flush=True)
         print()
     return 0
 
