@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.fx.immutable_collections import immutable_dict
+from torch.fx.node import map_aggregate
 
 
 class _Unsupported(Exception):
@@ -177,12 +179,12 @@ class _Copier:
         if graph.owning_module is not None:
             return graph.node_copy(node, self.env.__getitem__)
         self.raw_sym = False
-        args = _map_aggregate(node.args, self.leaf)
-        kwargs = _map_aggregate(node.kwargs, self.leaf)
+        args = map_aggregate(node.args, self.leaf)
+        kwargs = map_aggregate(node.kwargs, self.leaf)
         if self.raw_sym and node.op in ("call_function", "call_method", "call_module"):
             return graph.node_copy(node, self.env.__getitem__)
         if not kwargs:
-            kwargs = _immutable_dict()
+            kwargs = immutable_dict()
         name = self.namespace.create_name(node.name, None)
         new = fx.Node(graph, name, node.op, node.target, args, kwargs, node.type)
         self.namespace.associate_name_with_obj(name, new)
@@ -191,18 +193,6 @@ class _Copier:
         graph._len += 1
         new.meta = copy.copy(node.meta)
         return new
-
-
-def _map_aggregate(a: Any, fn: Any) -> Any:
-    from torch.fx.node import map_aggregate
-
-    return map_aggregate(a, fn)
-
-
-def _immutable_dict() -> Any:
-    from torch.fx.immutable_collections import immutable_dict
-
-    return immutable_dict()
 
 
 def _raise_getitems(graph: fx.Graph) -> None:
@@ -259,9 +249,8 @@ def _reordered_backward(sel: _Selection, descs: list[Any]) -> fx.Graph | None:
     for node in sel.inputs:
         if "tangents" in node.name:
             for user in node.users:
-                pos = order.get(user, None) if user.op != "output" else None
-                if pos is not None and pos < first:
-                    first = pos
+                if user in sel.kept and order[user] < first:
+                    first = order[user]
             if node in out_inputs and out_pos < first:
                 first = out_pos
     if first > out_pos:
@@ -292,8 +281,6 @@ def _reordered_backward(sel: _Selection, descs: list[Any]) -> fx.Graph | None:
         for n in sorted(found, key=order.__getitem__):
             emit(n)
 
-    out_node: fx.Node | None = None
-
     def pull_output() -> fx.Node:
         pull(out_inputs)
         values = tuple(env[x] if isinstance(x, fx.Node) else x for x in sel.outputs)
@@ -308,14 +295,8 @@ def _reordered_backward(sel: _Selection, descs: list[Any]) -> fx.Graph | None:
     for node in body[max(0, first - len(sel.inputs)):]:
         if node not in env:
             pull([node])
-    out_node = pull_output()
-    assert out_node is not None
+    pull_output()
     return graph
-
-
-def _output_stack_traces_fix(graph: fx.Graph) -> None:
-    """The reordered output's meta is a copy of the extracted output's, whose
-    stack traces were read from the extracted nodes -- the same values."""
 
 
 def build_modules(
@@ -373,6 +354,12 @@ def unsupported_reason(joint_module: fx.GraphModule) -> str | None:
 def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes: list[fx.Node],
            saved_opaque_nodes: list[fx.Node], num_fwd_outputs: int) -> tuple[fx.GraphModule, fx.GraphModule]:
     from torch._functorch import partitioners as tp
+    from torch._functorch._aot_autograd.utils import (
+        _is_bwd_seed_offset,
+        _is_fwd_seed_offset,
+        _is_primal,
+        _is_tangent,
+    )
     from torch._functorch._aot_autograd.descriptors import (
         SavedForBackwardsAOTOutput,
         SavedForBackwardsNoVcCheckAOTOutput,
@@ -402,10 +389,10 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     placeholders = [n for n in nodes if n.op == "placeholder"]
     if any(isinstance(p.meta.get("val"), BackwardState) for p in placeholders):
         raise _Unsupported("backward state")
-    primals = [p for p in placeholders if tp._is_primal(p)]
-    tangents = [p for p in placeholders if tp._is_tangent(p)]
-    fwd_seed = [p for p in placeholders if tp._is_fwd_seed_offset(p)]
-    bwd_seed = [p for p in placeholders if tp._is_bwd_seed_offset(p)]
+    primals = [p for p in placeholders if _is_primal(p)]
+    tangents = [p for p in placeholders if _is_tangent(p)]
+    fwd_seed = [p for p in placeholders if _is_fwd_seed_offset(p)]
+    bwd_seed = [p for p in placeholders if _is_bwd_seed_offset(p)]
 
     impure_random = True
     if torch._guards.TracingContext.try_get():
