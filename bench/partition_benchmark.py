@@ -17,10 +17,11 @@ times, in one run, on the same joint graph:
 (c) ``partition``: the whole partition_fn, ``fxcut.min_cut_rematerialization_partition``
     vs torch's ``min_cut_rematerialization_partition``, on a fresh copy of the
     joint graph as AOT Autograd hands it over;
-(d) ``floor``: torch's ``_extract_fwd_bwd_modules`` alone, given the saved
-    values (graph prepared and tags written outside the timer, arguments as
-    fxcut's ``_build_modules`` passes them): the part of (c) that no
-    decision procedure can avoid;
+(d) ``floor``: the least any partitioner returning torch's modules must do,
+    given them: create the two output graphs' nodes once
+    (``Graph.node_copy`` into fresh graphs, in their final order) and
+    generate the code torch's result holds, once (the forward's and the
+    backward's module, and the joint module's recompile after CSE);
 (e) ``memory``: the peak of Python allocations (``tracemalloc``) during the
     decision (a).  fxcut's C core allocates its scratch with ``malloc``, which
     tracemalloc does not see, so the peak resident-set growth of the same call
@@ -31,8 +32,9 @@ Every contender gets its own fresh copy of the graph for every repetition
 (copying is not timed); repetitions of all contenders are interleaved (the
 order reversed every other round) and the median is reported; ratios are
 medians of per-round paired ratios.  Garbage is collected before each timed
-call and the cyclic collector is off during it, as timeit does (``with_gc``
-leaves it on).  torch's slow
+call and the cyclic collector is ON during it (``with_gc``, the default), as
+in a real compile, whose heap makes every collection costly; ``with_gc=False``
+switches it off during the timed call, as timeit does.  torch's slow
 contenders (and networkx) run ``slow_reps`` times, the others ``reps`` times.
 fxcut's saved values are checked against torch's in the same run; solver
 values are checked against each other.
@@ -346,13 +348,12 @@ def peak_memory(fn: Callable[[], Any]) -> tuple[int, int | None]:
 class _Size:
     """The contenders of one model size, each a (setup, timed) pair."""
 
-    def __init__(self, cap: Any, prepared: fx.GraphModule, net: Network, with_gc: bool = False) -> None:
+    def __init__(self, cap: Any, prepared: fx.GraphModule, net: Network, with_gc: bool = True) -> None:
         from torch._functorch import partitioners as tp
 
         from fxcut import min_cut_rematerialization_partition as fxcut_partition
         from fxcut.capture import copy_graph_module
         from fxcut.core import decide
-        from fxcut.partition import _write_back_tags
         from torch_reference import torch_decision
 
         self.cap, self.prepared, self.net, self.with_gc = cap, prepared, net, with_gc
@@ -401,22 +402,28 @@ class _Size:
 
             return lambda: maximum_flow(sp_matrix, net_.source, net_.sink, method="dinic")
 
-        def floor_extract() -> Callable[[], Any]:
-            from torch.fx.experimental.proxy_tensor import is_sym_node
-            from torch.utils._ordered_set import OrderedSet
+        built: list[Any] = []
 
-            gm = self.copy()
-            d = decide(gm.graph, num_fwd_outputs=nfo, static_lifetime_input_indices=static)
-            _write_back_tags(d)
-            saved = d.saved_nodes
-            sym = [n for n in saved if is_sym_node(n) and not tp._is_assert_only_symbool(n)]
-            opaque = [n for n in saved if tp.is_opaque_node(n)]
-            values = [n for n in saved if not is_sym_node(n) and not tp.is_opaque_node(n)]
-            primals = [n for n in gm.graph.nodes if tp._is_primal(n)]
-            static_nodes = OrderedSet(p for i, p in enumerate(primals) if i in static)
-            return lambda: tp._extract_fwd_bwd_modules(
-                gm, values, saved_sym_nodes=sym, saved_opaque_nodes=opaque, num_fwd_outputs=nfo,
-                static_lifetime_input_nodes=static_nodes)
+        def floor_extract() -> Callable[[], Any]:
+            from torch.fx._lazy_graph_module import _make_graph_module
+
+            if not built:
+                built.extend(partition_call(fxcut_partition)()())
+            fw, bw = built
+            joint = cap.fresh()
+
+            def copy(graph: fx.Graph) -> fx.Graph:
+                g = fx.Graph()
+                env: dict[fx.Node, fx.Node] = {}
+                for n in graph.nodes:
+                    env[n] = g.node_copy(n, env.__getitem__)
+                return g
+
+            def floor() -> Any:
+                out = _make_graph_module(joint, copy(fw.graph)), fx.GraphModule(joint, copy(bw.graph))
+                joint.recompile()
+                return out
+            return floor
 
         self.setups: dict[str, Callable[[], Callable[[], Any]]] = {
             "decision_fxcut": decision_fxcut,
@@ -476,7 +483,7 @@ class _Size:
 
 
 def bench_size(layers: int, model: ModelConfig, reps: int, slow_reps: int,
-               progress: Progress = lambda s: None, cap: Any = None, with_gc: bool = False) -> SizeResult:
+               progress: Progress = lambda s: None, cap: Any = None, with_gc: bool = True) -> SizeResult:
     """One row of the benchmark: every contender once untimed (warm-up; its
     results are cross-checked), then the interleaved timed rounds."""
     if cap is None:
@@ -541,7 +548,7 @@ class _PhaseClock:
             setattr(owner, attr, original)
 
 
-def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = False) -> dict[str, float]:
+def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = True) -> dict[str, float]:
     from contextlib import ExitStack
 
     from torch._functorch import partitioners as tp
@@ -584,8 +591,7 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = False) -> dict[str, f
             "lowering": s.get("lower", 0.0),
             "decision (C core, budget passes)": s.get("decide", 0.0),
             "apply DCE + CSE in place, recompile": s.get("apply", 0.0),
-            "module extraction (torch's _extract_fwd_bwd_modules)": s.get("extract", 0.0),
-            "after extraction (reorder, raise_getitems, rng)": s["build_modules"] - s.get("extract", 0.0),
+            "module building (fxcut.extract; torch's passes where it declines)": s["build_modules"],
         }
     else:
         out = {
@@ -603,7 +609,7 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = False) -> dict[str, f
 
 
 def phases(layers: int, model: ModelConfig, reps: int = 5, cap: Any = None,
-           progress: Progress = lambda s: None, with_gc: bool = False) -> dict[str, Any]:
+           progress: Progress = lambda s: None, with_gc: bool = True) -> dict[str, Any]:
     """Median seconds per phase of fxcut's whole partition_fn (and torch's)
     at ``layers``; the phases are timed by wrapping the functions called."""
     if cap is None:
@@ -680,11 +686,12 @@ QUICK = dict(layers=(1, 2), reps=2, slow_reps=1, model=ModelConfig(hidden=64, he
 
 def run(layers: Sequence[int] = (1, 4, 12, 24, 48), *, reps: int = 7, slow_reps: int = 5,
         model: ModelConfig = ModelConfig(), phase_layers: int | None = 24, phase_reps: int = 5,
-        with_gc: bool = False, progress: Progress = lambda s: None) -> BenchResult:
+        with_gc: bool = True, progress: Progress = lambda s: None) -> BenchResult:
     """Run the benchmark and return its result (nothing is written).
 
     ``with_gc``: leave Python's cyclic garbage collector on during the timed
-    calls (off by default, as timeit does; see :func:`_collector`).
+    calls (the default, as in a real compile; False: off, as timeit does;
+    see :func:`_collector`).
 
     ``progress`` gets a line of text after each step.  ``phase_layers``:
     where to break fxcut's whole partition_fn into phases (None: nowhere).
@@ -775,7 +782,8 @@ machine's changing load moves both), hence not always the ratio of the two media
     2^31-1; its flow is checked against fxcut's on that copy, not against the real cut.
 (c) the whole partition_fn on a fresh joint graph: fxcut.min_cut_rematerialization_partition vs
     torch's min_cut_rematerialization_partition (both DCE + CSE + decision + module extraction).
-(d) floor: torch's _extract_fwd_bwd_modules alone on the same saved values; fxcut/floor = (c) fxcut / (d).
+(d) floor: node_copy of the two output graphs' nodes once into fresh graphs, and one code generation of
+    each module torch's result holds compiled (forward, backward, joint after CSE); fxcut/floor = (c) fxcut / (d).
 (e) peak Python allocations (tracemalloc) of the decision (a); x = torch / fxcut.  fxcut's C core
     allocates its scratch with malloc, which tracemalloc does not see: the notes below give each
     side's peak RSS growth during one decision (after malloc_trim; includes malloc'd memory, but
@@ -855,7 +863,7 @@ def plot(result: BenchResult, path: str) -> None:
                                       ("fxcut Dinic", "solver_fxcut_dinic"),
                                       ("networkx", "solver_networkx"), ("scipy (int32, rescaled)", "solver_scipy")]),
         ("(c) whole partition_fn, (d) floor", [("fxcut", "partition_fxcut"), ("torch", "partition_torch"),
-                                               ("floor: _extract_fwd_bwd_modules", "floor_extract")]),
+                                               ("floor: build + codegen once", "floor_extract")]),
     ]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     for ax, (title, lines) in zip(axes, panels):
@@ -944,8 +952,10 @@ def main(argv: list[str] | None = None, prog: str = "bench/bench_partition.py") 
     p.add_argument("--phase-layers", type=int, default=24,
                    help="break the whole partition_fn into phases at this size (0: skip)")
     p.add_argument("--phase-reps", type=int, default=5)
-    p.add_argument("--with-gc", action="store_true",
-                   help="leave Python's garbage collector on during the timed calls (off by default, as timeit)")
+    p.add_argument("--with-gc", dest="with_gc", action="store_true", default=True,
+                   help="leave Python's garbage collector on during the timed calls (the default, as a compile runs)")
+    p.add_argument("--no-gc", dest="with_gc", action="store_false",
+                   help="switch the garbage collector off during the timed calls, as timeit does")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the pipeline")
     p.add_argument("--out", metavar="DIR", help="write bench_partition.{json,md,txt,png} into DIR (default: print only)")
     p.add_argument("--docs", metavar="DIR",

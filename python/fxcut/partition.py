@@ -339,7 +339,36 @@ def _build_modules(
     has_recomputable: bool,
     has_recomputable_rng: bool,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """torch's own module extraction from the saved values."""
+    """The forward and backward modules from the saved values: fxcut's own
+    builder (:mod:`fxcut.extract`, the modules torch's passes would build),
+    or torch's passes for the graphs that builder leaves to them."""
+    if not (has_recomputable and has_recomputable_rng):
+        from torch._functorch import partitioners as tp
+        from torch._functorch._aot_autograd.graph_compile import is_opaque_node
+        from torch.fx.experimental.proxy_tensor import is_sym_node
+
+        from .extract import build_modules
+
+        sym = [n for n in saved_values if is_sym_node(n) and not tp._is_assert_only_symbool(n)]
+        opaque = [n for n in saved_values if is_opaque_node(n)]
+        values = [n for n in saved_values if not is_sym_node(n) and not is_opaque_node(n)]
+        built = build_modules(joint_module, values, sym, opaque, num_fwd_outputs, static_nodes)
+        if built is not None:
+            return built
+    return _torch_build_modules(joint_module, saved_values, num_fwd_outputs, static_nodes,
+                                has_recomputable, has_recomputable_rng)
+
+
+def _torch_build_modules(
+    joint_module: fx.GraphModule,
+    saved_values: list[fx.Node],
+    num_fwd_outputs: int,
+    static_nodes: Any,
+    has_recomputable: bool,
+    has_recomputable_rng: bool,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """torch's own module extraction from the saved values (the reference
+    :mod:`fxcut.extract` is tested against)."""
     from torch._functorch import config
     from torch._functorch import partitioners as tp
     from torch.fx.experimental.proxy_tensor import is_sym_node
@@ -361,11 +390,7 @@ def _build_modules(
         )
     bw_module = tp.reordering_to_mimic_autograd_engine(bw_module)
     if config.enable_activation_offloading:
-        from torch._functorch._activation_offloading.activation_offloading import (
-            enable_activation_offloading,
-        )
-
-        enable_activation_offloading(fw_module, bw_module, num_fwd_outputs, static_nodes)
+        _offloading_pass()(fw_module, bw_module, num_fwd_outputs, static_nodes)
     fw_module = tp.raise_getitems(fw_module)  # type: ignore[attr-defined]
     bw_module = tp.raise_getitems(bw_module)  # type: ignore[attr-defined]
     fw_module = tp.thread_graphsafe_rng_from_hops(fw_module, is_backward=False)

@@ -1,0 +1,469 @@
+"""fxcut's forward and backward graph building.
+
+Given the saved values the decision chose, torch builds the two modules with
+a chain of passes (``_extract_fwd_bwd_modules``, which extracts the backward
+twice and the forward once, each copy followed by dead-code elimination;
+``reordering_to_mimic_autograd_engine``, which copies the backward once more;
+``raise_getitems`` with a recompile of each module).  Every pass copies every
+node and most recompile code nobody reads before the next pass.
+
+This module computes what those passes would keep, and in which order, on
+the joint graph itself, and then creates each output graph's nodes exactly
+once, in the order torch's last copy creates them, with the same names,
+arguments, types and meta (the same sharing of meta dicts too), the same
+name-table state and user-list order, and generates each module's code once
+(or lazily, under torch's lazy graph modules, as torch's own modules are).
+
+Graphs this module does not model (RNG functionalization, activation
+offloading or quantization, opaque saved objects, backward state, HOP RNG
+threading, collectives, call_module nodes, forward outputs that depend on
+the backward) return ``None``: the caller then runs torch's passes.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.fx.immutable_collections import immutable_dict
+from torch.fx.node import map_aggregate
+
+
+class _Unsupported(Exception):
+    """A graph feature this builder leaves to torch's passes."""
+
+
+@dataclass
+class _Selection:
+    """What torch's ``_extract_graph_with_inputs_outputs`` keeps."""
+
+    inputs: list[fx.Node]
+    copied: list[fx.Node]  # valid call_function/get_attr nodes, joint order (all get created)
+    kept: set[fx.Node]  # of copied: those dead-code elimination keeps
+    outputs: list[Any]  # joint nodes or constants
+
+
+def _select(nodes: list[fx.Node], inputs: list[fx.Node], outputs: list[Any], subgraph: str,
+            impure_random: bool, must_fw: dict[fx.Node, bool], must_bw: dict[fx.Node, bool]) -> _Selection:
+    input_set = set(inputs)
+    if len(input_set) != len(inputs):
+        raise _Unsupported("an input listed twice")
+    valid: set[fx.Node] = set(input_set)
+    copied: list[fx.Node] = []
+    for node in nodes:
+        if node in input_set:
+            continue
+        if subgraph != "backward" and must_bw[node]:
+            continue
+        if subgraph != "forward" and must_fw[node]:
+            continue
+        op = node.op
+        if op == "call_function":
+            if all(x in valid for x in node._input_nodes):
+                valid.add(node)
+                copied.append(node)
+        elif op == "get_attr":
+            valid.add(node)
+            copied.append(node)
+        elif op not in ("placeholder", "output"):
+            raise _Unsupported(f"{op} node {node.name}")
+    needed: set[fx.Node] = set()
+    for x in outputs:
+        if isinstance(x, fx.Node):
+            if x not in valid:
+                raise _Unsupported(f"output {x.name} is not computable in the {subgraph}")
+            needed.add(x)
+    kept: set[fx.Node] = set()
+    for node in reversed(copied):
+        if node in needed or node.is_impure(impure_random):
+            kept.add(node)
+            needed.update(node._input_nodes)
+    return _Selection(inputs, copied, kept, outputs)
+
+
+def _placement(nodes: list[fx.Node]) -> tuple[dict[fx.Node, bool], dict[fx.Node, bool]]:
+    """torch's ``_must_be_in_forward`` / ``_must_be_in_backward`` of every
+    node: a ``partitioner_tag``, or a mutable op outside / inside the
+    backward (``is_backward`` tag)."""
+    must_fw: dict[fx.Node, bool] = {}
+    must_bw: dict[fx.Node, bool] = {}
+    mutable: dict[Any, bool] = {}
+    overload = torch._ops.OpOverload
+    for node in nodes:
+        target = node.target
+        m = mutable.get(target)
+        if m is None:
+            m = isinstance(target, overload) and bool(target._schema.is_mutable)
+            try:
+                mutable[target] = m
+            except TypeError:  # an unhashable target
+                pass
+        tag = node.meta.get("partitioner_tag", None)
+        must_fw[node] = tag == "must_be_in_forward" or (
+            m and tag != "is_backward" and tag != "must_be_in_backward")
+        must_bw[node] = tag == "must_be_in_backward" or (m and tag == "is_backward")
+    return must_fw, must_bw
+
+
+def _static_tensor(val: Any) -> bool:
+    """A tensor whose sizes, strides and storage offset are all plain ints
+    (``free_symbols`` of it is empty)."""
+    if not isinstance(val, torch.Tensor) or isinstance(val, torch.nn.Parameter):
+        return False
+    try:
+        if val._has_symbolic_sizes_strides:
+            return False
+        return type(val.storage_offset()) is int
+    except Exception:
+        return False
+
+
+def _used_inputs(sel: _Selection) -> set[fx.Node]:
+    used: set[fx.Node] = set()
+    for node in sel.kept:
+        used.update(node._input_nodes)
+    used.update(x for x in sel.outputs if isinstance(x, fx.Node))
+    return used & set(sel.inputs)
+
+
+def _remove_by_name(values: list[fx.Node], name: str) -> None:
+    for i, v in enumerate(values):
+        if v.name == name:
+            del values[i]
+            return
+
+
+def _output_meta(out: fx.Node, values: list[Any], descs: list[Any]) -> None:
+    out.meta["desc"] = descs
+    out.meta["output_stack_traces"] = [
+        v.meta.get("stack_trace") if isinstance(v, fx.Node) else None for v in values
+    ]
+
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+class _Copier:
+    """``Graph.node_copy`` into one graph, without ``create_node``'s pytree
+    walk of the arguments (which looks for raw SymInt/SymFloat/SymBool
+    values to warn about): the argument remap visits every leaf anyway, so
+    it notes such a value, and only then the copy goes through torch's
+    ``node_copy`` (and its warning).  Otherwise the node is created exactly
+    as ``create_node`` creates it (name table, insertion, lookup table)."""
+
+    def __init__(self, graph: fx.Graph, env: dict[Any, fx.Node]) -> None:
+        self.graph = graph
+        self.env = env
+        self.namespace = graph._graph_namespace
+        self.table = graph._find_nodes_lookup_table
+        self.raw_sym = False
+        node_cls = fx.Node
+        sym_types = _SYM_TYPES
+
+        def leaf(a: Any) -> Any:
+            if a.__class__ is node_cls:
+                return env[a]
+            if isinstance(a, sym_types):
+                self.raw_sym = True
+            return a
+
+        self.leaf = leaf
+
+    def copy(self, node: fx.Node) -> fx.Node:
+        graph = self.graph
+        if graph.owning_module is not None:
+            return graph.node_copy(node, self.env.__getitem__)
+        self.raw_sym = False
+        args = map_aggregate(node.args, self.leaf)
+        kwargs = map_aggregate(node.kwargs, self.leaf)
+        if self.raw_sym and node.op in ("call_function", "call_method", "call_module"):
+            return graph.node_copy(node, self.env.__getitem__)
+        if not kwargs:
+            kwargs = immutable_dict()
+        name = self.namespace.create_name(node.name, None)
+        new = fx.Node(graph, name, node.op, node.target, args, kwargs, node.type)
+        self.namespace.associate_name_with_obj(name, new)
+        graph._insert(new)
+        self.table.insert(new)
+        graph._len += 1
+        new.meta = copy.copy(node.meta)
+        return new
+
+
+def _raise_getitems(graph: fx.Graph) -> None:
+    """torch's ``raise_getitems`` without its recompile."""
+    getitems = list(graph.find_nodes(op="call_function", target=operator.getitem))
+    for node in getitems:
+        if len(node.all_input_nodes) != 1:
+            raise _Unsupported(f"getitem {node.name} with {len(node.all_input_nodes)} inputs")
+    for node in reversed(getitems):
+        node.all_input_nodes[0].append(node)
+
+
+def _extraction_graph(sel: _Selection, descs: list[Any], backward: bool) -> fx.Graph:
+    """The graph torch's extraction leaves (after its dead-code elimination)."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in sel.inputs:
+        new = graph.placeholder(node.name)
+        new.meta = node.meta
+        env[node] = new
+    namespace = graph._graph_namespace
+    kept = sel.kept
+    copier = _Copier(graph, env)
+    for node in sel.copied:
+        if node in kept:
+            new = copier.copy(node)
+            if backward:
+                new.meta["autograd_backward"] = True
+            env[node] = new
+        else:
+            # torch copies it, then erases it: its name stays taken.
+            namespace.create_name(node.name, None)
+    values = [env[x] if isinstance(x, fx.Node) else x for x in sel.outputs]
+    out = graph.output(tuple(values))
+    _output_meta(out, values, descs)
+    return graph
+
+
+def _reordered_backward(sel: _Selection, descs: list[Any]) -> fx.Graph | None:
+    """The backward graph as ``reordering_to_mimic_autograd_engine`` copies
+    it, built straight from the joint graph; None where that pass returns
+    its input unchanged."""
+    # Positions in the extracted backward graph: inputs, kept nodes, output.
+    order: dict[fx.Node, int] = {}
+    for node in sel.inputs:
+        order[node] = len(order)
+    body = [n for n in sel.copied if n in sel.kept]
+    for node in body:
+        order[node] = len(order)
+    out_pos = len(order)
+    out_inputs = list(dict.fromkeys(x for x in sel.outputs if isinstance(x, fx.Node)))
+
+    first = out_pos + 1
+    for node in sel.inputs:
+        if "tangents" in node.name:
+            for user in node.users:
+                if user in sel.kept and order[user] < first:
+                    first = order[user]
+            if node in out_inputs and out_pos < first:
+                first = out_pos
+    if first > out_pos:
+        return None
+
+    graph = fx.Graph()
+    env: dict[Any, fx.Node] = {}
+    for node in sel.inputs:
+        new = graph.create_node("placeholder", node.name, (), {}, node.name, None)
+        new.meta = copy.copy(node.meta)
+        env[node] = new
+    copier = _Copier(graph, env)
+
+    def emit(node: fx.Node) -> None:
+        new = copier.copy(node)
+        new.meta["autograd_backward"] = True
+        env[node] = new
+
+    def pull(roots: list[fx.Node]) -> None:
+        stack = list(roots)
+        found: set[fx.Node] = set()
+        while stack:
+            n = stack.pop()
+            if n in found or n in env:
+                continue
+            found.add(n)
+            stack.extend(n._input_nodes)
+        for n in sorted(found, key=order.__getitem__):
+            emit(n)
+
+    def pull_output() -> fx.Node:
+        pull(out_inputs)
+        values = tuple(env[x] if isinstance(x, fx.Node) else x for x in sel.outputs)
+        new = graph.create_node("output", "output", (values,), {}, "output", None)
+        _output_meta(new, list(values), descs)
+        return new
+
+    copy_ = torch.ops.aten.copy_.default
+    for node in body[: max(0, first - len(sel.inputs))]:
+        if node.target is copy_ and node not in env:
+            pull([node])
+    for node in body[max(0, first - len(sel.inputs)):]:
+        if node not in env:
+            pull([node])
+    pull_output()
+    return graph
+
+
+def build_modules(
+    joint_module: fx.GraphModule,
+    saved_values: list[fx.Node],
+    saved_sym_nodes: list[fx.Node],
+    saved_opaque_nodes: list[fx.Node],
+    num_fwd_outputs: int,
+    static_nodes: Any,
+) -> tuple[fx.GraphModule, fx.GraphModule] | None:
+    """The forward and backward modules torch's ``_extract_fwd_bwd_modules``,
+    ``reordering_to_mimic_autograd_engine``, ``raise_getitems`` and
+    ``thread_graphsafe_rng_from_hops`` would return, or None for a graph
+    this builder leaves to them.  Leaves the joint module untouched."""
+    try:
+        return _build(joint_module, list(saved_values), list(saved_sym_nodes),
+                      list(saved_opaque_nodes), num_fwd_outputs)
+    except _Unsupported:
+        return None
+
+
+#: torch releases whose module-building passes this builder reproduces
+#: (checked by tests/test_extract_identity.py); on others torch's passes run.
+MODELED_TORCH = ("2.13", "2.14")
+
+
+def torch_modeled() -> bool:
+    """Whether the installed torch's passes are the ones this builder models."""
+    return ".".join(torch.__version__.split(".")[:2]) in MODELED_TORCH
+
+
+def unsupported_reason(joint_module: fx.GraphModule) -> str | None:
+    """Why the fast builder leaves this joint graph to torch's passes
+    (a graph-wide feature, or a torch release it does not model), or None."""
+    from torch._functorch import config
+    from torch._inductor import config as inductor_config
+
+    if not torch_modeled():
+        return f"torch {torch.__version__}'s module-building passes are not modeled"
+    if config.enable_activation_offloading:
+        return "activation offloading"
+    if inductor_config.post_grad_fusion_options.get("activation_quantization_aten_pass") is not None:
+        return "activation quantization"
+    hop = torch.ops.higher_order.invoke_subgraph
+    graph = joint_module.graph
+    if graph.find_nodes(op="call_module"):
+        return "call_module nodes"
+    if graph.find_nodes(op="call_function", target=hop):
+        return "invoke_subgraph (graph-safe RNG threading)"
+    if graph.find_nodes(op="call_function", target=torch.ops._c10d_functional.wait_tensor.default):
+        return "collectives (wait_tensor)"
+    return None
+
+
+def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes: list[fx.Node],
+           saved_opaque_nodes: list[fx.Node], num_fwd_outputs: int) -> tuple[fx.GraphModule, fx.GraphModule]:
+    from torch._functorch import partitioners as tp
+    from torch._functorch._aot_autograd.utils import (
+        _is_bwd_seed_offset,
+        _is_fwd_seed_offset,
+        _is_primal,
+        _is_tangent,
+    )
+    from torch._functorch._aot_autograd.descriptors import (
+        SavedForBackwardsAOTOutput,
+        SavedForBackwardsNoVcCheckAOTOutput,
+    )
+    from torch._library.fake_class_registry import FakeScriptObject
+    from torch.fx._lazy_graph_module import _make_graph_module
+    from torch.fx.experimental._backward_state import BackwardState
+    from torch.fx.experimental.symbolic_shapes import (
+        find_symbol_binding_fx_nodes,
+        free_symbols,
+        is_symbol_binding_fx_node,
+    )
+
+    reason = unsupported_reason(joint_module)
+    if reason is not None:
+        raise _Unsupported(reason)
+    if saved_opaque_nodes:
+        raise _Unsupported("opaque saved nodes")
+    if any(isinstance(n.meta.get("val"), FakeScriptObject) for n in saved_values):
+        raise _Unsupported("opaque saved objects")
+
+    graph = joint_module.graph
+    nodes = list(graph.nodes)
+    fwd_outputs, bwd_outputs, fwd_descs, bwd_descs = tp._extract_fwd_bwd_outputs(
+        joint_module, num_fwd_outputs=num_fwd_outputs
+    )
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if any(isinstance(p.meta.get("val"), BackwardState) for p in placeholders):
+        raise _Unsupported("backward state")
+    primals = [p for p in placeholders if _is_primal(p)]
+    tangents = [p for p in placeholders if _is_tangent(p)]
+    fwd_seed = [p for p in placeholders if _is_fwd_seed_offset(p)]
+    bwd_seed = [p for p in placeholders if _is_bwd_seed_offset(p)]
+
+    impure_random = True
+    if torch._guards.TracingContext.try_get():
+        impure_random = torch._inductor.config.fallback_random
+    must_fw, must_bw = _placement(nodes)
+
+    # The first backward extraction only tells which saved values the
+    # backward really reads.
+    probe = _select(nodes, saved_sym_nodes + saved_values + tangents + bwd_seed, bwd_outputs,
+                    "backward", impure_random, must_fw, must_bw)
+    used = _used_inputs(probe)
+    for node in probe.inputs:
+        if node not in used:
+            _remove_by_name(saved_values, node.name)
+            _remove_by_name(saved_sym_nodes, node.name)
+
+    # Symbols the backward's inputs mention get their binding nodes saved.
+    saved_symbols: set[Any] = set()
+    binding: list[fx.Node] = []
+    derived: list[fx.Node] = []
+    for node in saved_sym_nodes:
+        symbol = is_symbol_binding_fx_node(node)
+        if symbol:
+            saved_symbols.add(symbol)
+            binding.append(node)
+        else:
+            derived.append(node)
+    bindings = None
+    for node in itertools.chain(derived, saved_values, tangents):
+        if "val" not in node.meta:
+            continue
+        val = node.meta["val"]
+        if _static_tensor(val):
+            continue
+        new_symbols = free_symbols(val) - saved_symbols
+        if new_symbols and bindings is None:
+            bindings = find_symbol_binding_fx_nodes(graph)
+        for s in sorted(new_symbols, key=lambda s: s.name):
+            if bindings is not None and s in bindings:
+                binding.append(bindings[s])
+        saved_symbols |= new_symbols
+    saved_sym_nodes = binding + derived
+
+    with_vc = [n for n in saved_values if not n.meta.get("saved_tensor_with_no_vc_check", False)]
+    no_vc = [n for n in saved_values if n.meta.get("saved_tensor_with_no_vc_check", False)]
+    saved_values = with_vc + no_vc
+    start = len(with_vc)
+    n_saved = len(saved_values) + len(saved_sym_nodes)
+    fw_descs = list(fwd_descs) + [
+        SavedForBackwardsNoVcCheckAOTOutput(i) if start <= i < len(saved_values) else SavedForBackwardsAOTOutput(i)
+        for i in range(n_saved)
+    ]
+    fw_sel = _select(nodes, primals + fwd_seed, list(fwd_outputs) + saved_values + saved_sym_nodes,
+                     "forward", impure_random, must_fw, must_bw)
+    bw_sel = _select(nodes, saved_sym_nodes + saved_values + tangents + bwd_seed, bwd_outputs,
+                     "backward", impure_random, must_fw, must_bw)
+
+    fw_graph = _extraction_graph(fw_sel, fw_descs, backward=False)
+    _raise_getitems(fw_graph)
+    bw_graph = _reordered_backward(bw_sel, bwd_descs)
+    reordered = bw_graph is not None
+    if bw_graph is None:
+        bw_graph = _extraction_graph(bw_sel, bwd_descs, backward=True)
+    _raise_getitems(bw_graph)
+
+    fw_module = _make_graph_module(joint_module, fw_graph)
+    if reordered:
+        bw_module = fx.GraphModule(joint_module, bw_graph)
+    else:
+        bw_module = _make_graph_module(joint_module, bw_graph)
+    return fw_module, bw_module
+
+
+__all__ = ["MODELED_TORCH", "build_modules", "torch_modeled", "unsupported_reason"]
