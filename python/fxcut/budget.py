@@ -33,8 +33,10 @@ import torch
 import torch.fx as fx
 
 from . import _C
+from .core import _ConfigView
 from .knapsack import SOLVERS, KnapsackChoice, solve
 from .lower import GraphArrays
+from .versions import rules_or_nearest
 
 STAGES: dict[int, str] = {
     _C.STAGE_NO_BACKWARD: "no_backward",
@@ -103,10 +105,10 @@ def region_budgets(joint_module: fx.GraphModule) -> tuple[list[float], list[fx.N
     of the subgraph modules under it (distinct values, in order), and the
     annotated graph's nodes without one (torch requires full coverage of the
     forward; the caller filters these by its classification)."""
-    try:
-        from torch.fx.traceback import _get_memory_budget_annotation
-    except ImportError:  # pragma: no cover - older torch
+    if not rules_or_nearest().region_memory_budgets:
         return [], []
+    from torch.fx.traceback import _get_memory_budget_annotation
+
     values: list[float] = []
     unannotated: list[fx.Node] = []
     joint_graph = joint_module.graph
@@ -323,6 +325,18 @@ def _knapsack(
     return KnapsackChoice(value, list(saved), list(recomputable), None)
 
 
+def _aggressive(opts: Any) -> Any:
+    """torch's "aggressive" cut: the plain cut's options without the four
+    heuristic bans (the C core's ``fxcut_budget_aggressive_options``)."""
+    return replace(
+        opts,
+        ban_if_used_far_apart=False,
+        ban_if_long_fusible_chains=False,
+        ban_if_materialized_backward=False,
+        ban_if_not_in_allowlist=False,
+    )
+
+
 def decide_with_budget(
     graph: fx.Graph,
     budget: float,
@@ -337,9 +351,9 @@ def decide_with_budget(
     """The budget pass over ``graph`` (read only).  ``arrays``: a lowering
     of ``graph`` to reuse; ``estimates``: a runtime cache to share across
     calls; ``solver``: overrides ``config.activation_memory_budget_solver``."""
-    from torch._functorch import config
-
     from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph
+
+    config = _ConfigView(rules_or_nearest())
 
     budget = check_budget(budget)
     solver = config.activation_memory_budget_solver if solver is None else solver
@@ -372,6 +386,12 @@ def decide_with_budget(
         n_cuts=out["n_passes"],
         seconds={"lower": t1 - t0, "storage": t2 - t1, "plan": t3 - t2},
     )
+    if stage == "no_candidates" and rules_or_nearest().no_candidates_saves_aggressive_cut:
+        # Nothing left to trade off: the cut the knapsack would end with.
+        final = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
+                       options=_aggressive(opts), arrays=arrays)
+        result.decision, result.saved = final, list(final.saved)
+        result.n_cuts += 1
     if stage != "knapsack":
         return result
     nodes = arrays.nodes
@@ -387,15 +407,8 @@ def decide_with_budget(
     dont_ban = bytearray(len(arrays))
     for k in result.knapsack.recomputable:
         dont_ban[result.candidates[k]] = 1
-    aggressive = replace(
-        opts,
-        ban_if_used_far_apart=False,
-        ban_if_long_fusible_chains=False,
-        ban_if_materialized_backward=False,
-        ban_if_not_in_allowlist=False,
-    )
     final = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
-                   options=aggressive, arrays=arrays, dont_ban_mask=bytes(dont_ban))
+                   options=_aggressive(opts), arrays=arrays, dont_ban_mask=bytes(dont_ban))
     t6 = time.perf_counter()
     result.decision = final
     result.saved = list(final.saved)

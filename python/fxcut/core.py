@@ -58,8 +58,9 @@ class MinCutOptions:
     @classmethod
     def from_config(cls) -> "MinCutOptions":
         """Read ``torch._functorch.config`` now, as torch does at call time."""
-        from torch._functorch import config
+        from .versions import rules_or_nearest
 
+        config = _ConfigView(rules_or_nearest())
         aggressive = bool(config.aggressive_recomputation)
         return cls(
             ban_if_used_far_apart=bool(config.ban_recompute_used_far_apart) and not aggressive,
@@ -73,6 +74,17 @@ class MinCutOptions:
             unsafe_allow_optimization_of_collectives=bool(config.unsafe_allow_optimization_of_collectives),
             max_dist_from_bw=int(config.max_dist_from_bw),
         )
+
+
+class _ConfigView:
+    """``torch._functorch.config`` as the running release reads it
+    (:meth:`fxcut.versions.Rules.config`), by attribute."""
+
+    def __init__(self, rules: Any) -> None:
+        self._rules = rules
+
+    def __getattr__(self, name: str) -> Any:
+        return self._rules.config(name)
 
 
 @dataclass

@@ -18,7 +18,8 @@ import torch.fx as fx
 from . import _C, prepare
 from .core import Decision, _impure_random
 from .lower import lower_for_partition
-from .ops import default_facts
+from .ops import default_facts, is_rng_node
+from .versions import is_assert_only_symbool, rules_or_nearest
 
 log = logging.getLogger("fxcut")
 
@@ -70,7 +71,7 @@ def _write_back_tags(decision: Decision) -> None:
             decision.arrays.nodes[i].meta["recompute"] = CheckpointPolicy(new)
 
 
-def min_cut_rematerialization_partition(
+def _partition(
     joint_module: fx.GraphModule,
     _joint_inputs: Any,
     compiler: str = "inductor",
@@ -79,7 +80,8 @@ def min_cut_rematerialization_partition(
     static_lifetime_input_indices: list[int] | None = None,
     **kwargs: Any,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """Drop-in for torch's ``min_cut_rematerialization_partition``.
+    """fxcut's partition, unguarded: the public entry is
+    :func:`min_cut_rematerialization_partition` below (through fxcut.guard).
 
     Same signature and result; the decision of what to save is made by
     fxcut's C core and equals the installed torch's.  Reads
@@ -99,13 +101,15 @@ def min_cut_rematerialization_partition(
     from .budget import check_budget, check_regions, decide_with_budget
 
     facts = default_facts()
+    rules = rules_or_nearest()
     impure_random = _impure_random()
     # Plan dead-code elimination and CSE, lower the graph as they will leave
     # it, and decide -- all before touching the user's graph, so a bad input
     # or an unsatisfiable decision leaves it exactly as it was.
     budget, regions, unannotated = _resolve_budget(joint_module)
     budget = check_budget(budget)
-    prep = prepare.plan(graph, facts, cse=bool(config.cse), impure_random=impure_random)
+    prep = prepare.plan(graph, facts, cse=bool(rules.config("cse")), impure_random=impure_random,
+                        rules=rules, num_fwd_outputs=num_fwd_outputs)
     arrays = lower_for_partition(
         graph, facts, impure_random=impure_random, removed=prep.removed, replace=prep.replace
     )
@@ -135,7 +139,9 @@ def min_cut_rematerialization_partition(
     except NotImplementedError as e:
         # A graph shape the C classification does not model (a forward
         # output that needs a backward value): torch decides it.
-        log.info("%s; using torch's partitioner for this graph", e)
+        from .guard import note_fallback
+
+        note_fallback(str(e))
         return tp.min_cut_rematerialization_partition(
             joint_module,
             _joint_inputs,
@@ -162,9 +168,7 @@ def min_cut_rematerialization_partition(
     tags = arrays.tag.tobytes()
     has_recomputable = any(t in (2, 3) for t in tags)
     has_recomputable_rng = has_recomputable and any(
-        t in (2, 3)
-        and hasattr(arrays.nodes[i].target, "tags")
-        and torch.Tag.nondeterministic_seeded in arrays.nodes[i].target.tags  # type: ignore[union-attr]
+        t in (2, 3) and is_rng_node(arrays.nodes[i], rules.zero_dropout_sdpa_is_rng)
         for i, t in enumerate(tags)
     )
     _write_back_tags(decision)
@@ -215,7 +219,7 @@ def _build_modules(
     from torch._functorch import partitioners as tp
     from torch.fx.experimental.proxy_tensor import is_sym_node
 
-    saved_sym_nodes = [n for n in saved_values if is_sym_node(n) and not tp._is_assert_only_symbool(n)]
+    saved_sym_nodes = [n for n in saved_values if is_sym_node(n) and not is_assert_only_symbool(n)]
     saved_opaque_nodes = [n for n in saved_values if tp.is_opaque_node(n)]
     saved_values = [n for n in saved_values if not is_sym_node(n) and not tp.is_opaque_node(n)]
     fw_module, bw_module = tp._extract_fwd_bwd_modules(
@@ -232,13 +236,38 @@ def _build_modules(
         )
     bw_module = tp.reordering_to_mimic_autograd_engine(bw_module)
     if config.enable_activation_offloading:
-        from torch._functorch._activation_checkpointing.activation_offloading import (
-            enable_activation_offloading,
-        )
+        import importlib
 
-        enable_activation_offloading(fw_module, bw_module, num_fwd_outputs, static_nodes)
+        offloading = importlib.import_module(rules_or_nearest().offloading_module)
+        offloading.enable_activation_offloading(fw_module, bw_module, num_fwd_outputs, static_nodes)
     fw_module = tp.raise_getitems(fw_module)
     bw_module = tp.raise_getitems(bw_module)
     fw_module = tp.thread_graphsafe_rng_from_hops(fw_module, is_backward=False)
     bw_module = tp.thread_graphsafe_rng_from_hops(bw_module, is_backward=True)
     return fw_module, bw_module
+
+
+def min_cut_rematerialization_partition(
+    joint_module: fx.GraphModule,
+    _joint_inputs: Any,
+    compiler: str = "inductor",
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int] | None = None,
+    **kwargs: Any,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Drop-in for torch's ``min_cut_rematerialization_partition``.
+
+    Same signature and result; the decision of what to save is made by
+    fxcut's C core and equals the installed torch's.  Reads
+    ``torch._functorch.config`` at call time.  Goes through
+    :mod:`fxcut.guard`: torch's own partitioner decides on an untested torch
+    or a graph fxcut does not model, and ``verify=`` (or ``FXCUT_VERIFY``)
+    checks the result against torch's.
+    """
+    from .guard import guarded_partition
+
+    return guarded_partition(
+        _partition, joint_module, _joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
+        static_lifetime_input_indices=static_lifetime_input_indices, **kwargs,
+    )
