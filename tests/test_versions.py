@@ -167,6 +167,50 @@ def test_control_deps_is_unmodelled_where_torch_splits_it() -> None:
     assert guard.unmodelled_feature(gm, versions.RELEASES["2.13"]) is None
 
 
+def test_2_15_graph_features_fxcut_leaves_to_torch() -> None:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    def graph_with(mark) -> fx.GraphModule:
+        g = fx.Graph()
+        x = g.placeholder("primals_1")
+        y = g.call_function(aten.sin.default, (x,))
+        mark(x, y)
+        g.output((y,))
+        return fx.GraphModule(torch.nn.Module(), g)
+
+    epilogue = graph_with(lambda x, y: x.meta.__setitem__("aot_runtime_epilogue_input_mutation", True))
+    device = graph_with(lambda x, y: y.meta.__setitem__("val", torch.device("cpu")))
+    for gm, word in ((epilogue, "mutated after the forward"), (device, "torch.device")):
+        why = guard.unmodelled_feature(gm, versions.RELEASES["2.15"])
+        assert why is not None and word in why
+        assert guard.unmodelled_feature(gm, versions.RELEASES["2.14"]) is None
+
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    eff = g.call_function(torch.ops.higher_order.with_effects, (x, aten.sin.default, x), name="eff")
+    item = g.call_function(operator.getitem, (eff, 1))
+    item.meta["val"] = torch.empty(2)
+    g.output((item,))
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    assert guard.unmodelled_feature(gm, versions.RELEASES["2.15"]) is None
+    eff.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    assert "'eff'" in guard.unmodelled_feature(gm, versions.RELEASES["2.15"])
+    assert guard.unmodelled_feature(gm, versions.RELEASES["2.14"]) is None
+
+
+def test_partial_region_budget_coverage_is_allowed_only_when_configured() -> None:
+    from fxcut.budget import check_regions
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    op = g.call_function(aten.sin.default, (x,))
+    with pytest.raises(RuntimeError, match="unannotated"):
+        check_regions([0.5], [op], lambda n: True)
+    if "activation_memory_budget_require_full_coverage" not in versions.current().missing_config:
+        with functorch_config.patch(activation_memory_budget_require_full_coverage=False):
+            check_regions([0.5], [op], lambda n: True)
+
+
 # --------------------------------------------------------------------------- the rules, on small graphs
 
 
@@ -278,6 +322,14 @@ def test_rules_match_the_installed_torch() -> None:
     src = inspect.getsource(partitioners)
     assert ("control_deps" in src) == rules.splits_control_deps
     assert ("_get_memory_budget_annotation" in src) == rules.region_memory_budgets
+    assert hasattr(functorch_config, "activation_memory_budget_require_full_coverage") == (
+        "activation_memory_budget_require_full_coverage" not in rules.missing_config)
+    assert ("aot_runtime_epilogue_input_mutation" in src) == rules.epilogue_mutated_inputs_unsaveable
+    assert ("mark_leaf_tensor_outputs" in src) == rules.effectful_leaves_only
+    assert ("isinstance(val, torch.device)" in src) == rules.device_values_are_free
+    assert ("return aggressive_recomputation_saved_values\n    memories_banned_nodes" in src.replace(
+        "        # Nothing left for the knapsack to trade off, so this is the same cut the\n"
+        "        # knapsack would return with an empty dont_ban.\n", "")) == rules.no_candidates_saves_aggressive_cut
 
 
 def test_guard_is_the_public_entry() -> None:

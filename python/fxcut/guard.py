@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import operator
 import os
 import threading
 import warnings
@@ -33,6 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 from . import versions
@@ -133,15 +135,48 @@ def _allow_untested(allow_untested: bool | None) -> bool:
 
 def unmodelled_feature(joint_module: fx.GraphModule, rules: versions.Rules) -> str | None:
     """Why fxcut cannot decide this graph as the running torch would, or
-    None when it can."""
-    if rules.splits_control_deps:
-        hop = _control_deps_hop()
-        if hop is not None:
-            for node in joint_module.graph.nodes:
-                if node.op == "call_function" and node.target is hop:
-                    return (f"node {node.name!r} is a control_deps op, which torch {rules.release} splits "
-                            "between forward and backward; fxcut does not model that split")
+    None when it can (one pass over the nodes, only for the rules the
+    running release has)."""
+    control_deps = _control_deps_hop() if rules.splits_control_deps else None
+    with_effects = getattr(torch.ops.higher_order, "with_effects", None) if rules.effectful_leaves_only else None
+    devices = rules.device_values_are_free
+    epilogue = rules.epilogue_mutated_inputs_unsaveable
+    if control_deps is None and with_effects is None and not devices and not epilogue:
+        return None
+    torch_release = f"torch {rules.release}"
+    for node in joint_module.graph.nodes:
+        meta = node.meta
+        if epilogue and meta.get("aot_runtime_epilogue_input_mutation", False):
+            return (f"input {node.name!r} is mutated after the forward, which {torch_release} "
+                    "never saves; fxcut does not model that")
+        if devices and isinstance(meta.get("val"), torch.device):
+            return (f"node {node.name!r} has a torch.device value, which {torch_release} treats "
+                    "as free and recomputable; fxcut does not model that")
+        if node.op != "call_function":
+            continue
+        if control_deps is not None and node.target is control_deps:
+            return (f"node {node.name!r} is a control_deps op, which {torch_release} splits "
+                    "between forward and backward; fxcut does not model that split")
+        if with_effects is not None and node.target is with_effects and _effects_unmodelled(node):
+            return (f"effectful node {node.name!r} is tagged MUST_RECOMPUTE or has nested outputs, "
+                    f"which {torch_release} handles differently; fxcut does not model that")
     return None
+
+
+def _effects_unmodelled(node: fx.Node) -> bool:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    if node.meta.get("recompute") == CheckpointPolicy.MUST_RECOMPUTE:
+        return True
+    getitem = operator.getitem
+    stack = [u for u in node.users if u.target is getitem]
+    while stack:
+        user = stack.pop()
+        nested = [u for u in user.users if u.target is getitem]
+        if nested and not isinstance(user.meta.get("val"), (tuple, list)):
+            return True
+        stack.extend(nested)
+    return False
 
 
 def _control_deps_hop() -> Any:

@@ -67,6 +67,17 @@ class Rules:
     #: the partitioner splits ``control_deps`` nodes between forward and
     #: backward (2.14): fxcut does not model that, torch decides such graphs
     splits_control_deps: bool = False
+    #: 2.15: a node whose value is a ``torch.device`` takes no memory and is
+    #: never banned; fxcut does not model that, torch decides such graphs
+    device_values_are_free: bool = False
+    #: 2.15: a primal AOT Autograd mutates after the forward
+    #: (``meta["aot_runtime_epilogue_input_mutation"]``) can never be saved;
+    #: fxcut does not model that, torch decides such graphs
+    epilogue_mutated_inputs_unsaveable: bool = False
+    #: 2.15: an effectful op tagged MUST_RECOMPUTE is an error, and only the
+    #: leaf getitems of an effectful op are forced saved; torch decides such
+    #: graphs
+    effectful_leaves_only: bool = False
     #: where ``enable_activation_offloading`` lives
     offloading_module: str = "torch._functorch._activation_offloading.activation_offloading"
 
@@ -80,17 +91,19 @@ class Rules:
         return getattr(config, name)
 
 
+_BEFORE_215 = {"activation_memory_budget_require_full_coverage": True}
 _R212 = Rules(
     release="2.12",
     tested="2.12.1",
-    missing_config={"unsafe_treat_script_objects_as_zero_size": False},
+    missing_config={"unsafe_treat_script_objects_as_zero_size": False, **_BEFORE_215},
     no_return_ops_take_no_memory=False,
     region_memory_budgets=False,
 )
-_R213 = Rules(release="2.13", tested="2.13.0")
+_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215)
 _R214 = Rules(
     release="2.14",
     tested="2.14.1",
+    missing_config=_BEFORE_215,
     zero_dropout_sdpa_is_rng=False,
     cse_keeps_backward_apart=True,
     cse_skips_impure=True,
@@ -111,6 +124,9 @@ _R215 = Rules(
     cse_keys_stream=True,
     no_candidates_saves_aggressive_cut=True,
     splits_control_deps=True,
+    device_values_are_free=True,
+    epilogue_mutated_inputs_unsaveable=True,
+    effectful_leaves_only=True,
 )
 
 #: per major.minor release
