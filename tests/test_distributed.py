@@ -20,8 +20,11 @@ from pathlib import Path
 
 import pytest
 
+import fxcut
+
 WORKER = Path(__file__).with_name("distributed_worker.py")
-ROOT = Path(__file__).resolve().parents[1]
+#: where this process imported fxcut from (the sanitizer run's copy included)
+PACKAGE_ROOT = Path(fxcut.__file__).resolve().parents[1]
 
 
 def _free_port() -> int:
@@ -32,7 +35,7 @@ def _free_port() -> int:
 
 def _launch(tmp_path: Path, mode: str) -> list[dict]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), env.get("PYTHONPATH", "")])
     env["FXCUT_DIST_MODE"] = mode
     # A fresh inductor/AOT cache: a cached graph would skip the partitioner.
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor-cache")

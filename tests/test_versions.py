@@ -335,3 +335,32 @@ def test_rules_match_the_installed_torch() -> None:
 def test_guard_is_the_public_entry() -> None:
     assert fxcut.min_cut_rematerialization_partition is fxcut.partition.min_cut_rematerialization_partition
     assert operator.attrgetter("__module__")(fxcut.min_cut_rematerialization_partition) == "fxcut.partition"
+
+
+def test_partition_equals_torch_when_forward_and_backward_compute_the_same_value() -> None:
+    """The forward computes cos(x) for an output the backward never needs;
+    the backward of sin computes cos(x) again.  torch 2.13's CSE merges the
+    two, 2.14's keeps them apart: fxcut follows the installed release."""
+    from functorch.compile import aot_function, make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
+
+    from fxcut.capture import copy_graph_module
+
+    seen = []
+
+    def record(gm, joint_inputs, **kwargs):
+        seen.append((copy_graph_module(gm), joint_inputs, kwargs))
+        return torch_partition(gm, joint_inputs, **kwargs)
+
+    def nop(gm, _):
+        return make_boxed_func(gm.forward)
+
+    f = aot_function(lambda x: (x.sin(), (x.cos() * 2).detach()), fw_compiler=nop, partition_fn=record)
+    f(torch.randn(4, requires_grad=True))
+    gm, joint_inputs, kwargs = seen[0]
+    assert sum(n.target is aten.cos.default for n in gm.graph.nodes) == 2
+    tfw, tbw = torch_partition(copy_graph_module(gm), joint_inputs, **kwargs)
+    ffw, fbw = fxcut.min_cut_rematerialization_partition(copy_graph_module(gm), joint_inputs, **kwargs)
+    assert ffw.code == tfw.code and fbw.code == tbw.code
+    merged = "cos_1" not in tbw.code  # the backward recomputes the forward's cos, merged by CSE
+    assert merged == (not versions.current().cse_keeps_backward_apart)

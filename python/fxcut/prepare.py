@@ -140,13 +140,14 @@ def plan_cse(
     """``fx_graph_cse``'s choices over ``nodes`` (the graph after dead-code
     elimination): duplicate -> representative, and the mutation region of
     every node (which torch records in ``meta["mutation_region_id"]``).
-    ``rules``: the running release's CSE rules (fxcut.versions)."""
+    ``rules``: the running release's CSE rules (fxcut.versions).
+    ``num_fwd_outputs``: as the partitioner runs CSE (from 2.14 it keeps
+    values the backward needs apart from the others); None plans
+    ``fx_graph_cse`` called on its own."""
     rules = rules or rules_or_nearest()
     facts = facts or default_facts()
     backward: set[fx.Node] | None = None
-    if rules.cse_keeps_backward_apart:
-        if num_fwd_outputs is None:
-            raise ValueError("plan_cse needs num_fwd_outputs on this torch (its CSE keeps backward values apart)")
+    if rules.cse_keeps_backward_apart and num_fwd_outputs is not None:
         backward = _backward_ancestors(nodes, num_fwd_outputs)
     skip_bases = _mutation_bases(nodes) if rules.cse_skips_mutation_bases else set()
     import sympy
