@@ -39,8 +39,9 @@ if ! "$VPY" -m pip install -q --dry-run --no-deps "torch==$VERSION" >/dev/null 2
     done
   done
 fi
-"$VPY" -m pip install -q "${pip_args[@]}" --upgrade "pip>=23" "setuptools>=77" wheel
-"$VPY" -m pip install -q "${pip_args[@]}" "torch==$VERSION"
+"$VPY" -m pip install -q "${pip_args[@]}" --upgrade "pip>=23" wheel
+# setuptools resolved with torch: some releases cap it (2.12.1: setuptools<82).
+"$VPY" -m pip install -q "${pip_args[@]}" "torch==$VERSION" "setuptools>=77"
 "$VPY" -m pip install -q "${pip_args[@]}" pytest "hypothesis>=6" "networkx>=3" "scipy>=1.10" numpy matplotlib
 # fxcut in place; --no-deps keeps pip from re-resolving torch against the cap.
 FXCUT_WERROR=${FXCUT_WERROR:-1} "$VPY" -m pip install -q "${pip_args[@]}" --no-deps --no-build-isolation -e .
