@@ -364,3 +364,24 @@ def test_partition_equals_torch_when_forward_and_backward_compute_the_same_value
     assert ffw.code == tfw.code and fbw.code == tbw.code
     merged = "cos_1" not in tbw.code  # the backward recomputes the forward's cos, merged by CSE
     assert merged == (not versions.current().cse_keeps_backward_apart)
+
+
+def test_fxcut_failing_where_torch_would_not_falls_back(monkeypatch, fresh_guard) -> None:
+    """The issue's 2.12 failure mode -- fxcut reading a config torch does not
+    have -- must cost a warning, never the user's compile."""
+    def broken(*args, **kwargs):
+        raise AttributeError("torch._functorch.config.some_new_option does not exist")
+
+    monkeypatch.setattr(fxcut.partition, "lower_for_partition", broken)
+    cap = zoo.capture("mlp")
+    with pytest.warns(fxcut.FallbackWarning, match="some_new_option does not exist"):
+        fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
+    tfw, tbw = cap.partition()
+    assert fw.code == tfw.code and bw.code == tbw.code
+    assert fxcut.partition_counts() == {"torch_unmodelled": 1}
+
+
+def test_bad_input_still_raises_fxcuts_error(fresh_guard) -> None:
+    cap = zoo.capture("mlp")
+    with pytest.raises(ValueError, match="num_fwd_outputs"):
+        fxcut.min_cut_rematerialization_partition(cap.fresh(), cap.joint_inputs, num_fwd_outputs=10**6)

@@ -9,8 +9,9 @@ Every call of :func:`fxcut.min_cut_rematerialization_partition` comes here:
    :class:`UntestedTorchWarning` per process naming the version and the
    range.  ``allow_untested=True`` or ``FXCUT_ALLOW_UNTESTED_TORCH=1`` runs
    fxcut anyway (with the nearest tested release's rules).
-2. **A feature fxcut does not model** (:func:`unmodelled_feature`): torch's
-   partitioner, one :class:`FallbackWarning` per reason.
+2. **A feature fxcut does not model** (:func:`unmodelled_feature`), or fxcut
+   failing where torch would not (:data:`FXCUT_GAPS`): torch's partitioner,
+   one :class:`FallbackWarning` per reason.
 3. **Verify mode** (``verify=`` or ``FXCUT_VERIFY``): torch's partitioner
    also decides, on a copy of the joint graph, and the saved values and the
    generated forward and backward code are compared.  A difference raises
@@ -246,10 +247,35 @@ def guarded_partition(
             note_fallback(reason)
             return torch_partition(*args, **kw)
     if mode is None:
-        result = inner(*args, **kw, **kwargs)
+        result = _fxcut_or_torch(inner, args, kw, kwargs)
+        if result is None:
+            return torch_partition(*args, **kw)
         _count("fxcut")
         return result
     return _verified(inner, mode, args, kw, kwargs)
+
+
+#: What fxcut raising means a gap in fxcut (a torch it does not know, a graph
+#: shape it does not model), not a bad input: torch's partitioner decides
+#: instead.  Bad inputs (TypeError, ValueError, an unsatisfiable cut) still
+#: raise fxcut's own clear error.
+FXCUT_GAPS: tuple[type[BaseException], ...] = (
+    AttributeError, ImportError, KeyError, IndexError, AssertionError, NotImplementedError,
+)
+
+
+def _fxcut_or_torch(inner: Callable[..., PartitionResult], args: tuple[Any, ...], kw: dict[str, Any],
+                    kwargs: dict[str, Any]) -> PartitionResult | None:
+    """fxcut's partition, or None (after one warning naming the error) when
+    fxcut fails where torch's partitioner would not.  fxcut changes the
+    joint graph only once its decision is made, and only as torch's own
+    dead-code elimination, CSE and tag clean-up would: torch's partitioner
+    can take the graph as it is."""
+    try:
+        return inner(*args, **kw, **kwargs)
+    except FXCUT_GAPS as e:
+        note_fallback(f"fxcut failed on this graph ({type(e).__name__}: {e})")
+        return None
 
 
 def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
@@ -264,7 +290,9 @@ def _verified(inner: Callable[..., PartitionResult], mode: str, args: tuple[Any,
     joint_module = args[0]
     pristine = copy_graph_module(joint_module)
     expected = torch_partition(copy_graph_module(joint_module), *args[1:], **kw)
-    got = inner(*args, **kw, **kwargs)
+    got = _fxcut_or_torch(inner, args, kw, kwargs)
+    if got is None:
+        return expected
     diff = compare(expected, got, pristine, **kw)
     if diff is None:
         _count("verified")
