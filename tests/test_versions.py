@@ -385,3 +385,35 @@ def test_bad_input_still_raises_fxcuts_error(fresh_guard) -> None:
     cap = zoo.capture("mlp")
     with pytest.raises(ValueError, match="num_fwd_outputs"):
         fxcut.min_cut_rematerialization_partition(cap.fresh(), cap.joint_inputs, num_fwd_outputs=10**6)
+
+
+def test_partial_region_budget_as_torch_under_the_coverage_config() -> None:
+    """torch 2.15's activation_memory_budget_require_full_coverage=False lets
+    a region annotation on part of the graph set the whole graph's budget;
+    before 2.15 (no such option) partial coverage is an error, and before
+    2.13 the annotation means nothing."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
+
+    key = "_region_activation_memory_budget"
+    cap = zoo.capture("gpt2")
+    has_option = hasattr(functorch_config, "activation_memory_budget_require_full_coverage")
+    patch = {"activation_memory_budget_require_full_coverage": False} if has_option else {}
+    outcomes = []
+    for fn in (torch_partition, fxcut.min_cut_rematerialization_partition):
+        gm = cap.fresh()
+        for k, node in enumerate(gm.graph.nodes):
+            if k % 3:
+                node.meta.setdefault("custom", {})[key] = 0.25
+        try:
+            with functorch_config.patch(activation_memory_budget=1.0, **patch):
+                fw, _ = fn(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+            outcomes.append(fw.code)
+        except RuntimeError as e:
+            outcomes.append(type(e))
+    assert outcomes[0] == outcomes[1]
+    rules = versions.current()
+    partial_ok = has_option or not rules.region_memory_budgets
+    assert isinstance(outcomes[0], str) == partial_ok
+    if has_option:  # the 0.25 budget applied: fewer values saved than at 1.0
+        plain, _ = cap.partition(fxcut.min_cut_rematerialization_partition)
+        assert outcomes[0] != plain.code
