@@ -78,10 +78,10 @@ def test_config_missing_in_a_release_reads_as_its_behaviour() -> None:
 
 
 def test_nearest_rules_for_an_untested_torch(monkeypatch) -> None:
-    monkeypatch.setattr(versions, "installed_version", lambda: "2.16.0")
-    assert versions.current() is None and versions.rules_or_nearest().release == "2.15"
-    monkeypatch.setattr(versions, "installed_version", lambda: "2.11.0")
-    assert versions.rules_or_nearest().release == "2.12"
+    for fake, release in (("2.16.0", "2.15"), ("3.1.0", "2.15"), ("2.11.0", "2.12"), ("1.13.1", "2.12"),
+                          ("2.14.0a0+gitabc", "2.14"), ("2.15.0rc1", "2.15"), ("2.12.0", "2.12"), ("junk", "2.15")):
+        monkeypatch.setattr(versions, "installed_version", lambda v=fake: v)
+        assert versions.current() is None and versions.rules_or_nearest().release == release, fake
 
 
 # --------------------------------------------------------------------------- the fallback
@@ -114,7 +114,10 @@ def test_untested_torch_uses_torchs_partitioner_with_one_warning(monkeypatch, fr
 
 @pytest.mark.parametrize("how", ["env", "argument"])
 def test_opt_in_runs_fxcut_on_an_untested_torch(monkeypatch, fresh_guard, how) -> None:
-    monkeypatch.setattr(versions, "installed_version", lambda: "2.16.0")
+    # a nightly of the installed release: untested, but its rules are known
+    nightly = torch.__version__.split("+")[0] + ".dev20260101"
+    monkeypatch.setattr(versions, "installed_version", lambda: nightly)
+    assert versions.current() is None and versions.rules_or_nearest().tested == nightly.split(".dev")[0]
     real = fxcut.partition._partition
     ran_fxcut = []
 
@@ -298,10 +301,15 @@ def test_no_return_op_size_follows_the_release(monkeypatch) -> None:
     g = fx.Graph()
     x = g.placeholder("x")
     node = g.call_function(aten._assert_async.default, (x,))
-    for release, expected in (("2.12", _C.SIZE_UNKNOWN), ("2.13", 0), ("2.14", 0)):
-        monkeypatch.setattr(fxcut.lower, "rules_or_nearest", lambda r=release: versions.RELEASES[r])
+    import dataclasses
+
+    assert not versions.RELEASES["2.12"].no_return_ops_take_no_memory
+    assert versions.RELEASES["2.13"].no_return_ops_take_no_memory and versions.RELEASES["2.15"].no_return_ops_take_no_memory
+    for free, expected in ((False, _C.SIZE_UNKNOWN), (True, 0)):
+        rules = dataclasses.replace(versions.current(), no_return_ops_take_no_memory=free)
+        monkeypatch.setattr(fxcut.lower, "rules_or_nearest", lambda r=rules: r)
         _, nbytes = _ValueFacts(default_facts(), True)(node, 0)
-        assert nbytes == expected, release
+        assert nbytes == expected, free
 
 
 def test_rules_match_the_installed_torch() -> None:

@@ -169,14 +169,19 @@ def current() -> Rules | None:
 
 def rules_or_nearest() -> Rules:
     """The running torch's rules, or -- on an untested torch the user chose to
-    run fxcut on -- the nearest tested release's."""
-    found = current()
+    run fxcut on -- those of its major.minor release when the table has it
+    (a nightly or rc of a known release), else of the nearest release."""
+    version = installed_version()
+    found = rules_for(version)
     if found is not None:
         return found
-    parsed = parse(installed_version())
-    if parsed is not None and parsed < parse(OLDEST):  # type: ignore[operator]
-        return RELEASES[min(RELEASES)]
-    return RELEASES[max(RELEASES, key=lambda r: tuple(map(int, r.split("."))))]
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is not None and f"{m[1]}.{m[2]}" in RELEASES:
+        return RELEASES[f"{m[1]}.{m[2]}"]
+    ordered = sorted(RELEASES.values(), key=lambda r: parse(r.tested))  # type: ignore[arg-type, return-value]
+    if m is not None and (int(m[1]), int(m[2])) < parse(OLDEST)[:2]:  # type: ignore[index]
+        return ordered[0]
+    return ordered[-1]
 
 
 def tested_range() -> str:
