@@ -258,11 +258,13 @@ def test_resnet_step_under_a_budget_fails_as_with_torch() -> None:
 
 
 def test_budget_pass_lowers_the_graph_once(monkeypatch) -> None:
-    from fxcut import partition
+    from fxcut import core, partition
 
     calls = []
     real = partition.lower_for_partition
-    monkeypatch.setattr(partition, "lower_for_partition", lambda *a, **k: calls.append(1) or real(*a, **k))
+    counted = lambda *a, **k: calls.append(1) or real(*a, **k)  # noqa: E731
+    monkeypatch.setattr(partition, "lower_for_partition", counted)
+    monkeypatch.setattr(core, "lower_for_partition", counted)  # decide_with_budget lowers through core
     cap = zoo.capture("gpt2")
     with _budget_config(0.5, "dp"):
         d = decide_with_budget(_prepared(cap).graph, 0.5, num_fwd_outputs=cap.num_fwd_outputs)
