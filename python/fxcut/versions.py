@@ -15,7 +15,26 @@ functionalization, reordering and cross-rank sync, and reads its op lists
 The tested range: :data:`TESTED` holds the exact releases CI runs the
 fidelity suite on.  A torch outside [oldest, newest] -- older, newer, or a
 nightly -- is *untested*: :mod:`fxcut.guard` hands such graphs to torch's
-own partitioner (see :func:`check_supported`).
+own partitioner (:mod:`fxcut.guard`).
+
+Adding a release: diff its ``torch/_functorch/partitioners.py`` (and
+``compile_utils.fx_graph_cse``, ``config.py``) against the newest row's;
+add a row that copies the newest and sets a field per change (a new field
+when a change is new: the code that reads it, then a test in
+tests/test_versions.py pinning both settings); add the patch release to
+scripts/matrix.sh and run it.
+
+What changed, release by release (each a field below):
+
+- 2.13: sizes of ops without returns; region memory budgets;
+  ``unsafe_treat_script_objects_as_zero_size`` (absent in 2.12).
+- 2.14: SDPA without dropout is not an RNG op; CSE keeps backward values
+  apart, skips impure nodes and mutation bases, compares floats by bits,
+  keys on streams; the budget's no-candidate case saves the aggressive cut;
+  ``control_deps`` split (not modelled: torch decides).
+- 2.15: ``torch.device`` values, epilogue-mutated inputs, effectful ops'
+  leaf outputs (not modelled: torch decides);
+  ``activation_memory_budget_require_full_coverage``.
 """
 
 from __future__ import annotations
