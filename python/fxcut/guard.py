@@ -228,7 +228,8 @@ def guarded_partition(
 ) -> PartitionResult:
     """``inner`` (fxcut's partition) behind the checks of this module."""
     args = (joint_module, joint_inputs, compiler)
-    kw = {"num_fwd_outputs": num_fwd_outputs, "static_lifetime_input_indices": static_lifetime_input_indices}
+    kw: dict[str, Any] = {"num_fwd_outputs": num_fwd_outputs,
+                          "static_lifetime_input_indices": static_lifetime_input_indices}
     mode = verify_mode(verify)
     if versions.current() is None and not _allow_untested(allow_untested):
         version = versions.installed_version()

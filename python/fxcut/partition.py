@@ -12,7 +12,6 @@ import logging
 from array import array
 from typing import Any
 
-import torch
 import torch.fx as fx
 
 from . import _C, prepare
