@@ -21,3 +21,18 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+# The fidelity suite: fxcut's decisions and graphs equal the installed
+# torch's.  CI runs it on every supported torch (scripts/matrix.sh):
+#   pytest -m fidelity
+FIDELITY_FILES = frozenset({
+    "test_partition_zoo.py", "test_partition_random.py", "test_budget.py", "test_zero3_walk.py",
+    "test_prepare.py", "test_versions.py", "test_verify.py",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in FIDELITY_FILES:
+            item.add_marker(pytest.mark.fidelity)

@@ -323,7 +323,10 @@ def test_budget_from_node_meta_equals_torch() -> None:
 
 
 def _annotate(gm: fx.GraphModule, budget_of) -> None:
-    from torch.fx.traceback import MEMORY_BUDGET_ANNOTATION_KEY
+    try:
+        from torch.fx.traceback import MEMORY_BUDGET_ANNOTATION_KEY
+    except ImportError:  # torch 2.12: no region budgets, the annotation is ignored
+        MEMORY_BUDGET_ANNOTATION_KEY = "_region_activation_memory_budget"
 
     for k, node in enumerate(gm.graph.nodes):
         b = budget_of(k, node)
@@ -350,7 +353,10 @@ def test_region_budget_annotation_as_torch(case: str) -> None:
         except RuntimeError as e:
             outcomes.append(type(e))
     assert outcomes[0] == outcomes[1]
-    assert (case == "whole") == isinstance(outcomes[0], str)
+    if fxcut.versions.rules_or_nearest().region_memory_budgets:
+        assert (case == "whole") == isinstance(outcomes[0], str)
+    else:
+        assert isinstance(outcomes[0], str)  # the annotation means nothing to this torch
 
 
 @pytest.mark.parametrize(

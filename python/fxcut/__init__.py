@@ -7,6 +7,8 @@
 - :func:`min_cut_rematerialization_partition`: a drop-in for torch's,
   activation memory budget included.
 - :func:`memory_pareto`: the memory/recompute trade-off over a budget sweep.
+- :class:`PartitionMismatch`, :func:`partition_counts`, the fallback
+  warnings: :mod:`fxcut.guard` (untested torch, verify mode).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 from ._C import InfiniteCutError
 from .budget import ParetoPoint, memory_pareto
+from .guard import FallbackWarning, PartitionMismatch, UntestedTorchWarning, VerifyWarning, partition_counts
 from .lower import GraphArrays, LoweringError
 from .ops import get_no_copy_ops, is_cast_op
 from .partition import min_cut_rematerialization_partition
@@ -30,6 +33,11 @@ __all__ = [
     "LoweringError",
     "aot_backend",
     "ParetoPoint",
+    "FallbackWarning",
+    "PartitionMismatch",
+    "UntestedTorchWarning",
+    "VerifyWarning",
+    "partition_counts",
     "get_no_copy_ops",
     "get_wrapped_partitioner",
     "inductor_backend",

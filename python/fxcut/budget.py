@@ -37,8 +37,10 @@ from torch.utils._ordered_set import OrderedSet
 
 from . import _C
 from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph, plan_and_lower
+from .core import _ConfigView
 from .knapsack import SOLVERS, KnapsackChoice, solve
 from .lower import GraphArrays
+from .versions import rules_or_nearest
 
 if TYPE_CHECKING:  # both import inductor (seconds): at run time only when a budget below 1 needs them
     from torch._functorch.partitioners import NodeInfo
@@ -115,10 +117,10 @@ def region_budgets(joint_module: fx.GraphModule) -> tuple[list[float], list[fx.N
     of the subgraph modules under it (distinct values, in order), and the
     annotated graph's nodes without one (torch requires full coverage of the
     forward; the caller filters these by its classification)."""
-    try:  # version-dependent: torch without region budgets has no such function
-        from torch.fx.traceback import _get_memory_budget_annotation
-    except ImportError:  # pragma: no cover - older torch
+    if not rules_or_nearest().region_memory_budgets:
         return [], []
+    from torch.fx.traceback import _get_memory_budget_annotation
+
     values: list[float] = []
     unannotated: list[fx.Node] = []
     joint_graph = joint_module.graph
@@ -152,7 +154,7 @@ def check_regions(values: list[float], unannotated: list[fx.Node], is_forward_op
             f"joint graph (including nested subgraphs): {sorted(values)}; one joint graph takes one "
             "budget, so put a graph break between regions of different budgets"
         )
-    if values:
+    if values and rules_or_nearest().config("activation_memory_budget_require_full_coverage"):
         missing = [n for n in unannotated if is_forward_op(n)]
         if missing:
             raise RuntimeError(
@@ -354,6 +356,8 @@ def decide_with_budget(
     """The budget pass over ``graph`` (read only).  ``arrays``: a lowering
     of ``graph`` to reuse; ``estimates``: a runtime cache to share across
     calls; ``solver``: overrides ``config.activation_memory_budget_solver``."""
+    config = _ConfigView(rules_or_nearest())
+
     budget = check_budget(budget)
     solver = config.activation_memory_budget_solver if solver is None else solver
     if 0.0 < budget < 1.0:
@@ -386,6 +390,12 @@ def decide_with_budget(
         n_cuts=out.n_passes,
         seconds={"lower": t1 - t0, "storage": t2 - t1, "plan": t3 - t2},
     )
+    if stage == "no_candidates" and rules_or_nearest().no_candidates_saves_aggressive_cut:
+        # Nothing left to trade off: the cut the knapsack would end with.
+        final = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
+                       options=opts.aggressive(), arrays=arrays)
+        result.decision, result.saved = final, list(final.saved)
+        result.n_cuts += 1
     if stage != "knapsack":
         return result
     nodes = arrays.nodes

@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._functorch import config
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C, prepare
 from .lower import GraphArrays, lower_for_partition
 from .ops import default_facts, mutated_inputs
+from .versions import Rules, rules_or_nearest
 
 aten = torch.ops.aten
 
@@ -61,6 +61,7 @@ class MinCutOptions:
     @classmethod
     def from_config(cls) -> MinCutOptions:
         """Read ``torch._functorch.config`` now, as torch does at call time."""
+        config = _ConfigView(rules_or_nearest())
         opts = cls(
             ban_if_used_far_apart=bool(config.ban_recompute_used_far_apart),
             ban_if_long_fusible_chains=bool(config.ban_recompute_long_fusible_chains),
@@ -99,6 +100,17 @@ def _max_dist_from_bw(value: Any) -> int:
     if not -(2**62) <= value <= 2**62:
         raise ValueError(f"torch._functorch.config.max_dist_from_bw = {value} is out of range")
     return int(value)
+
+
+class _ConfigView:
+    """``torch._functorch.config`` as the running release reads it
+    (:meth:`fxcut.versions.Rules.config`), by attribute."""
+
+    def __init__(self, rules: Rules) -> None:
+        self._rules = rules
+
+    def __getattr__(self, name: str) -> Any:
+        return self._rules.config(name)
 
 
 @dataclass
@@ -214,15 +226,20 @@ def lower_graph(graph: fx.Graph) -> GraphArrays:
     return lower_for_partition(graph, default_facts(), impure_random=_impure_random())
 
 
-def plan_and_lower(graph: fx.Graph, *, cse: bool) -> tuple[prepare.Preparation, GraphArrays]:
+def plan_and_lower(graph: fx.Graph, *, cse: bool, num_fwd_outputs: int | None = None
+                   ) -> tuple[prepare.Preparation, GraphArrays]:
     """The one graph-preparation path: torch's dead-code elimination (and
     CSE when ``cse``) planned on ``graph``, and the graph array of the graph
     as they will leave it.  ``graph`` is not modified: the partitioner
     applies the plan (:func:`fxcut.prepare.apply`) once its decision has
-    succeeded; explain, the HTML page and the Pareto sweep only read."""
+    succeeded; explain, the HTML page and the Pareto sweep only read.
+    ``num_fwd_outputs``: as the partitioner runs CSE (from torch 2.14 it
+    keeps values the backward needs apart); None plans ``fx_graph_cse``
+    on its own."""
     facts = default_facts()
     impure_random = _impure_random()
-    prep = prepare.plan(graph, facts, cse=cse, impure_random=impure_random)
+    prep = prepare.plan(graph, facts, cse=cse, impure_random=impure_random, rules=rules_or_nearest(),
+                        num_fwd_outputs=num_fwd_outputs)
     arrays = lower_for_partition(graph, facts, impure_random=impure_random, removed=prep.removed,
                                  replace=prep.replace)
     return prep, arrays

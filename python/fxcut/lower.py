@@ -16,7 +16,6 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-from torch._functorch import config
 from torch._library.fake_class_registry import FakeScriptObject
 from torch.fx.experimental._backward_state import BackwardState
 from torch.fx.experimental.proxy_tensor import py_sym_types
@@ -24,6 +23,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C
 from .ops import _HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, is_cast_op, is_impure
+from .versions import rules_or_nearest
 
 KIND_OF_OP: dict[str, int] = {
     "placeholder": _C.KIND_PLACEHOLDER,
@@ -277,7 +277,10 @@ class _ValueFacts:
         self.sym_types = py_sym_types
         self.free_types = (BackwardState, FakeScriptObject)
         self.script_types = (torch.ScriptObject, FakeScriptObject)
-        self.script_objects_free = bool(config.unsafe_treat_script_objects_as_zero_size)
+        rules = rules_or_nearest()
+        self.script_objects_free = bool(rules.config("unsafe_treat_script_objects_as_zero_size"))
+        self.no_return_ops_free = rules.no_return_ops_take_no_memory
+        self.assert_scalar = torch.ops.aten._assert_scalar.default
         self.triton_hop = getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None)
         self.impure_bit = _IMPURE_RANDOM if impure_random else _IMPURE
 
@@ -308,8 +311,9 @@ class _ValueFacts:
             if "tensor_meta" not in meta:
                 bits |= _C.F_NON_TENSOR
             target = node.target
-            if node.op == "get_attr" or (
-                isinstance(target, torch._ops.OpOverload) and len(target._schema.returns) == 0
+            if node.op == "get_attr" or target is self.assert_scalar or (
+                self.no_return_ops_free
+                and isinstance(target, torch._ops.OpOverload) and len(target._schema.returns) == 0
             ):
                 nbytes = 0
         if not _SIZE_UNKNOWN <= nbytes <= _INT64_MAX:

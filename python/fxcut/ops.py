@@ -315,6 +315,33 @@ def mutated_inputs(node: fx.Node) -> list[fx.Node]:
     return found
 
 
+def is_rng_node(node: fx.Node, zero_dropout_sdpa_is_rng: bool) -> bool:
+    """Whether a recomputed ``node`` needs its RNG state threaded through
+    (torch's RNG functionalization): a ``nondeterministic_seeded`` op -- but,
+    when ``zero_dropout_sdpa_is_rng`` is false (torch 2.14 on), not an op with
+    a ``dropout_p`` argument that is statically 0 (SDPA without dropout)."""
+    target = node.target
+    if torch.Tag.nondeterministic_seeded not in getattr(target, "tags", ()):
+        return False
+    if zero_dropout_sdpa_is_rng or not isinstance(target, torch._ops.OpOverload):
+        return True
+    schema_args = target._schema.arguments
+    pos = next((k for k, a in enumerate(schema_args) if a.name == "dropout_p"), None)
+    if pos is None:
+        return True
+    if len(node.args) > pos:
+        p = node.args[pos]
+    elif "dropout_p" in node.kwargs:
+        p = node.kwargs["dropout_p"]
+    elif schema_args[pos].default_value is not None:
+        p = schema_args[pos].default_value
+    else:
+        return True
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return not statically_known_true(p == 0.0)  # type: ignore[arg-type]  # p: a float or SymFloat, never a Tensor
+
+
 def is_impure(node: fx.Node, facts: TargetFacts, impure_random: bool) -> bool:
     """Whether dead-code elimination keeps ``node`` (a call_function)."""
     target = node.target

@@ -8,20 +8,23 @@ so they are what torch would build.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from array import array
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import torch.fx as fx
 
 from . import _C, prepare
 from . import budget as budget_pass
 from .budget import BudgetDecision, check_budget, check_regions, legacy_budget, region_budgets
 from .core import Decision, plan_and_lower
+from .guard import guarded_partition, note_fallback
 from .lower import KIND_OF_OP
+from .ops import is_rng_node
 from .snapshot import ModuleSnapshot
+from .versions import is_assert_only_symbool, rules_or_nearest
 
 log = logging.getLogger("fxcut")
 
@@ -139,7 +142,8 @@ def plan_partition(
     # it, and decide -- all before touching the user's graph.
     budget, regions, unannotated = _resolve_budget(joint_module)
     budget = check_budget(budget)
-    prep, arrays = plan_and_lower(graph, cse=bool(config.cse))
+    rules = rules_or_nearest()
+    prep, arrays = plan_and_lower(graph, cse=bool(rules.config("cse")), num_fwd_outputs=num_fwd_outputs)
     try:
         if regions:
             # torch checks the regions once the forward is classified and
@@ -171,9 +175,7 @@ def plan_partition(
     nodes = chosen.decision.arrays.nodes
     has_recomputable = any(t in recomputable for t in tags)
     has_recomputable_rng = has_recomputable and any(
-        t in recomputable
-        and hasattr(nodes[i].target, "tags")
-        and torch.Tag.nondeterministic_seeded in nodes[i].target.tags  # type: ignore[union-attr]
+        t in recomputable and is_rng_node(nodes[i], rules.zero_dropout_sdpa_is_rng)
         for i, t in enumerate(tags)
     )
     return PartitionPlan(prep, chosen, budget, static_indices, has_recomputable, has_recomputable_rng)
@@ -229,7 +231,7 @@ def apply_partition(
     )
 
 
-def min_cut_rematerialization_partition(
+def _partition(
     joint_module: fx.GraphModule,
     _joint_inputs: Any,
     compiler: str = "inductor",
@@ -238,7 +240,8 @@ def min_cut_rematerialization_partition(
     static_lifetime_input_indices: list[int] | None = None,
     **kwargs: Any,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """Drop-in for torch's ``min_cut_rematerialization_partition``.
+    """fxcut's partition, unguarded: the public entry is
+    :func:`min_cut_rematerialization_partition` below (through fxcut.guard).
 
     Same signature and result; the decision of what to save is made by
     fxcut's C core and equals the installed torch's.  Reads
@@ -253,7 +256,7 @@ def min_cut_rematerialization_partition(
     except _UseTorch as e:
         # A graph shape the C classification does not model (a forward
         # output that needs a backward value): torch decides it.
-        log.info("%s; using torch's partitioner for this graph", e)
+        note_fallback(str(e))
         snapshot = ModuleSnapshot(joint_module)
         try:
             return tp.min_cut_rematerialization_partition(
@@ -295,11 +298,9 @@ def _check_static_indices(indices: Any) -> list[int]:
 
 def _offloading_pass() -> Any:
     """torch's activation offloading pass (``config.enable_activation_offloading``)."""
-    from torch._functorch._activation_offloading.activation_offloading import (
-        enable_activation_offloading,
-    )
-
-    return enable_activation_offloading
+    module = importlib.import_module(rules_or_nearest().offloading_module)
+    pass_: Any = module.enable_activation_offloading
+    return pass_
 
 
 def _check_nodes(graph: fx.Graph) -> None:
@@ -373,7 +374,7 @@ def _torch_build_modules(
     from torch._functorch import partitioners as tp
     from torch.fx.experimental.proxy_tensor import is_sym_node
 
-    saved_sym_nodes = [n for n in saved_values if is_sym_node(n) and not tp._is_assert_only_symbool(n)]
+    saved_sym_nodes = [n for n in saved_values if is_sym_node(n) and not is_assert_only_symbool(n)]
     saved_opaque_nodes = [n for n in saved_values if tp.is_opaque_node(n)]  # type: ignore[attr-defined]
     saved_values = [n for n in saved_values if not is_sym_node(n) and not tp.is_opaque_node(n)]  # type: ignore[attr-defined]
     fw_module, bw_module = tp._extract_fwd_bwd_modules(
@@ -396,3 +397,27 @@ def _torch_build_modules(
     fw_module = tp.thread_graphsafe_rng_from_hops(fw_module, is_backward=False)
     bw_module = tp.thread_graphsafe_rng_from_hops(bw_module, is_backward=True)
     return fw_module, bw_module
+
+
+def min_cut_rematerialization_partition(
+    joint_module: fx.GraphModule,
+    _joint_inputs: Any,
+    compiler: str = "inductor",
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int] | None = None,
+    **kwargs: Any,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Drop-in for torch's ``min_cut_rematerialization_partition``.
+
+    Same signature and result; the decision of what to save is made by
+    fxcut's C core and equals the installed torch's.  Reads
+    ``torch._functorch.config`` at call time.  Goes through
+    :mod:`fxcut.guard`: torch's own partitioner decides on an untested torch
+    or a graph fxcut does not model, and ``verify=`` (or ``FXCUT_VERIFY``)
+    checks the result against torch's.
+    """
+    return guarded_partition(
+        _partition, joint_module, _joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
+        static_lifetime_input_indices=static_lifetime_input_indices, **kwargs,
+    )

@@ -24,7 +24,8 @@ from torch.fx.graph import CodeGen, _Namespace
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten
 
-from .ops import TargetFacts, aten_target, is_impure
+from .ops import TargetFacts, aten_target, default_facts, is_impure, mutated_inputs
+from .versions import Rules, rules_or_nearest
 
 
 @dataclass
@@ -73,12 +74,83 @@ def _storage_key(node: fx.Node) -> Any:
         return None
 
 
-def plan_cse(nodes: list[fx.Node]) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node, int]]:
+@dataclass(frozen=True)
+class _FloatBits:
+    """A float or complex argument keyed by its bit pattern (torch 2.14's CSE)."""
+
+    kind: str
+    bits: bytes
+
+
+def _by_bits(value: Any) -> Any:
+    import struct
+
+    if type(value) is float:
+        return _FloatBits("float", struct.pack(">d", value))
+    if type(value) is complex:
+        return _FloatBits("complex", struct.pack(">dd", value.real, value.imag))
+    return value
+
+
+def _backward_ancestors(nodes: list[fx.Node], num_fwd_outputs: int) -> set[fx.Node]:
+    """The backward outputs and everything they are computed from."""
+    from torch.utils._pytree import arg_tree_leaves
+
+    leaves = arg_tree_leaves(*nodes[-1].args)[num_fwd_outputs:]
+    stack = [x for x in leaves if isinstance(x, fx.Node) and x.op != "output"]
+    seen: set[fx.Node] = set()
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(node.all_input_nodes)
+    return seen
+
+
+def _mutation_bases(nodes: list[fx.Node]) -> set[fx.Node]:
+    """Inputs a functional wrapper (auto_functionalized, its v2, a user triton
+    kernel) mutates: torch 2.14's CSE keeps each one distinct."""
+    hops = torch.ops.higher_order
+    v2 = getattr(hops, "auto_functionalized_v2", None)
+    bases: set[fx.Node] = set()
+
+    def add(value: Any) -> None:
+        for b in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(b, fx.Node):
+                bases.add(b)
+
+    for n in nodes:
+        if n.op != "call_function":
+            continue
+        if v2 is not None and n.target is v2:
+            for base in n.kwargs.get("_all_bases", ()):  # type: ignore[union-attr]
+                add(base)
+        elif n.target is getattr(hops, "auto_functionalized", None) or n.target is getattr(
+            hops, "triton_kernel_wrapper_functional", None
+        ):
+            bases.update(mutated_inputs(n))
+    return bases
+
+
+def plan_cse(
+    nodes: list[fx.Node],
+    rules: Rules | None = None,
+    num_fwd_outputs: int | None = None,
+    facts: TargetFacts | None = None,
+) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node, int]]:
     """``fx_graph_cse``'s choices over ``nodes`` (the graph after dead-code
     elimination): duplicate -> representative, and the mutation region of
-    every node (which torch records in ``meta["mutation_region_id"]``)."""
-    # Inductor's pattern matcher, and sympy with it (seconds to import): loaded
-    # already wherever torch partitions; ``import fxcut`` does not load them.
+    every node (which torch records in ``meta["mutation_region_id"]``).
+    ``rules``: the running release's CSE rules (fxcut.versions).
+    ``num_fwd_outputs``: as the partitioner runs CSE (from 2.14 it keeps
+    values the backward needs apart from the others); None plans
+    ``fx_graph_cse`` called on its own."""
+    rules = rules or rules_or_nearest()
+    facts = facts or default_facts()
+    backward: set[fx.Node] | None = None
+    if rules.cse_keeps_backward_apart and num_fwd_outputs is not None:
+        backward = _backward_ancestors(nodes, num_fwd_outputs)
+    skip_bases = _mutation_bases(nodes) if rules.cse_skips_mutation_bases else set()
     import sympy
     from torch._functorch.compile_utils import get_aten_target, rand_ops
     from torch._inductor.pattern_matcher import is_mutation_op
@@ -95,10 +167,11 @@ def plan_cse(nodes: list[fx.Node]) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node
     output_storages = {k for k in (_storage_key(n) for n in output.all_input_nodes) if k is not None}
     sym_types = (torch.SymBool, torch.SymInt, torch.SymFloat)
     env: dict[fx.Node, fx.Node] = {}
-    hash_env: dict[tuple[Any, int], fx.Node] = {}
-    token_map: dict[tuple[Any, int], dict[str, Any]] = {}
+    hash_env: dict[tuple[Any, Any, int], fx.Node] = {}
+    token_map: dict[tuple[Any, Any, int], dict[str, Any]] = {}
     replace: dict[fx.Node, fx.Node] = {}
     empty = torch.ops.aten.empty
+    floats_by_bits = rules.cse_floats_by_bits
 
     def substitute(values: Any) -> tuple[tuple[Any, ...], Any]:
         leaves, spec = tree_flatten(values)
@@ -107,6 +180,8 @@ def plan_cse(nodes: list[fx.Node]) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node
                 leaves[i] = env[v]
             if isinstance(v, sym_types):
                 leaves[i] = v.node
+            if floats_by_bits:
+                leaves[i] = _by_bits(leaves[i])
         return tuple(leaves), spec
 
     for n in nodes:
@@ -114,7 +189,9 @@ def plan_cse(nodes: list[fx.Node]) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node
         if n.op in ("placeholder", "output", "get_attr"):
             continue
         target = get_aten_target(n)
-        if target in rand_ops or target is empty:
+        if target in rand_ops or target is empty or n in skip_bases:
+            continue
+        if rules.cse_skips_impure and _impure(n, facts, True):
             continue
         if output_storages:
             key = _storage_key(n)
@@ -125,9 +202,14 @@ def plan_cse(nodes: list[fx.Node]) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node
             continue
         args, args_spec = substitute(n.args)
         kwargs, kwargs_spec = substitute(n.kwargs)
-        token = {"target": n.target, "args": args, "args_spec": args_spec,
+        extra_key = (n in backward) if backward is not None else None
+        token = {"target": n.target, "extra_key": extra_key, "args": args, "args_spec": args_spec,
                  "kwargs": kwargs, "kwargs_spec": kwargs_spec}
-        hash_val = (n.target, hash((tuple((a, type(a)) for a in args), tuple((a, type(a)) for a in kwargs))))
+        if rules.cse_keys_stream:
+            custom = n.meta.get("custom", {})
+            token["custom_context"] = (custom.get("stream", 0), custom.get("mempool"), custom.get("mempool_device"))
+        hash_val = (n.target, extra_key,
+                    hash((tuple((a, type(a)) for a in args), tuple((a, type(a)) for a in kwargs))))
         known = hash_val in hash_env
         overwrite = False
         if known and token_map[hash_val] == token:
@@ -143,13 +225,14 @@ def plan_cse(nodes: list[fx.Node]) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node
     return replace, region_ids
 
 
-def plan(graph: fx.Graph, facts: TargetFacts, *, cse: bool, impure_random: bool) -> Preparation:
+def plan(graph: fx.Graph, facts: TargetFacts, *, cse: bool, impure_random: bool,
+         rules: Rules | None = None, num_fwd_outputs: int | None = None) -> Preparation:
     nodes = list(graph.nodes)
     dead = plan_dead_code(nodes, facts, impure_random)
     if not cse:
         return Preparation(dead=dead)
     alive = [n for n in nodes if n not in dead] if dead else nodes
-    replace, region_ids = plan_cse(alive)
+    replace, region_ids = plan_cse(alive, rules, num_fwd_outputs, facts)
     return Preparation(dead=dead, replace=replace, region_ids=region_ids)
 
 

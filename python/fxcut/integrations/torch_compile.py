@@ -47,6 +47,7 @@ from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_
 
 from .. import _C
 from ..capture import primal_inputs
+from ..guard import verify_mode
 from ..zero3 import ParamIndex, get_wrapped_partitioner
 
 Backend = Callable[[fx.GraphModule, Sequence[Any]], Any]
@@ -111,21 +112,36 @@ class InductorPartitioner(CustomPartitionerFn):
     when not empty the ZeRO-3 walk runs before the cut.
     """
 
-    def __init__(self, param_indices: Iterable[ParamIndex] = ()) -> None:
+    def __init__(self, param_indices: Iterable[ParamIndex] = (), verify: Any = None) -> None:
         # Only plain data here: inductor pickles its config, this object
         # included, into its cache key.
         self.param_indices: list[ParamIndex] = [(int(e[0]), int(e[1]), e[2]) for e in param_indices]
+        # "raise", "warn", "off" (explicitly off), or None (FXCUT_VERIFY decides)
+        self.verify = (verify_mode(verify) or "off") if verify is not None else None
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
                  ) -> tuple[fx.GraphModule, fx.GraphModule]:
-        partition = get_wrapped_partitioner(bool(self.param_indices), self.param_indices, None)
+        partition = get_wrapped_partitioner(bool(self.param_indices), self.param_indices,
+                                            _fxcut_partition(self.verify))
         return partition(gm, joint_inputs, **kwargs)
 
     def uuid(self) -> Any:
-        return (_code_hash(), tuple(e[0] for e in self.param_indices))
+        # verify mode re-decides with torch: a graph cached without it is
+        # not a verified one.
+        return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify))
 
     def __repr__(self) -> str:
-        return f"InductorPartitioner(param_indices={self.param_indices!r})"
+        return f"InductorPartitioner(param_indices={self.param_indices!r}, verify={self.verify!r})"
+
+
+def _fxcut_partition(verify: Any) -> Any:
+    """fxcut's public partition function, with ``verify`` when given (else
+    ``FXCUT_VERIFY`` decides at call time)."""
+    from .. import partition
+
+    if verify is None:
+        return None  # get_wrapped_partitioner's default: fxcut's partition
+    return functools.partial(partition.min_cut_rematerialization_partition, verify=verify)
 
 
 def _check_inductor_options(options: dict[str, Any]) -> None:
@@ -137,40 +153,47 @@ def _check_inductor_options(options: dict[str, Any]) -> None:
         raise ValueError("inductor_backend sets custom_partitioner_fn itself")
 
 
-def inductor_backend(zero3_params: Any = None, **inductor_options: Any) -> Backend:
+def inductor_backend(zero3_params: Any = None, verify: Any = None, **inductor_options: Any) -> Backend:
     """A ``torch.compile`` backend: inductor, with fxcut's partitioner.
 
     ``inductor_options`` are inductor config options, as ``torch.compile``'s
     ``options=`` takes them (e.g. ``max_autotune=True``).  See the module
-    docstring for ``zero3_params``.
+    docstring for ``zero3_params``.  ``verify``: True/``"raise"`` or
+    ``"warn"`` decides every graph with torch's partitioner too and compares
+    (:mod:`fxcut.guard`); None leaves it to ``FXCUT_VERIFY``.
     """
     options = {k.replace("-", "_"): v for k, v in inductor_options.items()}
     _check_inductor_options(options)
+    if verify is not None:
+        verify = verify_mode(verify) or "off"
 
     def fxcut_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params))
+        partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params), verify)
         return compile_fx(gm, example_inputs, config_patches={**options, "custom_partitioner_fn": partitioner})
 
     return fxcut_inductor
 
 
 def aot_backend(fw_compiler: Callable[..., Any] | None = None, bw_compiler: Callable[..., Any] | None = None,
-                zero3_params: Any = None, **aot_kwargs: Any) -> Backend:
+                zero3_params: Any = None, verify: Any = None, **aot_kwargs: Any) -> Backend:
     """A ``torch.compile`` backend: AOT Autograd with fxcut's partitioner.
 
     ``fw_compiler`` defaults to torch's no-op compiler (eager kernels),
     ``bw_compiler`` to ``fw_compiler``; ``aot_kwargs`` go to
     ``torch._dynamo.backends.common.aot_autograd`` (e.g. ``decompositions``).
-    See the module docstring for ``zero3_params``.
+    See the module docstring for ``zero3_params``; ``verify`` as for
+    :func:`inductor_backend`.
     """
     if "partition_fn" in aot_kwargs:
         raise ValueError("aot_backend sets partition_fn itself")
+    if verify is not None:
+        verify = verify_mode(verify) or "off"
 
     def fxcut_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         indices = zero3_param_indices(gm, example_inputs, zero3_params)
         fw = fw_compiler if fw_compiler is not None else nop
         bw = bw_compiler if bw_compiler is not None else fw
-        partition_fn = get_wrapped_partitioner(bool(indices), indices, None)
+        partition_fn = get_wrapped_partitioner(bool(indices), indices, _fxcut_partition(verify))
         return aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition_fn, **aot_kwargs)(gm, example_inputs)
 
     return fxcut_aot

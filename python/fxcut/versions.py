@@ -1,0 +1,242 @@
+"""What differs between the torch releases fxcut follows, in one table.
+
+fxcut's decision must equal the installed torch's own partitioner, and that
+partitioner changes from release to release.  Every difference that can
+change a decision or a generated graph is one field of :class:`Rules`, set
+per release in :data:`RELEASES`; the decision code asks :func:`current` for
+the running torch's rules and never compares versions itself.  Read down a
+column of the table to see what changed in which release.
+
+Differences torch's own code absorbs need no entry: fxcut builds the
+forward and backward modules with the installed torch's extraction, RNG
+functionalization, reordering and cross-rank sync, and reads its op lists
+(``get_default_op_list``) and purity test from the installed torch.
+
+The tested range: :data:`TESTED` holds the exact releases CI runs the
+fidelity suite on.  A torch outside [oldest, newest] -- older, newer, or a
+nightly -- is *untested*: :mod:`fxcut.guard` hands such graphs to torch's
+own partitioner (:mod:`fxcut.guard`).
+
+Adding a release: diff its ``torch/_functorch/partitioners.py`` (and
+``compile_utils.fx_graph_cse``, ``config.py``) against the newest row's;
+add a row that copies the newest and sets a field per change (a new field
+when a change is new: the code that reads it, then a test in
+tests/test_versions.py pinning both settings); add the patch release to
+scripts/matrix.sh and run it.
+
+What changed, release by release (each a field below):
+
+- 2.13: sizes of ops without returns; region memory budgets;
+  ``unsafe_treat_script_objects_as_zero_size`` (absent in 2.12).
+- 2.14: SDPA without dropout is not an RNG op; CSE keeps backward values
+  apart, skips impure nodes and mutation bases, compares floats by bits,
+  keys on streams; the budget's no-candidate case saves the aggressive cut;
+  ``control_deps`` split (not modelled: torch decides).
+- 2.15: ``torch.device`` values, epilogue-mutated inputs, effectful ops'
+  leaf outputs (not modelled: torch decides);
+  ``activation_memory_budget_require_full_coverage``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The partitioner's behaviour in one torch release (major.minor)."""
+
+    #: "2.13"
+    release: str
+    #: the patch release the fidelity suite runs on
+    tested: str
+    #: ``torch._functorch.config`` names fxcut reads that this release does
+    #: not have, with the value its partitioner behaves as
+    missing_config: dict[str, Any] = field(default_factory=dict)
+    #: a value of an op without return values (no ``meta["val"]``) takes 0
+    #: bytes; before 2.13 only ``aten._assert_scalar`` (and get_attr) did
+    no_return_ops_take_no_memory: bool = True
+    #: ``region_activation_memory_budget`` annotations set the budget (2.13)
+    region_memory_budgets: bool = True
+    #: an SDPA-family op (a ``dropout_p`` argument) counts as an RNG op even
+    #: when ``dropout_p`` is statically 0 (for the RNG functionalization
+    #: of recomputed random ops); 2.14 drops that
+    zero_dropout_sdpa_is_rng: bool = True
+    #: CSE before the cut (``fx_graph_cse``), 2.14: never merges a value the
+    #: backward needs with one it does not ...
+    cse_keeps_backward_apart: bool = False
+    #: ... skips impure nodes ...
+    cse_skips_impure: bool = False
+    #: ... keeps the mutable bases of functional wrappers
+    #: (auto_functionalized(_v2), user triton kernels) distinct ...
+    cse_skips_mutation_bases: bool = False
+    #: ... compares float/complex arguments by bit pattern (nan == nan,
+    #: 0.0 != -0.0) ...
+    cse_floats_by_bits: bool = False
+    #: ... and only merges nodes of one stream / memory pool
+    #: (``meta["custom"]``)
+    cse_keys_stream: bool = False
+    #: memory budget: when no banned node is left for the knapsack, save the
+    #: "aggressive" cut (2.14) instead of the inputs and MUST_SAVE nodes
+    no_candidates_saves_aggressive_cut: bool = False
+    #: the partitioner splits ``control_deps`` nodes between forward and
+    #: backward (2.14): fxcut does not model that, torch decides such graphs
+    splits_control_deps: bool = False
+    #: 2.15: a node whose value is a ``torch.device`` takes no memory and is
+    #: never banned; fxcut does not model that, torch decides such graphs
+    device_values_are_free: bool = False
+    #: 2.15: a primal AOT Autograd mutates after the forward
+    #: (``meta["aot_runtime_epilogue_input_mutation"]``) can never be saved;
+    #: fxcut does not model that, torch decides such graphs
+    epilogue_mutated_inputs_unsaveable: bool = False
+    #: 2.15: an effectful op tagged MUST_RECOMPUTE is an error, and only the
+    #: leaf getitems of an effectful op are forced saved; torch decides such
+    #: graphs
+    effectful_leaves_only: bool = False
+    #: where ``enable_activation_offloading`` lives
+    offloading_module: str = "torch._functorch._activation_offloading.activation_offloading"
+
+    def config(self, name: str) -> Any:
+        """``torch._functorch.config.<name>`` now, or the value this release
+        behaves as when it has no such option."""
+        from torch._functorch import config
+
+        if name in self.missing_config:
+            return self.missing_config[name]
+        return getattr(config, name)
+
+
+_BEFORE_215 = {"activation_memory_budget_require_full_coverage": True}
+_R212 = Rules(
+    release="2.12",
+    tested="2.12.1",
+    missing_config={"unsafe_treat_script_objects_as_zero_size": False, **_BEFORE_215},
+    no_return_ops_take_no_memory=False,
+    region_memory_budgets=False,
+)
+_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215)
+_R214 = Rules(
+    release="2.14",
+    tested="2.14.1",
+    missing_config=_BEFORE_215,
+    zero_dropout_sdpa_is_rng=False,
+    cse_keeps_backward_apart=True,
+    cse_skips_impure=True,
+    cse_skips_mutation_bases=True,
+    cse_floats_by_bits=True,
+    cse_keys_stream=True,
+    no_candidates_saves_aggressive_cut=True,
+    splits_control_deps=True,
+)
+_R215 = Rules(
+    release="2.15",
+    tested="2.15.0",
+    zero_dropout_sdpa_is_rng=False,
+    cse_keeps_backward_apart=True,
+    cse_skips_impure=True,
+    cse_skips_mutation_bases=True,
+    cse_floats_by_bits=True,
+    cse_keys_stream=True,
+    no_candidates_saves_aggressive_cut=True,
+    splits_control_deps=True,
+    device_values_are_free=True,
+    epilogue_mutated_inputs_unsaveable=True,
+    effectful_leaves_only=True,
+)
+
+#: per major.minor release
+RELEASES: dict[str, Rules] = {r.release: r for r in (_R212, _R213, _R214, _R215)}
+#: the exact releases the fidelity suite runs on (CI's matrix)
+TESTED: tuple[str, ...] = tuple(r.tested for r in RELEASES.values())
+#: the tested range, inclusive
+OLDEST, NEWEST = TESTED[0], TESTED[-1]
+
+#: ``FXCUT_ALLOW_UNTESTED_TORCH=1``: run fxcut on an untested torch anyway
+ALLOW_UNTESTED_ENV = "FXCUT_ALLOW_UNTESTED_TORCH"
+
+
+def parse(version: str) -> tuple[int, int, int] | None:
+    """``(major, minor, patch)`` of a final release such as ``2.14.1+cu130``;
+    None for anything else (a nightly ``2.16.0.dev20260101``, an rc)."""
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(\+[\w.]+)?", version.strip())
+    if m is None:
+        return None
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def installed_version() -> str:
+    """The running torch's version string (tests fake it here)."""
+    return str(torch.__version__)
+
+
+def rules_for(version: str) -> Rules | None:
+    """The rules of ``version`` when it lies in the tested range, else None."""
+    parsed = parse(version)
+    if parsed is None or not parse(OLDEST) <= parsed <= parse(NEWEST):  # type: ignore[operator]
+        return None
+    return RELEASES.get(f"{parsed[0]}.{parsed[1]}")
+
+
+def current() -> Rules | None:
+    """The running torch's rules; None on an untested torch."""
+    return rules_for(installed_version())
+
+
+def rules_or_nearest() -> Rules:
+    """The running torch's rules, or -- on an untested torch the user chose to
+    run fxcut on -- those of its major.minor release when the table has it
+    (a nightly or rc of a known release), else of the nearest release."""
+    version = installed_version()
+    found = rules_for(version)
+    if found is not None:
+        return found
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is not None and f"{m[1]}.{m[2]}" in RELEASES:
+        return RELEASES[f"{m[1]}.{m[2]}"]
+    ordered = sorted(RELEASES.values(), key=lambda r: parse(r.tested))  # type: ignore[arg-type, return-value]
+    if m is not None and (int(m[1]), int(m[2])) < parse(OLDEST)[:2]:  # type: ignore[index]
+        return ordered[0]
+    return ordered[-1]
+
+
+def tested_range() -> str:
+    return f"{OLDEST} to {NEWEST} (tested: {', '.join(TESTED)})"
+
+
+def config(name: str) -> Any:
+    """``torch._functorch.config.<name>`` as the running torch's partitioner
+    reads it (see :meth:`Rules.config`)."""
+    return rules_or_nearest().config(name)
+
+
+def is_assert_only_symbool(node: Any) -> bool:
+    """A SymBool whose only users are ``aten._assert_scalar``: never saved
+    (every supported release drops these from the saved sym nodes)."""
+    users = node.users
+    return (
+        isinstance(node.meta.get("val"), torch.SymBool)
+        and len(users) > 0
+        and all(u.target is torch.ops.aten._assert_scalar.default for u in users)
+    )
+
+
+__all__ = [
+    "ALLOW_UNTESTED_ENV",
+    "NEWEST",
+    "OLDEST",
+    "RELEASES",
+    "Rules",
+    "TESTED",
+    "config",
+    "current",
+    "installed_version",
+    "is_assert_only_symbool",
+    "parse",
+    "rules_for",
+    "rules_or_nearest",
+    "tested_range",
+]

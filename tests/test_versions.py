@@ -1,0 +1,427 @@
+"""The per-release rules table (fxcut.versions), the fallback to torch's
+partitioner on an untested torch or an unmodelled graph, and the rules
+themselves pinned on small graphs."""
+
+from __future__ import annotations
+
+import operator
+import warnings
+
+import pytest
+import torch
+import torch.fx as fx
+from torch._functorch import config as functorch_config
+
+import fxcut
+import fxcut.lower
+import fxcut.partition
+import zoo
+from fxcut import guard, versions
+from fxcut.ops import default_facts, is_rng_node
+from fxcut.prepare import plan_cse
+
+aten = torch.ops.aten
+
+
+def _saved(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
+    output = next(iter(reversed(fw.graph.nodes)))
+    return [n.name for n in output.args[0][num_fwd_outputs:]]
+
+
+@pytest.fixture
+def fresh_guard(monkeypatch):
+    """Forget which warnings this process gave and reset the counts."""
+    monkeypatch.setattr(guard, "_warned", set())
+    guard.reset_counts()
+    monkeypatch.delenv(versions.ALLOW_UNTESTED_ENV, raising=False)
+    monkeypatch.delenv(guard.VERIFY_ENV, raising=False)
+    yield
+    guard.reset_counts()
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def test_running_torch_is_tested() -> None:
+    rules = versions.current()
+    assert rules is not None, torch.__version__
+    major, minor, _ = versions.parse(torch.__version__)
+    assert rules.release == f"{major}.{minor}"
+    assert torch.__version__.split("+")[0] == rules.tested
+
+
+def test_tested_range_bounds() -> None:
+    assert versions.TESTED == ("2.12.1", "2.13.0", "2.14.1", "2.15.0")
+    assert versions.rules_for("2.14.1+cu130").release == "2.14"
+    assert versions.rules_for("2.13.0+cpu").release == "2.13"
+    assert versions.rules_for("2.14.0").release == "2.14"  # inside the range
+    for outside in ("2.12.0", "2.11.0", "2.15.1", "2.16.0", "3.0.0", "2.16.0.dev20260101", "2.15.0rc1", "junk"):
+        assert versions.rules_for(outside) is None, outside
+
+
+def test_each_release_differs_from_the_previous_one() -> None:
+    """The table is not four copies: each release changes something."""
+    rows = list(versions.RELEASES.values())
+    fields = [f for f in versions.Rules.__dataclass_fields__ if f not in ("release", "tested")]
+    changed = {b.release: [f for f in fields if getattr(a, f) != getattr(b, f)] for a, b in zip(rows, rows[1:])}
+    assert "no_return_ops_take_no_memory" in changed["2.13"] and "region_memory_budgets" in changed["2.13"]
+    assert {"zero_dropout_sdpa_is_rng", "cse_keeps_backward_apart", "splits_control_deps"} <= set(changed["2.14"])
+
+
+def test_config_missing_in_a_release_reads_as_its_behaviour() -> None:
+    r212 = versions.RELEASES["2.12"]
+    with functorch_config.patch(cse=False):
+        assert r212.config("cse") is False  # present everywhere: the live value
+    assert r212.config("unsafe_treat_script_objects_as_zero_size") is False
+    with pytest.raises(AttributeError):
+        versions.RELEASES["2.13"].config("no_such_option_anywhere")
+
+
+def test_nearest_rules_for_an_untested_torch(monkeypatch) -> None:
+    for fake, release in (("2.16.0", "2.15"), ("3.1.0", "2.15"), ("2.11.0", "2.12"), ("1.13.1", "2.12"),
+                          ("2.14.0a0+gitabc", "2.14"), ("2.15.0rc1", "2.15"), ("2.12.0", "2.12"), ("junk", "2.15")):
+        monkeypatch.setattr(versions, "installed_version", lambda v=fake: v)
+        assert versions.current() is None and versions.rules_or_nearest().release == release, fake
+
+
+# --------------------------------------------------------------------------- the fallback
+
+
+def _mlp_both(fn):
+    cap = zoo.capture("mlp")
+    return cap, cap.partition(fn)
+
+
+@pytest.mark.parametrize("fake", ["2.16.0", "2.11.0", "2.16.0.dev20260101+cu130"])
+def test_untested_torch_uses_torchs_partitioner_with_one_warning(monkeypatch, fresh_guard, fake) -> None:
+    monkeypatch.setattr(versions, "installed_version", lambda: fake)
+    ran_fxcut = []
+    monkeypatch.setattr(fxcut.partition, "_partition", lambda *a, **k: ran_fxcut.append(1))
+    cap = zoo.capture("mlp")
+    expected_fw, expected_bw = cap.partition()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
+        cap.partition(fxcut.min_cut_rematerialization_partition)
+    untested = [w for w in caught if issubclass(w.category, fxcut.UntestedTorchWarning)]
+    assert len(untested) == 1
+    text = str(untested[0].message)
+    assert fake in text and "2.12.1" in text and "2.15.0" in text and versions.ALLOW_UNTESTED_ENV in text
+    assert ran_fxcut == []
+    assert fw.code == expected_fw.code and bw.code == expected_bw.code
+    assert fxcut.partition_counts() == {"torch_untested": 2}
+
+
+@pytest.mark.parametrize("how", ["env", "argument"])
+def test_opt_in_runs_fxcut_on_an_untested_torch(monkeypatch, fresh_guard, how) -> None:
+    # a nightly of the installed release: untested, but its rules are known
+    nightly = torch.__version__.split("+")[0] + ".dev20260101"
+    monkeypatch.setattr(versions, "installed_version", lambda: nightly)
+    assert versions.current() is None and versions.rules_or_nearest().tested == nightly.split(".dev")[0]
+    real = fxcut.partition._partition
+    ran_fxcut = []
+
+    def spy(*a, **k):
+        ran_fxcut.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(fxcut.partition, "_partition", spy)
+    cap = zoo.capture("mlp")
+    if how == "env":
+        monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
+        fn = fxcut.min_cut_rematerialization_partition
+    else:
+        def fn(*a, **k):
+            return fxcut.min_cut_rematerialization_partition(*a, allow_untested=True, **k)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fxcut.UntestedTorchWarning)
+        fw, bw = cap.partition(fn)
+    tfw, tbw = cap.partition()
+    assert ran_fxcut == [1]
+    assert _saved(fw, cap.num_fwd_outputs) == _saved(tfw, cap.num_fwd_outputs)
+    assert fxcut.partition_counts() == {"fxcut": 1}
+
+
+def test_unmodelled_feature_falls_back_with_the_reason_once(monkeypatch, fresh_guard) -> None:
+    reason = "node 'x' is a frobnicate op, which fxcut does not model"
+    monkeypatch.setattr(guard, "unmodelled_feature", lambda gm, rules: reason)
+    monkeypatch.setattr(fxcut.partition, "_partition", lambda *a, **k: pytest.fail("fxcut ran"))
+    cap = zoo.capture("mlp")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fw, _ = cap.partition(fxcut.min_cut_rematerialization_partition)
+        cap.partition(fxcut.min_cut_rematerialization_partition)
+    fallbacks = [w for w in caught if issubclass(w.category, fxcut.FallbackWarning)]
+    assert len(fallbacks) == 1 and reason in str(fallbacks[0].message)
+    assert fw.code == cap.partition()[0].code
+    assert fxcut.partition_counts() == {"torch_unmodelled": 2}
+
+
+def test_control_deps_is_unmodelled_where_torch_splits_it() -> None:
+    from torch._inductor.fx_passes.control_dependencies import control_deps
+
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    g.call_function(control_deps, ((), None, x))
+    g.output((x,))
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    why = guard.unmodelled_feature(gm, versions.RELEASES["2.14"])
+    assert why is not None and "control_deps" in why and "'control_deps'" in why
+    assert guard.unmodelled_feature(gm, versions.RELEASES["2.13"]) is None
+
+
+def test_2_15_graph_features_fxcut_leaves_to_torch() -> None:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    def graph_with(mark) -> fx.GraphModule:
+        g = fx.Graph()
+        x = g.placeholder("primals_1")
+        y = g.call_function(aten.sin.default, (x,))
+        mark(x, y)
+        g.output((y,))
+        return fx.GraphModule(torch.nn.Module(), g)
+
+    epilogue = graph_with(lambda x, y: x.meta.__setitem__("aot_runtime_epilogue_input_mutation", True))
+    device = graph_with(lambda x, y: y.meta.__setitem__("val", torch.device("cpu")))
+    for gm, word in ((epilogue, "mutated after the forward"), (device, "torch.device")):
+        why = guard.unmodelled_feature(gm, versions.RELEASES["2.15"])
+        assert why is not None and word in why
+        assert guard.unmodelled_feature(gm, versions.RELEASES["2.14"]) is None
+
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    eff = g.call_function(torch.ops.higher_order.with_effects, (x, aten.sin.default, x), name="eff")
+    item = g.call_function(operator.getitem, (eff, 1))
+    item.meta["val"] = torch.empty(2)
+    g.output((item,))
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    assert guard.unmodelled_feature(gm, versions.RELEASES["2.15"]) is None
+    eff.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+    assert "'eff'" in guard.unmodelled_feature(gm, versions.RELEASES["2.15"])
+    assert guard.unmodelled_feature(gm, versions.RELEASES["2.14"]) is None
+
+
+def test_partial_region_budget_coverage_is_allowed_only_when_configured() -> None:
+    from fxcut.budget import check_regions
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    op = g.call_function(aten.sin.default, (x,))
+    with pytest.raises(RuntimeError, match="unannotated"):
+        check_regions([0.5], [op], lambda n: True)
+    if "activation_memory_budget_require_full_coverage" not in versions.current().missing_config:
+        with functorch_config.patch(activation_memory_budget_require_full_coverage=False):
+            check_regions([0.5], [op], lambda n: True)
+
+
+# --------------------------------------------------------------------------- the rules, on small graphs
+
+
+def _sdpa_node(dropout_p):
+    g = fx.Graph()
+    q = g.placeholder("q")
+    node = g.call_function(aten._scaled_dot_product_flash_attention_for_cpu.default, (q, q, q, dropout_p))
+    return node
+
+
+def test_zero_dropout_sdpa_is_rng_only_before_2_14() -> None:
+    zero, some = _sdpa_node(0.0), _sdpa_node(0.1)
+    assert is_rng_node(zero, zero_dropout_sdpa_is_rng=True)
+    assert not is_rng_node(zero, zero_dropout_sdpa_is_rng=False)
+    assert is_rng_node(some, zero_dropout_sdpa_is_rng=False)
+    g = fx.Graph()
+    x = g.placeholder("x")
+    drop = g.call_function(aten.native_dropout.default, (x, 0.0, True))
+    add = g.call_function(aten.add.Tensor, (x, x))
+    assert is_rng_node(drop, False)  # no dropout_p argument: always random
+    assert not is_rng_node(add, True)
+
+
+def _joint(build) -> tuple[fx.Graph, int]:
+    """A joint graph: ``build(g, x, tangent)`` returns (forward outputs, backward outputs)."""
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    t = g.placeholder("tangents_1")
+    fwd, bwd = build(g, x, t)
+    # No meta["val"] on the ops: CSE would leave values that alias a graph
+    # output alone, and these small graphs output the values they test.
+    x.meta["val"] = t.meta["val"] = torch.empty(4)
+    g.output((*fwd, *bwd))
+    return g, len(fwd)
+
+
+def _merged(graph: fx.Graph, release: str, num_fwd: int) -> set[tuple[str, str]]:
+    replace, _ = plan_cse(list(graph.nodes), versions.RELEASES[release], num_fwd, default_facts())
+    return {(a.name, b.name) for a, b in replace.items()}
+
+
+def test_cse_keeps_backward_values_apart_from_2_14() -> None:
+    def build(g, x, t):
+        fwd_only = g.call_function(aten.sin.default, (x,), name="sin_fwd")
+        for_bw = g.call_function(aten.sin.default, (x,), name="sin_bw")
+        return [fwd_only], [g.call_function(aten.mul.Tensor, (for_bw, t))]
+
+    graph, num_fwd = _joint(build)
+    assert _merged(graph, "2.13", num_fwd) == {("sin_bw", "sin_fwd")}
+    assert _merged(graph, "2.14", num_fwd) == set()
+
+
+def test_cse_compares_floats_by_bits_from_2_14() -> None:
+    def build(g, x, t):
+        # two nan objects, as two traced float("nan") give: never equal as floats
+        a = g.call_function(aten.add.Tensor, (x, float("nan")), name="add_nan_a")
+        b = g.call_function(aten.add.Tensor, (x, float("nan")), name="add_nan_b")
+        c = g.call_function(aten.mul.Tensor, (x, 0.0), name="mul_zero")
+        d = g.call_function(aten.mul.Tensor, (x, -0.0), name="mul_negzero")
+        return [a, b, c, d], []
+
+    graph, num_fwd = _joint(build)
+    assert _merged(graph, "2.13", num_fwd) == {("mul_negzero", "mul_zero")}
+    assert _merged(graph, "2.14", num_fwd) == {("add_nan_b", "add_nan_a")}
+
+
+def test_cse_keeps_streams_apart_from_2_14() -> None:
+    def build(g, x, t):
+        a = g.call_function(aten.cos.default, (x,), name="cos_s0")
+        b = g.call_function(aten.cos.default, (x,), name="cos_s1")
+        b.meta["custom"] = {"stream": 1}
+        return [a, b], []
+
+    graph, num_fwd = _joint(build)
+    assert _merged(graph, "2.13", num_fwd) == {("cos_s1", "cos_s0")}
+    assert _merged(graph, "2.14", num_fwd) == set()
+
+
+def test_no_return_op_size_follows_the_release(monkeypatch) -> None:
+    """Before 2.13 only _assert_scalar (and get_attr) count as zero-size when
+    meta['val'] is missing; from 2.13 every op without returns does."""
+    from fxcut import _C
+    from fxcut.lower import _ValueFacts
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    node = g.call_function(aten._assert_async.default, (x,))
+    import dataclasses
+
+    assert not versions.RELEASES["2.12"].no_return_ops_take_no_memory
+    assert versions.RELEASES["2.13"].no_return_ops_take_no_memory and versions.RELEASES["2.15"].no_return_ops_take_no_memory
+    for free, expected in ((False, _C.SIZE_UNKNOWN), (True, 0)):
+        rules = dataclasses.replace(versions.current(), no_return_ops_take_no_memory=free)
+        monkeypatch.setattr(fxcut.lower, "rules_or_nearest", lambda r=rules: r)
+        _, nbytes = _ValueFacts(default_facts(), True)(node, 0)
+        assert nbytes == expected, free
+
+
+def test_rules_match_the_installed_torch() -> None:
+    """The running release's row says what its partitioner actually does."""
+    from torch._functorch import compile_utils, partitioners
+
+    rules = versions.current()
+    assert hasattr(functorch_config, "unsafe_treat_script_objects_as_zero_size") == (
+        "unsafe_treat_script_objects_as_zero_size" not in rules.missing_config)
+    assert hasattr(partitioners, "is_rng_op") == (not rules.zero_dropout_sdpa_is_rng)
+    import inspect
+
+    assert ("extra_node_key" in inspect.signature(compile_utils.fx_graph_cse).parameters) == (
+        rules.cse_keeps_backward_apart)
+    import importlib
+
+    assert importlib.import_module(rules.offloading_module).enable_activation_offloading
+    src = inspect.getsource(partitioners)
+    assert ("control_deps" in src) == rules.splits_control_deps
+    assert ("_get_memory_budget_annotation" in src) == rules.region_memory_budgets
+    assert hasattr(functorch_config, "activation_memory_budget_require_full_coverage") == (
+        "activation_memory_budget_require_full_coverage" not in rules.missing_config)
+    assert ("aot_runtime_epilogue_input_mutation" in src) == rules.epilogue_mutated_inputs_unsaveable
+    assert ("mark_leaf_tensor_outputs" in src) == rules.effectful_leaves_only
+    assert ("isinstance(val, torch.device)" in src) == rules.device_values_are_free
+    assert ("return aggressive_recomputation_saved_values\n    memories_banned_nodes" in src.replace(
+        "        # Nothing left for the knapsack to trade off, so this is the same cut the\n"
+        "        # knapsack would return with an empty dont_ban.\n", "")) == rules.no_candidates_saves_aggressive_cut
+
+
+def test_guard_is_the_public_entry() -> None:
+    assert fxcut.min_cut_rematerialization_partition is fxcut.partition.min_cut_rematerialization_partition
+    assert operator.attrgetter("__module__")(fxcut.min_cut_rematerialization_partition) == "fxcut.partition"
+
+
+def test_partition_equals_torch_when_forward_and_backward_compute_the_same_value() -> None:
+    """The forward computes cos(x) for an output the backward never needs;
+    the backward of sin computes cos(x) again.  torch 2.13's CSE merges the
+    two, 2.14's keeps them apart: fxcut follows the installed release."""
+    from functorch.compile import aot_function, make_boxed_func
+    from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
+
+    from fxcut.capture import copy_graph_module
+
+    seen = []
+
+    def record(gm, joint_inputs, **kwargs):
+        seen.append((copy_graph_module(gm), joint_inputs, kwargs))
+        return torch_partition(gm, joint_inputs, **kwargs)
+
+    def nop(gm, _):
+        return make_boxed_func(gm.forward)
+
+    f = aot_function(lambda x: (x.sin(), (x.cos() * 2).detach()), fw_compiler=nop, partition_fn=record)
+    f(torch.randn(4, requires_grad=True))
+    gm, joint_inputs, kwargs = seen[0]
+    assert sum(n.target is aten.cos.default for n in gm.graph.nodes) == 2
+    tfw, tbw = torch_partition(copy_graph_module(gm), joint_inputs, **kwargs)
+    ffw, fbw = fxcut.min_cut_rematerialization_partition(copy_graph_module(gm), joint_inputs, **kwargs)
+    assert ffw.code == tfw.code and fbw.code == tbw.code
+    merged = "cos_1" not in tbw.code  # the backward recomputes the forward's cos, merged by CSE
+    assert merged == (not versions.current().cse_keeps_backward_apart)
+
+
+def test_fxcut_failing_where_torch_would_not_falls_back(monkeypatch, fresh_guard) -> None:
+    """The issue's 2.12 failure mode -- fxcut reading a config torch does not
+    have -- must cost a warning, never the user's compile."""
+    def broken(*args, **kwargs):
+        raise AttributeError("torch._functorch.config.some_new_option does not exist")
+
+    monkeypatch.setattr(fxcut.partition, "lower_for_partition", broken)
+    cap = zoo.capture("mlp")
+    with pytest.warns(fxcut.FallbackWarning, match="some_new_option does not exist"):
+        fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
+    tfw, tbw = cap.partition()
+    assert fw.code == tfw.code and bw.code == tbw.code
+    assert fxcut.partition_counts() == {"torch_unmodelled": 1}
+
+
+def test_bad_input_still_raises_fxcuts_error(fresh_guard) -> None:
+    cap = zoo.capture("mlp")
+    with pytest.raises(ValueError, match="num_fwd_outputs"):
+        fxcut.min_cut_rematerialization_partition(cap.fresh(), cap.joint_inputs, num_fwd_outputs=10**6)
+
+
+def test_partial_region_budget_as_torch_under_the_coverage_config() -> None:
+    """torch 2.15's activation_memory_budget_require_full_coverage=False lets
+    a region annotation on part of the graph set the whole graph's budget;
+    before 2.15 (no such option) partial coverage is an error, and before
+    2.13 the annotation means nothing."""
+    from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
+
+    key = "_region_activation_memory_budget"
+    cap = zoo.capture("gpt2")
+    has_option = hasattr(functorch_config, "activation_memory_budget_require_full_coverage")
+    patch = {"activation_memory_budget_require_full_coverage": False} if has_option else {}
+    outcomes = []
+    for fn in (torch_partition, fxcut.min_cut_rematerialization_partition):
+        gm = cap.fresh()
+        for k, node in enumerate(gm.graph.nodes):
+            if k % 3:
+                node.meta.setdefault("custom", {})[key] = 0.25
+        try:
+            with functorch_config.patch(activation_memory_budget=1.0, **patch):
+                fw, _ = fn(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+            outcomes.append(fw.code)
+        except RuntimeError as e:
+            outcomes.append(type(e))
+    assert outcomes[0] == outcomes[1]
+    rules = versions.current()
+    partial_ok = has_option or not rules.region_memory_budgets
+    assert isinstance(outcomes[0], str) == partial_ok
+    if has_option:  # the 0.25 budget applied: fewer values saved than at 1.0
+        plain, _ = cap.partition(fxcut.min_cut_rematerialization_partition)
+        assert outcomes[0] != plain.code
