@@ -147,7 +147,10 @@ def test_a_failing_module_extraction_leaves_the_module(monkeypatch: pytest.Monke
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("extraction failed")
 
-    monkeypatch.setattr(tp, "_extract_fwd_bwd_modules", fail)
+    import fxcut.extract
+
+    monkeypatch.setattr(tp, "_extract_fwd_bwd_modules", fail)  # torch's passes
+    monkeypatch.setattr(fxcut.extract, "build_modules", fail)  # fxcut's own builder
     check(_joint(), partition, RuntimeError, "extraction failed")
 
 

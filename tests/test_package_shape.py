@@ -130,16 +130,17 @@ def test_the_package_has_no_import_cycle():
 
 def test_inductors_cache_key_covers_the_decision_path_only():
     """What InductorPartitioner runs (fxcut.partition, via fxcut.zero3's
-    wrapper) and every fxcut module those import is hashed; the CLI, the
-    capture, explain and the report are not."""
+    wrapper) and every fxcut module those import is hashed -- explain and
+    the report too, since verify mode (fxcut.guard) names the rule behind a
+    mismatch with them; the CLI, the capture, the models and the HTML page
+    are not."""
     modules = _modules()
     hashed = {_module_name(PACKAGE / f) for f in DECISION_FILES}
     assert all((PACKAGE / f).is_file() for f in DECISION_FILES)
     needed = _reachable(_graph(), ["fxcut.partition", "fxcut.zero3"]) - {"fxcut._C", "fxcut._version"}
     assert needed <= hashed, sorted(needed - hashed)
     assert "fxcut.integrations.torch_compile" in hashed
-    assert hashed.isdisjoint({"fxcut.cli", "fxcut.capture", "fxcut.models", "fxcut.explain", "fxcut.html",
-                              "fxcut.report"})
+    assert hashed.isdisjoint({"fxcut.cli", "fxcut.capture", "fxcut.models", "fxcut.html"})
     assert set(modules) >= hashed
 
 
@@ -188,5 +189,5 @@ def test_the_c_extensions_stub_names_what_it_exports():
         kind = next(type(n).__name__ for n in tree.body if getattr(n, "name", None) == name
                     or getattr(getattr(n, "target", None), "id", None) == name)
         expected = {"ClassDef": isinstance(value, type), "FunctionDef": callable(value) and not isinstance(value, type),
-                    "AnnAssign": isinstance(value, int)}[kind]
+                    "AnnAssign": isinstance(value, (int, tuple))}[kind]
         assert expected, name

@@ -27,7 +27,6 @@ recorder checks that every such placeholder has the parameter's shape.
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +40,7 @@ from torch._functorch.compilers import nop
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .models import BlockStack, LossFn
+from .snapshot import copy_graph_module
 from .zero3 import ParamIndex, PartitionFn
 
 aten = torch.ops.aten
@@ -94,31 +94,6 @@ def sac_context_fn() -> tuple[contextlib.AbstractContextManager[None], contextli
 
 
 # --------------------------------------------------------------------------- copies
-
-
-_SHARED_META = frozenset({"val", "tensor_meta"})
-
-
-def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
-    """An independent copy of ``gm``: same node names and order, own meta dicts.
-
-    Each node's ``meta`` is a new dict, and so is every dict or list directly
-    inside it except ``val`` (fake tensors, or lists of them, are shared like
-    every other value).  Attributes that ``get_attr`` nodes reach are shared.
-    """
-    graph = fx.Graph(tracer_cls=gm.graph._tracer_cls)
-    graph._codegen = copy.copy(gm.graph._codegen)
-    remap: dict[fx.Node, fx.Node] = {}
-    for node in gm.graph.nodes:
-        new = graph.node_copy(node, remap.__getitem__)
-        new.meta = {k: (copy.copy(v) if k not in _SHARED_META and isinstance(v, (dict, list)) else v)
-                    for k, v in node.meta.items()}
-        if new.name != node.name:
-            raise CaptureError(f"copying renamed node {node.name!r} to {new.name!r}")
-        remap[node] = new
-    out = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
-    out.meta = dict(gm.meta)
-    return out
 
 
 # --------------------------------------------------------------------------- the capture

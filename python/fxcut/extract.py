@@ -33,6 +33,8 @@ import torch.fx as fx
 from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import map_aggregate
 
+from .versions import rules_or_nearest
+
 
 class _Unsupported(Exception):
     """A graph feature this builder leaves to torch's passes."""
@@ -318,14 +320,10 @@ def build_modules(
         return None
 
 
-#: torch releases whose module-building passes this builder reproduces
-#: (checked by tests/test_extract_identity.py); on others torch's passes run.
-MODELED_TORCH = ("2.13", "2.14")
-
-
 def torch_modeled() -> bool:
-    """Whether the installed torch's passes are the ones this builder models."""
-    return ".".join(torch.__version__.split(".")[:2]) in MODELED_TORCH
+    """Whether the installed torch's module-building passes are the ones
+    this builder reproduces (fxcut.versions: ``fxcut_builds_modules``)."""
+    return rules_or_nearest().fxcut_builds_modules
 
 
 def unsupported_reason(joint_module: fx.GraphModule) -> str | None:
@@ -466,4 +464,4 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     return fw_module, bw_module
 
 
-__all__ = ["MODELED_TORCH", "build_modules", "torch_modeled", "unsupported_reason"]
+__all__ = ["build_modules", "torch_modeled", "unsupported_reason"]

@@ -39,6 +39,8 @@ import torch
 import torch.fx as fx
 
 from . import versions
+from .explain import explain_values
+from .snapshot import copy_graph_module
 
 log = logging.getLogger("fxcut")
 
@@ -286,7 +288,6 @@ def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
 
 def _verified(inner: Callable[..., PartitionResult], mode: str, args: tuple[Any, ...], kw: dict[str, Any],
               kwargs: dict[str, Any]) -> PartitionResult:
-    from .capture import copy_graph_module
 
     joint_module = args[0]
     pristine = copy_graph_module(joint_module)
@@ -358,8 +359,6 @@ def _explain(joint_module: fx.GraphModule, names: list[str], num_fwd_outputs: in
              static_lifetime_input_indices: list[int] | None) -> list[dict[str, Any]]:
     """fxcut's account of each named node: the rule (ban, tag, cut) that
     placed it.  Best effort: explaining never hides the mismatch."""
-    from .explain import explain_values
-
     if not names:
         return []
     try:

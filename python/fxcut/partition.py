@@ -16,7 +16,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from . import _C, prepare
+from . import _C, extract, prepare
 from . import budget as budget_pass
 from .budget import BudgetDecision, check_budget, check_regions, legacy_budget, region_budgets
 from .core import Decision, plan_and_lower
@@ -344,16 +344,13 @@ def _build_modules(
     builder (:mod:`fxcut.extract`, the modules torch's passes would build),
     or torch's passes for the graphs that builder leaves to them."""
     if not (has_recomputable and has_recomputable_rng):
-        from torch._functorch import partitioners as tp
         from torch._functorch._aot_autograd.graph_compile import is_opaque_node
         from torch.fx.experimental.proxy_tensor import is_sym_node
 
-        from .extract import build_modules
-
-        sym = [n for n in saved_values if is_sym_node(n) and not tp._is_assert_only_symbool(n)]
+        sym = [n for n in saved_values if is_sym_node(n) and not is_assert_only_symbool(n)]
         opaque = [n for n in saved_values if is_opaque_node(n)]
         values = [n for n in saved_values if not is_sym_node(n) and not is_opaque_node(n)]
-        built = build_modules(joint_module, values, sym, opaque, num_fwd_outputs, static_nodes)
+        built = extract.build_modules(joint_module, values, sym, opaque, num_fwd_outputs, static_nodes)
         if built is not None:
             return built
     return _torch_build_modules(joint_module, saved_values, num_fwd_outputs, static_nodes,

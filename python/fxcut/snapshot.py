@@ -11,6 +11,8 @@ args, kwargs, users order and meta dict (object and contents); the graph's
 name table, code generator and tracer fields; per module: its graph and its
 generated code -- for the joint module and every GraphModule under it (dead-
 code elimination recurses into subgraphs), and :meth:`restore` puts them back.
+:func:`copy_graph_module` makes an independent copy to partition instead
+(verify mode gives torch one).
 """
 
 from __future__ import annotations
@@ -118,3 +120,29 @@ class ModuleSnapshot:
                     sub.__dict__[name] = value
             if forward is not _MISSING:
                 type(sub).forward = forward
+
+
+#: Meta entries a copy shares with the original (fake tensors and their metadata).
+_SHARED_META = frozenset({"val", "tensor_meta"})
+
+
+def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
+    """An independent copy of ``gm``: same node names and order, own meta dicts.
+
+    Each node's ``meta`` is a new dict, and so is every dict or list directly
+    inside it except ``val`` (fake tensors, or lists of them, are shared like
+    every other value).  Attributes that ``get_attr`` nodes reach are shared.
+    """
+    graph = fx.Graph(tracer_cls=gm.graph._tracer_cls)
+    graph._codegen = copy.copy(gm.graph._codegen)
+    remap: dict[fx.Node, fx.Node] = {}
+    for node in gm.graph.nodes:
+        new = graph.node_copy(node, remap.__getitem__)
+        new.meta = {k: (copy.copy(v) if k not in _SHARED_META and isinstance(v, (dict, list)) else v)
+                    for k, v in node.meta.items()}
+        if new.name != node.name:
+            raise RuntimeError(f"copying renamed node {node.name!r} to {new.name!r}")
+        remap[node] = new
+    out = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    out.meta = dict(gm.meta)
+    return out

@@ -32,7 +32,8 @@ What changed, release by release (each a field below):
   apart, skips impure nodes and mutation bases, compares floats by bits,
   keys on streams; the budget's no-candidate case saves the aggressive cut;
   ``control_deps`` split (not modelled: torch decides).
-- 2.15: ``torch.device`` values, epilogue-mutated inputs, effectful ops'
+- 2.15: module extraction / reordering passes (fxcut's own builder is
+  off: torch's passes build the modules); ``torch.device`` values, epilogue-mutated inputs, effectful ops'
   leaf outputs (not modelled: torch decides);
   ``activation_memory_budget_require_full_coverage``.
 """
@@ -97,6 +98,11 @@ class Rules:
     #: leaf getitems of an effectful op are forced saved; torch decides such
     #: graphs
     effectful_leaves_only: bool = False
+    #: fxcut builds the forward and backward modules itself
+    #: (:mod:`fxcut.extract`), as this release's extraction, reordering and
+    #: raise_getitems passes would; False: torch's passes build them
+    #: (2.15 changed those passes; 2.12 is not modelled)
+    fxcut_builds_modules: bool = False
     #: where ``enable_activation_offloading`` lives
     offloading_module: str = "torch._functorch._activation_offloading.activation_offloading"
 
@@ -118,7 +124,7 @@ _R212 = Rules(
     no_return_ops_take_no_memory=False,
     region_memory_budgets=False,
 )
-_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215)
+_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215, fxcut_builds_modules=True)
 _R214 = Rules(
     release="2.14",
     tested="2.14.1",
@@ -131,6 +137,7 @@ _R214 = Rules(
     cse_keys_stream=True,
     no_candidates_saves_aggressive_cut=True,
     splits_control_deps=True,
+    fxcut_builds_modules=True,
 )
 _R215 = Rules(
     release="2.15",
