@@ -24,6 +24,7 @@ from torch._functorch import partitioners as tp
 from torch.utils.checkpoint import CheckpointPolicy
 
 import fxcut
+import fxcut.extract
 import fxcut.partition as fxp
 from fxcut import zero3
 
@@ -115,8 +116,11 @@ def check(gm: fx.GraphModule, call: Callable[[fx.GraphModule], Any], exc: type[B
 
 
 def partition(gm: fx.GraphModule, **kwargs: Any) -> Any:
+    """fxcut's own partition, unguarded: the public entry hands a graph that
+    fxcut fails on for a gap of its own (ImportError, KeyError, ...) to
+    torch's partitioner instead (fxcut.guard; tested below)."""
     kwargs.setdefault("num_fwd_outputs", 1)
-    return fxcut.min_cut_rematerialization_partition(gm, None, **kwargs)
+    return fxp._partition(gm, None, **kwargs)
 
 
 def test_the_graph_is_rewritten_on_success_as_torch_rewrites_it() -> None:
@@ -146,8 +150,6 @@ def test_a_syntax_error_from_a_deeply_nested_argument_leaves_the_module() -> Non
 def test_a_failing_module_extraction_leaves_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("extraction failed")
-
-    import fxcut.extract
 
     monkeypatch.setattr(tp, "_extract_fwd_bwd_modules", fail)  # torch's passes
     monkeypatch.setattr(fxcut.extract, "build_modules", fail)  # fxcut's own builder
@@ -253,7 +255,8 @@ def test_a_keyboard_interrupt_during_extraction_leaves_the_module(monkeypatch: p
     def interrupt(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(tp, "reordering_to_mimic_autograd_engine", interrupt)
+    monkeypatch.setattr(tp, "reordering_to_mimic_autograd_engine", interrupt)  # torch's passes
+    monkeypatch.setattr(fxcut.extract, "build_modules", interrupt)  # fxcut's own builder
     check(_joint(), partition, KeyboardInterrupt, None)
 
 
@@ -275,6 +278,7 @@ def test_a_failure_in_a_subgraph_module_is_undone_there_too(monkeypatch: pytest.
         raise RuntimeError("extraction failed")
 
     monkeypatch.setattr(tp, "_extract_fwd_bwd_modules", fail)
+    monkeypatch.setattr(fxcut.extract, "build_modules", fail)
     check(gm, partition, RuntimeError, "extraction failed")
     sub_before.assert_same(sub)
 
@@ -329,3 +333,18 @@ def test_the_wrapper_removes_the_walks_tags_when_fxcut_fails() -> None:
     _node(gm, "mm_default").meta["recompute"] = "MUST_SAVE"  # not a CheckpointPolicy
     wrapped = zero3.get_wrapped_partitioner(True, [(1, 0, (4, 4))])
     check(gm, lambda m: wrapped(m, None, num_fwd_outputs=1), fxcut.LoweringError, "CheckpointPolicy")
+
+
+def test_the_public_entry_hands_an_fxcut_gap_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through fxcut.guard, an ImportError inside fxcut (a gap of fxcut's,
+    not a bad input) falls back to torch's partitioner with one warning: the
+    same modules torch builds from the untouched graph."""
+    def fail() -> Any:
+        raise ImportError("no offloading here")
+
+    monkeypatch.setattr(fxp, "_offloading_pass", fail)
+    with config.patch(enable_activation_offloading=True):
+        with pytest.warns(fxcut.FallbackWarning, match="ImportError: no offloading here"):
+            fw, bw = fxcut.min_cut_rematerialization_partition(_joint(), None, num_fwd_outputs=1)
+        tfw, tbw = tp.min_cut_rematerialization_partition(_joint(), None, num_fwd_outputs=1)
+    assert (fw.code, bw.code) == (tfw.code, tbw.code)
