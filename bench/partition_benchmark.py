@@ -561,10 +561,12 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = True) -> dict[str, fl
         stack.enter_context(clock.wrap(tp, "_extract_fwd_bwd_modules", "extract"))
         if fxcut_side:
             from fxcut import budget as fb
+            from fxcut import core as fcore
             from fxcut import prepare as fprep
 
             stack.enter_context(clock.wrap(fprep, "plan", "plan"))
-            stack.enter_context(clock.wrap(fp, "lower_for_partition", "lower"))
+            # the partitioner lowers through core.plan_and_lower
+            stack.enter_context(clock.wrap(fcore, "lower_for_partition", "lower"))
             stack.enter_context(clock.wrap(fb, "decide_with_budget", "decide"))
             stack.enter_context(clock.wrap(fprep, "apply", "apply"))
             stack.enter_context(clock.wrap(fp, "_build_modules", "build_modules"))
