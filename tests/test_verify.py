@@ -163,3 +163,22 @@ def test_inductor_partitioner_carries_verify_into_its_cache_key() -> None:
     assert checked.verify == "warn" and off.verify == "off" and plain.verify is None
     assert plain.uuid() != checked.uuid() and plain.uuid() == off.uuid()
     assert "verify='warn'" in repr(checked)
+
+
+def test_the_fallback_reaches_torchs_partitioner_when_torchs_name_is_rebound_to_fxcut(monkeypatch) -> None:
+    """A user who rebinds torch's ``min_cut_rematerialization_partition`` to
+    fxcut's: a graph fxcut leaves to torch must reach torch's own function,
+    not loop back into fxcut."""
+    import torch._functorch.partitioners as tp
+
+    from fxcut import guard
+
+    calls = []
+    real = guard._TORCH_MIN_CUT
+    monkeypatch.setattr(guard, "_TORCH_MIN_CUT", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(tp, "min_cut_rematerialization_partition", fxcut.min_cut_rematerialization_partition)
+    cap = zoo.capture("mlp")
+    fw, bw = guard.torch_partition(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs)
+    assert calls == [1]
+    tfw, tbw = real(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs)
+    assert (fw.code, bw.code) == (tfw.code, tbw.code)

@@ -190,6 +190,17 @@ def _control_deps_hop() -> Any:
     return control_deps
 
 
+def _torchs_own_min_cut() -> Callable[..., PartitionResult]:
+    from torch._functorch import partitioners
+
+    fn: Callable[..., PartitionResult] = partitioners.min_cut_rematerialization_partition
+    return fn
+
+
+#: torch's partitioner as torch defined it, taken when fxcut.guard is first imported.
+_TORCH_MIN_CUT = _torchs_own_min_cut()
+
+
 def torch_partition(
     joint_module: fx.GraphModule,
     joint_inputs: Any,
@@ -198,9 +209,14 @@ def torch_partition(
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
 ) -> PartitionResult:
-    """The running torch's own ``min_cut_rematerialization_partition``."""
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    """The running torch's own ``min_cut_rematerialization_partition`` --
+    the one torch defines, even where a user has rebound torch's name to
+    fxcut's partitioner (falling back to it would call fxcut again)."""
+    from torch._functorch import partitioners
 
+    min_cut_rematerialization_partition = partitioners.min_cut_rematerialization_partition
+    if getattr(min_cut_rematerialization_partition, "__module__", "").startswith("fxcut"):
+        min_cut_rematerialization_partition = _TORCH_MIN_CUT
     return min_cut_rematerialization_partition(
         joint_module, joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
         static_lifetime_input_indices=static_lifetime_input_indices,
