@@ -28,7 +28,7 @@ if os.environ.get("CI"):
 #   pytest -m fidelity
 FIDELITY_FILES = frozenset({
     "test_partition_zoo.py", "test_partition_random.py", "test_budget.py", "test_zero3_walk.py",
-    "test_prepare.py", "test_versions.py", "test_verify.py",
+    "test_prepare.py", "test_versions.py", "test_verify.py", "test_extract_identity.py", "test_graph_untouched.py",
 })
 
 
