@@ -13,6 +13,7 @@ import torch.fx as fx
 from torch._functorch import config as functorch_config
 
 import fxcut
+import fxcut.core
 import fxcut.lower
 import fxcut.partition
 import zoo
@@ -207,7 +208,7 @@ def test_partial_region_budget_coverage_is_allowed_only_when_configured() -> Non
     g = fx.Graph()
     x = g.placeholder("x")
     op = g.call_function(aten.sin.default, (x,))
-    with pytest.raises(RuntimeError, match="unannotated"):
+    with pytest.raises(RuntimeError, match="must cover the entire forward"):
         check_regions([0.5], [op], lambda n: True)
     if "activation_memory_budget_require_full_coverage" not in versions.current().missing_config:
         with functorch_config.patch(activation_memory_budget_require_full_coverage=False):
@@ -380,7 +381,7 @@ def test_fxcut_failing_where_torch_would_not_falls_back(monkeypatch, fresh_guard
     def broken(*args, **kwargs):
         raise AttributeError("torch._functorch.config.some_new_option does not exist")
 
-    monkeypatch.setattr(fxcut.partition, "lower_for_partition", broken)
+    monkeypatch.setattr(fxcut.core, "lower_for_partition", broken)  # plan_and_lower lowers through core
     cap = zoo.capture("mlp")
     with pytest.warns(fxcut.FallbackWarning, match="some_new_option does not exist"):
         fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)

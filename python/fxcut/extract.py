@@ -26,14 +26,14 @@ import copy
 import itertools
 import operator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx as fx
 from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import map_aggregate
 
-from .versions import rules_or_nearest
+from .versions import is_assert_only_symbool, rules_or_nearest
 
 
 class _Unsupported(Exception):
@@ -301,21 +301,37 @@ def _reordered_backward(sel: _Selection, descs: list[Any]) -> fx.Graph | None:
     return graph
 
 
-def build_modules(
-    joint_module: fx.GraphModule,
-    saved_values: list[fx.Node],
-    saved_sym_nodes: list[fx.Node],
-    saved_opaque_nodes: list[fx.Node],
-    num_fwd_outputs: int,
-    static_nodes: Any,
-) -> tuple[fx.GraphModule, fx.GraphModule] | None:
+class SavedValues(NamedTuple):
+    """The saved values as module extraction takes them: tensors (and other
+    values), symbols (assert-only SymBools dropped), opaque objects."""
+
+    values: list[fx.Node]
+    sym: list[fx.Node]
+    opaque: list[fx.Node]
+
+
+def split_saved(saved: list[fx.Node]) -> SavedValues:
+    """``saved`` split as torch's partitioner splits it before extraction."""
+    from torch._functorch._aot_autograd.graph_compile import is_opaque_node
+    from torch.fx.experimental.proxy_tensor import is_sym_node
+
+    return SavedValues(
+        values=[n for n in saved if not is_sym_node(n) and not is_opaque_node(n)],
+        sym=[n for n in saved if is_sym_node(n) and not is_assert_only_symbool(n)],
+        opaque=[n for n in saved if is_opaque_node(n)],
+    )
+
+
+def build_modules(joint_module: fx.GraphModule, saved: SavedValues, num_fwd_outputs: int
+                  ) -> tuple[fx.GraphModule, fx.GraphModule] | None:
     """The forward and backward modules torch's ``_extract_fwd_bwd_modules``,
     ``reordering_to_mimic_autograd_engine``, ``raise_getitems`` and
     ``thread_graphsafe_rng_from_hops`` would return, or None for a graph
-    this builder leaves to them.  Leaves the joint module untouched."""
+    this builder leaves to them (static-lifetime inputs matter to torch's
+    passes only for activation quantization, left to them).  Leaves the
+    joint module untouched."""
     try:
-        return _build(joint_module, list(saved_values), list(saved_sym_nodes),
-                      list(saved_opaque_nodes), num_fwd_outputs)
+        return _build(joint_module, list(saved.values), list(saved.sym), list(saved.opaque), num_fwd_outputs)
     except _Unsupported:
         return None
 
@@ -464,4 +480,4 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     return fw_module, bw_module
 
 
-__all__ = ["build_modules", "torch_modeled", "unsupported_reason"]
+__all__ = ["SavedValues", "build_modules", "split_saved", "torch_modeled", "unsupported_reason"]

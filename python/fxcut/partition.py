@@ -24,7 +24,7 @@ from .guard import guarded_partition, note_fallback
 from .lower import KIND_OF_OP
 from .ops import is_rng_node
 from .snapshot import ModuleSnapshot
-from .versions import is_assert_only_symbool, rules_or_nearest
+from .versions import rules_or_nearest
 
 log = logging.getLogger("fxcut")
 
@@ -231,15 +231,9 @@ def apply_partition(
     )
 
 
-def _partition(
-    joint_module: fx.GraphModule,
-    _joint_inputs: Any,
-    compiler: str = "inductor",
-    *,
-    num_fwd_outputs: int,
-    static_lifetime_input_indices: list[int] | None = None,
-    **kwargs: Any,
-) -> tuple[fx.GraphModule, fx.GraphModule]:
+def _partition(joint_module: fx.GraphModule, _joint_inputs: Any, compiler: str = "inductor", *,
+               num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,
+               **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
     """fxcut's partition, unguarded: the public entry is
     :func:`min_cut_rematerialization_partition` below (through fxcut.guard).
 
@@ -332,59 +326,40 @@ def _check_nodes(graph: fx.Graph) -> None:
         raise ValueError(f"joint_module's graph does not end in an output node (its last node is {last.name!r})")
 
 
-def _build_modules(
-    joint_module: fx.GraphModule,
-    saved_values: list[fx.Node],
-    num_fwd_outputs: int,
-    static_nodes: Any,
-    has_recomputable: bool,
-    has_recomputable_rng: bool,
-) -> tuple[fx.GraphModule, fx.GraphModule]:
+def _build_modules(joint_module: fx.GraphModule, saved_values: list[fx.Node], num_fwd_outputs: int,
+                   static_nodes: Any, has_recomputable: bool, has_recomputable_rng: bool
+                   ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """The forward and backward modules from the saved values: fxcut's own
     builder (:mod:`fxcut.extract`, the modules torch's passes would build),
     or torch's passes for the graphs that builder leaves to them."""
+    saved = extract.split_saved(saved_values)
     if not (has_recomputable and has_recomputable_rng):
-        from torch._functorch._aot_autograd.graph_compile import is_opaque_node
-        from torch.fx.experimental.proxy_tensor import is_sym_node
-
-        sym = [n for n in saved_values if is_sym_node(n) and not is_assert_only_symbool(n)]
-        opaque = [n for n in saved_values if is_opaque_node(n)]
-        values = [n for n in saved_values if not is_sym_node(n) and not is_opaque_node(n)]
-        built = extract.build_modules(joint_module, values, sym, opaque, num_fwd_outputs, static_nodes)
+        built = extract.build_modules(joint_module, saved, num_fwd_outputs)
         if built is not None:
             return built
-    return _torch_build_modules(joint_module, saved_values, num_fwd_outputs, static_nodes,
-                                has_recomputable, has_recomputable_rng)
+    return _torch_build_modules(joint_module, saved, num_fwd_outputs, static_nodes, has_recomputable,
+                                has_recomputable_rng)
 
 
-def _torch_build_modules(
-    joint_module: fx.GraphModule,
-    saved_values: list[fx.Node],
-    num_fwd_outputs: int,
-    static_nodes: Any,
-    has_recomputable: bool,
-    has_recomputable_rng: bool,
-) -> tuple[fx.GraphModule, fx.GraphModule]:
-    """torch's own module extraction from the saved values (the reference
+def _torch_build_modules(joint_module: fx.GraphModule, saved: extract.SavedValues, num_fwd_outputs: int,
+                         static_nodes: Any, has_recomputable: bool, has_recomputable_rng: bool
+                         ) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """torch's own module extraction and the passes after it (the reference
     :mod:`fxcut.extract` is tested against)."""
     from torch._functorch import config
     from torch._functorch import partitioners as tp
-    from torch.fx.experimental.proxy_tensor import is_sym_node
 
-    saved_sym_nodes = [n for n in saved_values if is_sym_node(n) and not is_assert_only_symbool(n)]
-    saved_opaque_nodes = [n for n in saved_values if tp.is_opaque_node(n)]  # type: ignore[attr-defined]
-    saved_values = [n for n in saved_values if not is_sym_node(n) and not tp.is_opaque_node(n)]  # type: ignore[attr-defined]
     fw_module, bw_module = tp._extract_fwd_bwd_modules(
         joint_module,
-        saved_values,
-        saved_sym_nodes=saved_sym_nodes,
-        saved_opaque_nodes=saved_opaque_nodes,
+        saved.values,
+        saved_sym_nodes=saved.sym,
+        saved_opaque_nodes=saved.opaque,
         num_fwd_outputs=num_fwd_outputs,
         static_lifetime_input_nodes=static_nodes,
     )
     if has_recomputable and has_recomputable_rng:
         fw_module, bw_module = tp.functionalize_rng_ops(
-            joint_module, fw_module, bw_module, len(saved_sym_nodes)
+            joint_module, fw_module, bw_module, len(saved.sym)
         )
     bw_module = tp.reordering_to_mimic_autograd_engine(bw_module)
     if config.enable_activation_offloading:

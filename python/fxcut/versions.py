@@ -41,7 +41,7 @@ What changed, release by release (each a field below):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -139,17 +139,12 @@ _R214 = Rules(
     splits_control_deps=True,
     fxcut_builds_modules=True,
 )
-_R215 = Rules(
+_R215 = replace(
+    _R214,  # 2.15 is 2.14 with these changes:
     release="2.15",
     tested="2.15.0",
-    zero_dropout_sdpa_is_rng=False,
-    cse_keeps_backward_apart=True,
-    cse_skips_impure=True,
-    cse_skips_mutation_bases=True,
-    cse_floats_by_bits=True,
-    cse_keys_stream=True,
-    no_candidates_saves_aggressive_cut=True,
-    splits_control_deps=True,
+    missing_config={},
+    fxcut_builds_modules=False,
     device_values_are_free=True,
     epilogue_mutated_inputs_unsaveable=True,
     effectful_leaves_only=True,
