@@ -38,8 +38,8 @@ for name in sys.argv[1:]:
     print(first)
 arrays = synthetic_arrays.build(500)
 r = synthetic_arrays.decide(arrays)
-saved = np.frombuffer(r["saved"], dtype=np.int32)
-print("synthetic:", len(saved), hashlib.sha256(saved.tobytes()).hexdigest(), r["cut_value"])
+saved = np.frombuffer(r.saved, dtype=np.int32)
+print("synthetic:", len(saved), hashlib.sha256(saved.tobytes()).hexdigest(), r.cut_value)
 """
 
 

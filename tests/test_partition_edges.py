@@ -48,7 +48,10 @@ def test_conflicting_tags_raise_an_error_naming_the_chain() -> None:
         torch_partition(copy.deepcopy(gm), None, num_fwd_outputs=1)
     with pytest.raises(fxcut.InfiniteCutError) as info:
         fxcut.min_cut_rematerialization_partition(gm, None, num_fwd_outputs=1)
-    assert info.value.chain == ["native_dropout_default", "getitem"]
+    names = [n.name for n in gm.graph.nodes]
+    assert [names[i] for i in info.value.chain] == ["native_dropout_default", "getitem"]  # node indices
+    assert [n.name for n in info.value.nodes] == ["native_dropout_default", "getitem"]
+    assert info.value.node == info.value.chain[0]
     assert "native_dropout_default" in str(info.value) and "MUST_RECOMPUTE" in str(info.value)
 
 

@@ -169,16 +169,18 @@ def test_the_fallback_reaches_torchs_partitioner_when_torchs_name_is_rebound_to_
     """A user who rebinds torch's ``min_cut_rematerialization_partition`` to
     fxcut's: a graph fxcut leaves to torch must reach torch's own function,
     not loop back into fxcut."""
+    import torch._functorch.compilers as tc
     import torch._functorch.partitioners as tp
 
-    from fxcut import guard
-
+    real = tp.min_cut_rematerialization_partition
     calls = []
-    real = guard._TORCH_MIN_CUT
-    monkeypatch.setattr(guard, "_TORCH_MIN_CUT", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(tc, "min_cut_rematerialization_partition", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr(tp, "min_cut_rematerialization_partition", fxcut.min_cut_rematerialization_partition)
     cap = zoo.capture("mlp")
     fw, bw = guard.torch_partition(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs)
     assert calls == [1]
     tfw, tbw = real(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs)
     assert (fw.code, bw.code) == (tfw.code, tbw.code)
+    monkeypatch.setattr(tc, "min_cut_rematerialization_partition", fxcut.min_cut_rematerialization_partition)
+    with pytest.raises(RuntimeError, match="replaced by fxcut's everywhere"):
+        guard.torch_partition(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs)

@@ -190,15 +190,26 @@ def _control_deps_hop() -> Any:
     return control_deps
 
 
+def _is_fxcuts(fn: object) -> bool:
+    return str(getattr(fn, "__module__", "")).startswith("fxcut")
+
+
 def _torchs_own_min_cut() -> Callable[..., PartitionResult]:
-    from torch._functorch import partitioners
+    """torch's ``min_cut_rematerialization_partition`` as torch defined it:
+    where a user rebound torch's name to fxcut's partitioner, the reference
+    torch's own ``compilers`` module took at import (falling back to the
+    rebound name would call fxcut again)."""
+    from torch._functorch import compilers, partitioners
 
-    fn: Callable[..., PartitionResult] = partitioners.min_cut_rematerialization_partition
-    return fn
-
-
-#: torch's partitioner as torch defined it, taken when fxcut.guard is first imported.
-_TORCH_MIN_CUT = _torchs_own_min_cut()
+    for fn in (partitioners.min_cut_rematerialization_partition, compilers.min_cut_rematerialization_partition):  # type: ignore[attr-defined]  # compilers re-imports it
+        if not _is_fxcuts(fn):
+            found: Callable[..., PartitionResult] = fn
+            return found
+    raise RuntimeError(
+        "fxcut: torch's min_cut_rematerialization_partition has been replaced by fxcut's everywhere, so "
+        "fxcut cannot hand a graph to torch's own partitioner; use fxcut.min_cut_rematerialization_partition "
+        "as the partition_fn instead of rebinding torch's"
+    )
 
 
 def torch_partition(
@@ -209,14 +220,8 @@ def torch_partition(
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
 ) -> PartitionResult:
-    """The running torch's own ``min_cut_rematerialization_partition`` --
-    the one torch defines, even where a user has rebound torch's name to
-    fxcut's partitioner (falling back to it would call fxcut again)."""
-    from torch._functorch import partitioners
-
-    min_cut_rematerialization_partition = partitioners.min_cut_rematerialization_partition
-    if getattr(min_cut_rematerialization_partition, "__module__", "").startswith("fxcut"):
-        min_cut_rematerialization_partition = _TORCH_MIN_CUT
+    """The running torch's own ``min_cut_rematerialization_partition``."""
+    min_cut_rematerialization_partition = _torchs_own_min_cut()
     return min_cut_rematerialization_partition(
         joint_module, joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
         static_lifetime_input_indices=static_lifetime_input_indices,
