@@ -26,7 +26,9 @@ for v in "${versions[@]}"; do
   bash scripts/venv_torch.sh "$v" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
   made=$(date +%s)
   set +e
-  PYTHONPATH="$PWD/python" ".venv-torch$mm/bin/python" -m pytest -q -m fidelity -p no:cacheprovider "$@"
+  # DeepSpeed 0.19.8 pins torch 2.13: its tests run in the default venv only.
+  PYTHONPATH="$PWD/python" ".venv-torch$mm/bin/python" -m pytest -q -m fidelity -p no:cacheprovider \
+    --ignore=tests/test_deepspeed.py "$@"
   rc=$?
   set -e
   line="torch $v: venv $((made - start)) s, fidelity tests $(($(date +%s) - made)) s, pytest rc=$rc"
