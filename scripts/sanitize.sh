@@ -39,6 +39,10 @@ if [ "${FXCUT_SANITIZE_KEEP:-0}" != 1 ]; then
 fi
 echo "sanitize.sh: building the ASan+UBSan extension in $TMP"
 cp -r python "$TMP/python"
+# `fxcut bench` runs the checkout's benchmark next to the package (bench/, which
+# imports tests/): point the copy at the checkout's.
+ln -s "$ROOT/bench" "$TMP/bench"
+ln -s "$ROOT/tests" "$TMP/tests"
 find "$TMP/python" \( -name '_C*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
 FXCUT_SANITIZE=1 FXCUT_WERROR=1 "$PY" setup.py -q build_ext \
   -b "$TMP/python" -t "$TMP/build" >"$TMP/build.log" 2>&1 || {

@@ -347,5 +347,5 @@ def test_bench_without_a_source_checkout_is_one_line_and_writes_nothing(capsys, 
 
 
 def test_bench_runs_the_checkouts_benchmark():
-    assert cli.BENCH_SCRIPT == ROOT / "bench" / "partition_benchmark.py"
+    assert cli.BENCH_SCRIPT.resolve() == (ROOT / "bench" / "partition_benchmark.py").resolve()
     assert cli.BENCH_SCRIPT.is_file()
