@@ -176,6 +176,16 @@ def prepare(gm: fx.GraphModule) -> fx.GraphModule:
     return torch_prepared(gm)
 
 
+def copy_nodes(graph: fx.Graph) -> fx.Graph:
+    """A new graph with a copy of every node of ``graph`` (the floor's node
+    creation: what building an output graph costs at the least)."""
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in graph.nodes:
+        env[n] = g.node_copy(n, env.__getitem__)
+    return g
+
+
 def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
     output = next(iter(reversed(fw.graph.nodes)))
     return [n.name if isinstance(n, fx.Node) else repr(n) for n in output.args[0][num_fwd_outputs:]]
@@ -412,15 +422,8 @@ class _Size:
             fw, bw = built
             joint = cap.fresh()
 
-            def copy(graph: fx.Graph) -> fx.Graph:
-                g = fx.Graph()
-                env: dict[fx.Node, fx.Node] = {}
-                for n in graph.nodes:
-                    env[n] = g.node_copy(n, env.__getitem__)
-                return g
-
             def floor() -> Any:
-                out = _make_graph_module(joint, copy(fw.graph)), fx.GraphModule(joint, copy(bw.graph))
+                out = _make_graph_module(joint, copy_nodes(fw.graph)), fx.GraphModule(joint, copy_nodes(bw.graph))
                 joint.recompile()
                 return out
             return floor

@@ -153,6 +153,7 @@ def floor_fn(cap: Any, lazy: bool) -> Callable[..., Any]:
     holds, once: the backward's always (torch's reordering pass returns a
     plain GraphModule), the forward's and the joint's when not lazy."""
     import torch.fx as fx
+    from partition_benchmark import copy_nodes  # bench/, next to this script
     from torch.fx._lazy_graph_module import _LazyGraphModule, _make_graph_module, _use_lazy_graph_module
 
     import fxcut
@@ -165,16 +166,9 @@ def floor_fn(cap: Any, lazy: bool) -> Callable[..., Any]:
             gm, cap.joint_inputs, *cap.partition_args, num_fwd_outputs=cap.num_fwd_outputs,
             **cap.partition_kwargs)
 
-    def copy(graph: fx.Graph) -> fx.Graph:
-        g = fx.Graph()
-        env: dict[fx.Node, fx.Node] = {}
-        for n in graph.nodes:
-            env[n] = g.node_copy(n, env.__getitem__)
-        return g
-
     def floor(joint: fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
-        fwm = _make_graph_module(joint, copy(fw.graph))
-        bwm = fx.GraphModule(joint, copy(bw.graph))
+        fwm = _make_graph_module(joint, copy_nodes(fw.graph))
+        bwm = fx.GraphModule(joint, copy_nodes(bw.graph))
         joint.recompile()
         return fwm, bwm
 
