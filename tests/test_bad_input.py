@@ -22,6 +22,7 @@ import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 import fxcut
+import small_graphs
 from synthetic_arrays import DEFAULT_OPTIONS as OPTIONS
 from fxcut import _C
 from fxcut.lower import GraphArrays, LoweringError, lower_for_partition
@@ -44,23 +45,7 @@ def joint() -> fx.GraphModule:
     nodes: 0 primals_1, 1 primals_2, 2 tangents_1, 3 mm_default,
     4 relu_default, 5 threshold_backward_default, 6 mm_default_1, 7 output
     """
-    g = fx.Graph()
-    x = g.placeholder("primals_1")
-    x.meta["val"] = _meta()
-    w = g.placeholder("primals_2")
-    w.meta["val"] = _meta()
-    t = g.placeholder("tangents_1")
-    t.meta["val"] = _meta()
-    mm = g.call_function(aten.mm.default, (x, w))
-    mm.meta["val"] = _meta()
-    relu = g.call_function(aten.relu.default, (mm,))
-    relu.meta["val"] = _meta()
-    grad = g.call_function(aten.threshold_backward.default, (t, relu, 0))
-    grad.meta["val"] = _meta()
-    gw = g.call_function(aten.mm.default, (x, grad))
-    gw.meta["val"] = _meta()
-    g.output((relu, None, gw))
-    return fx.GraphModule(torch.nn.Module(), g)
+    return small_graphs.mm_relu_joint()
 
 
 def node(gm: fx.GraphModule, name: str) -> fx.Node:

@@ -12,7 +12,6 @@ torch's partitioner in the fallback path).
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -21,9 +20,9 @@ import torch
 import torch.fx as fx
 from torch._functorch import config
 from torch._functorch import partitioners as tp
-from torch.utils.checkpoint import CheckpointPolicy
 
 import fxcut
+import small_graphs
 import fxcut.extract
 import fxcut.partition as fxp
 from fxcut import zero3
@@ -38,30 +37,7 @@ def _meta(shape: tuple[int, ...] = (4, 4)) -> torch.Tensor:
 def _joint(dead: bool = True, duplicate: bool = True) -> fx.GraphModule:
     """x @ w -> relu -> grads, with a dead node and a CSE duplicate, so that
     dead-code elimination and CSE both change the graph."""
-    g = fx.Graph()
-    x = g.placeholder("primals_1")
-    x.meta["val"] = _meta()
-    w = g.placeholder("primals_2")
-    w.meta["val"] = _meta()
-    t = g.placeholder("tangents_1")
-    t.meta["val"] = _meta()
-    mm = g.call_function(aten.mm.default, (x, w))
-    mm.meta["val"] = _meta()
-    if dead:
-        neg = g.call_function(aten.neg.default, (mm,))
-        neg.meta["val"] = _meta()
-    relu = g.call_function(aten.relu.default, (mm,))
-    relu.meta["val"] = _meta()
-    relu2 = relu
-    if duplicate:
-        relu2 = g.call_function(aten.relu.default, (mm,))
-        relu2.meta["val"] = _meta()
-    grad = g.call_function(aten.threshold_backward.default, (t, relu2, 0))
-    grad.meta["val"] = _meta()
-    gw = g.call_function(aten.mm.default, (x, grad))
-    gw.meta["val"] = _meta()
-    g.output((relu, None, gw))
-    return fx.GraphModule(torch.nn.Module(), g)
+    return small_graphs.mm_relu_joint(dead=dead, duplicate=duplicate)
 
 
 def _node(gm: fx.GraphModule, name: str) -> fx.Node:
@@ -205,24 +181,7 @@ def test_a_graph_of_dead_code_and_an_empty_output_partitions_as_torchs() -> None
 
 def _conflicting_with_dead_code() -> fx.GraphModule:
     """Unsatisfiable tags (torch raises after its DCE and CSE), plus dead code."""
-    g = fx.Graph()
-    x = g.placeholder("primals_1")
-    x.meta["val"] = _meta()
-    t = g.placeholder("tangents_1")
-    t.meta["val"] = _meta()
-    neg = g.call_function(aten.neg.default, (x,))
-    neg.meta["val"] = _meta()
-    drop = g.call_function(aten.native_dropout.default, (x, 0.5, True))
-    drop.meta["val"] = (_meta(), _meta())
-    kept = g.call_function(operator.getitem, (drop, 0))
-    kept.meta["val"] = _meta()
-    kept.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-    out = g.call_function(aten.relu.default, (kept,))
-    out.meta["val"] = _meta()
-    grad = g.call_function(aten.mul.Tensor, (t, kept))
-    grad.meta["val"] = _meta()
-    g.output((out, grad))
-    return fx.GraphModule(torch.nn.Module(), g)
+    return small_graphs.conflicting_joint(dead=True)
 
 
 def test_a_failure_in_the_fallback_to_torchs_partitioner_leaves_the_module(

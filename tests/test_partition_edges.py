@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import copy
-import operator
 
 import pytest
 import torch
 import torch.fx as fx
 from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
-from torch.utils.checkpoint import CheckpointPolicy
 
 import fxcut
+import small_graphs
 
 aten = torch.ops.aten
 
@@ -24,22 +23,7 @@ def _conflicting_graph() -> fx.GraphModule:
     """A MUST_RECOMPUTE getitem of dropout: dropout is random (banned from
     recompute) and returns a tuple (cannot be saved), so the value the
     backward needs can be neither saved nor recomputed."""
-    g = fx.Graph()
-    x = g.placeholder("primals_1")
-    x.meta["val"] = _meta()
-    t = g.placeholder("tangents_1")
-    t.meta["val"] = _meta()
-    drop = g.call_function(aten.native_dropout.default, (x, 0.5, True))
-    drop.meta["val"] = (_meta(), _meta())
-    mask_kept = g.call_function(operator.getitem, (drop, 0))
-    mask_kept.meta["val"] = _meta()
-    mask_kept.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-    out = g.call_function(aten.relu.default, (mask_kept,))
-    out.meta["val"] = _meta()
-    grad = g.call_function(aten.mul.Tensor, (t, mask_kept))
-    grad.meta["val"] = _meta()
-    g.output((out, grad))
-    return fx.GraphModule(torch.nn.Module(), g)
+    return small_graphs.conflicting_joint()
 
 
 def test_conflicting_tags_raise_an_error_naming_the_chain() -> None:
@@ -123,23 +107,7 @@ MEMORY_BUDGET_ANNOTATION_KEY = getattr(fx_traceback, "MEMORY_BUDGET_ANNOTATION_K
 
 
 def _mm_relu_joint() -> fx.GraphModule:
-    g = fx.Graph()
-    x = g.placeholder("primals_1")
-    x.meta["val"] = _meta()
-    w = g.placeholder("primals_2")
-    w.meta["val"] = _meta()
-    t = g.placeholder("tangents_1")
-    t.meta["val"] = _meta()
-    mm = g.call_function(aten.mm.default, (x, w))
-    mm.meta["val"] = _meta()
-    relu = g.call_function(aten.relu.default, (mm,))
-    relu.meta["val"] = _meta()
-    grad = g.call_function(aten.threshold_backward.default, (t, relu, 0))
-    grad.meta["val"] = _meta()
-    gw = g.call_function(aten.mm.default, (x, grad))
-    gw.meta["val"] = _meta()
-    g.output((relu, None, gw))
-    return fx.GraphModule(torch.nn.Module(), g)
+    return small_graphs.mm_relu_joint()
 
 
 def _both(make, **config) -> tuple[tuple[str, str], tuple[str, str]]:
