@@ -4,7 +4,7 @@ vs ``fxcut.inductor_backend()``.
 Each run is a fresh Python process with its own empty inductor cache
 (``TORCHINDUCTOR_CACHE_DIR`` a new temporary folder, FX graph and AOT
 autograd caches off), so every run compiles from scratch.  A run builds the
-GPT of ``fxcut.models`` (``--layers`` blocks), compiles it, and times the
+GPT of ``fxcut.tools.models`` (``--layers`` blocks), compiles it, and times the
 first training step (forward, loss, backward: dynamo, AOT Autograd, the
 partitioner, inductor's code generation and C++ compilation) and, inside
 it, the partitioner call alone.  Rounds alternate which side goes first;
@@ -30,7 +30,7 @@ def _child(side: str, cfg: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     import fxcut
-    from fxcut.models import build_model
+    from fxcut.tools.models import build_model
 
     torch.manual_seed(0)
     built = build_model("gpt2", **cfg)

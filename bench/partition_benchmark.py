@@ -1,6 +1,6 @@
 """fxcut's partitioner against torch's, on GPT-style joint graphs.
 
-:func:`run` captures ``fxcut.models.gpt2`` with fake tensors (no parameter
+:func:`run` captures ``fxcut.tools.models.gpt2`` with fake tensors (no parameter
 is allocated, whatever the size) at each requested number of layers and
 times, in one run, on the same joint graph:
 
@@ -107,7 +107,7 @@ SCIPY_FINITE_TOTAL = 2**30
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """``fxcut.models.gpt2`` options (besides ``layers``)."""
+    """``fxcut.tools.models.gpt2`` options (besides ``layers``)."""
 
     hidden: int = 1024
     heads: int = 16
@@ -362,7 +362,7 @@ class _Size:
         from torch._functorch import partitioners as tp
 
         from fxcut import min_cut_rematerialization_partition as fxcut_partition
-        from fxcut.capture import copy_graph_module
+        from fxcut.snapshot import copy_graph_module
         from fxcut.core import decide
         from torch_reference import torch_decision
 
@@ -799,7 +799,7 @@ def format_report(result: BenchResult, command: str | None = None, markdown: boo
     parts = []
     m = result.model
     env = result.environment
-    head = (f"GPT-2 style model (fxcut.models.gpt2, fake tensors): hidden {m['hidden']}, heads {m['heads']}, "
+    head = (f"GPT-2 style model (fxcut.tools.models.gpt2, fake tensors): hidden {m['hidden']}, heads {m['heads']}, "
             f"seq {m['seq']}, batch {m['batch']}, vocab {m['vocab']}; reps {result.reps} "
             f"(torch's decision, torch's partition_fn and networkx: {result.slow_reps}), interleaved; "
             f"garbage collector {'on' if result.gc_during_timing else 'off'} during the timed calls.\n"

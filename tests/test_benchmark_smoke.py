@@ -80,7 +80,7 @@ def test_outputs_are_written(result: benchmark.BenchResult, tmp_path) -> None:
 
 
 def test_fxcut_bench_command_writes_the_table_with_a_progress_bar(tmp_path, capsys) -> None:
-    from fxcut import cli
+    from fxcut.tools import cli
 
     assert cli.main(["bench", "--quick", "--out", str(tmp_path / "out"), "--docs", str(tmp_path / "docs")]) == 0
     out, err = capsys.readouterr()
@@ -93,7 +93,7 @@ def test_fxcut_bench_command_writes_the_table_with_a_progress_bar(tmp_path, caps
 
 
 def test_fxcut_bench_writes_nothing_unless_told(tmp_path, monkeypatch, capsys) -> None:
-    from fxcut import cli
+    from fxcut.tools import cli
 
     monkeypatch.chdir(tmp_path)
     assert cli.main(["bench", "--quick"]) == 0

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import fxcut
-import fxcut.cli as cli
-from fxcut.report import summarize
+import fxcut.tools.cli as cli
+from fxcut.tools.report import summarize
 from training import capture_model
 
 TESTS = Path(__file__).resolve().parent
@@ -229,7 +229,7 @@ def test_explain_unknown_node_is_one_line(capsys):
 
 def test_console_script_is_declared_and_resolves_to_main():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"fxcut": "fxcut.cli:main"}
+    assert scripts == {"fxcut": "fxcut.tools.cli:main"}
     module, _, attr = scripts["fxcut"].partition(":")
     assert getattr(__import__(module, fromlist=[attr]), attr) is cli.main
 
@@ -263,12 +263,12 @@ def test_installed_console_script_runs():
      ["400,000,000 elements, past the limit of 268,435,456 with --real"]),
 ])
 def test_huge_sizes_are_refused_up_front(capsys, monkeypatch, argv, words):
-    import fxcut.capture
+    import fxcut.tools.capture
 
     def no_capture(*args, **kwargs):
         raise AssertionError("traced a model past the size limits")
 
-    monkeypatch.setattr(fxcut.capture, "capture", no_capture)
+    monkeypatch.setattr(fxcut.tools.capture, "capture", no_capture)
     _one_line_error(capsys, argv, *words)
 
 

@@ -24,7 +24,7 @@ from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 import fxcut
 import zoo
 from extract_identity import both, signature
-from fxcut.capture import copy_graph_module
+from fxcut.snapshot import copy_graph_module
 from fxcut.extract import torch_modeled
 from random_joint import random_joint
 

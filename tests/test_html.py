@@ -11,8 +11,8 @@ from html.parser import HTMLParser
 import pytest
 import zoo
 
-import fxcut.cli as cli
-from fxcut.html import CLASSES, decide_prepared, render_html
+import fxcut.tools.cli as cli
+from fxcut.tools.html import CLASSES, decide_prepared, render_html
 from placement import BACKWARD, FORWARD, RECOMPUTED, SAVED, graph_state, partition_placement
 
 

@@ -16,7 +16,7 @@ import fxcut.budget
 import fxcut.partition
 import fxcut.zero3
 from fxcut.integrations.torch_compile import InductorPartitioner, zero3_param_indices
-from fxcut.models import build_model
+from fxcut.tools.models import build_model
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 from torch._functorch import config
 
 import fxcut
-import fxcut.cli as cli
+import fxcut.tools.cli as cli
 import fxcut.partition
 import zoo
 from fxcut.core import Decision, decide, plan_and_lower

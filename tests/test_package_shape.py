@@ -1,11 +1,13 @@
 """The package's shape, checked from its source: no import cycle between
 fxcut's modules, inductor's cache key covering every module that can change
-a partition, no development tooling in the package, and ``import fxcut``
-without inductor (the reason the few lazy imports that remain are lazy)."""
+a partition, no development tooling in the package, the library apart from
+its tooling (``fxcut.tools``), and ``import fxcut`` without inductor (the
+reason the few lazy imports that remain are lazy)."""
 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -130,18 +132,87 @@ def test_the_package_has_no_import_cycle():
 
 def test_inductors_cache_key_covers_the_decision_path_only():
     """What InductorPartitioner runs (fxcut.partition, via fxcut.zero3's
-    wrapper) and every fxcut module those import is hashed -- explain and
-    the report too, since verify mode (fxcut.guard) names the rule behind a
-    mismatch with them; the CLI, the capture, the models and the HTML page
-    are not."""
+    wrapper) and every fxcut module those import is hashed -- explain too,
+    since verify mode (fxcut.guard) names the rule behind a mismatch with
+    it; the tooling (fxcut.tools: the CLI, the capture, the models, the
+    report and the HTML page) is not."""
     modules = _modules()
     hashed = {_module_name(PACKAGE / f) for f in DECISION_FILES}
     assert all((PACKAGE / f).is_file() for f in DECISION_FILES)
     needed = _reachable(_graph(), ["fxcut.partition", "fxcut.zero3"]) - {"fxcut._C", "fxcut._version"}
     assert needed <= hashed, sorted(needed - hashed)
     assert "fxcut.integrations.torch_compile" in hashed
-    assert hashed.isdisjoint({"fxcut.cli", "fxcut.capture", "fxcut.models", "fxcut.html"})
+    assert not any(_is_tooling(m) for m in hashed), sorted(hashed)
     assert set(modules) >= hashed
+
+
+TOOLING = "fxcut.tools"
+
+
+def _is_tooling(module: str) -> bool:
+    return module == TOOLING or module.startswith(TOOLING + ".")
+
+
+def test_the_tooling_is_a_subpackage_of_its_own():
+    modules = _modules()
+    assert {f"{TOOLING}.{m}" for m in ("cli", "capture", "models", "html", "report")} <= set(modules)
+    # None of them is left at the top level under its old name.
+    assert not {"fxcut.cli", "fxcut.capture", "fxcut.models", "fxcut.html", "fxcut.report"} & set(modules)
+
+
+def test_the_library_never_imports_the_tooling():
+    """No module outside fxcut.tools imports it, at the top or in a function
+    (``python -m fxcut``, i.e. fxcut/__main__.py, is the one entry into it)."""
+    graph = _graph()
+    importers = {m: sorted(filter(_is_tooling, deps)) for m, deps in graph.items()
+                 if not _is_tooling(m) and m != "fxcut.__main__"}
+    assert {m: d for m, d in importers.items() if d} == {}
+    assert graph["fxcut.__main__"] == {"fxcut.tools.cli"}
+    library_roots = ["fxcut", "fxcut.partition", "fxcut.integrations.torch_compile", "fxcut.integrations.deepspeed"]
+    assert not any(_is_tooling(m) for m in _reachable(graph, library_roots))
+
+
+#: Run in a fresh interpreter: loads both integrations, compiles a small
+#: training step with fxcut's AOT backend (AOT Autograd traces the joint
+#: graph and fxcut's partitioner cuts it), checks the gradients against
+#: eager, and prints the fxcut modules the process imported and who
+#: partitioned.
+_PARTITION_WITHOUT_TOOLING = """
+import json, sys
+import torch
+import fxcut
+import fxcut.integrations.deepspeed
+import fxcut.integrations.torch_compile
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+x = torch.randn(5, 8)
+model(x).pow(2).sum().backward()
+expected = [p.grad.clone() for p in model.parameters()]
+model.zero_grad()
+compiled = torch.compile(model, backend=fxcut.aot_backend())
+compiled(x).pow(2).sum().backward()
+same = all(torch.allclose(p.grad, e) for p, e in zip(model.parameters(), expected))
+print(json.dumps({"counts": fxcut.partition_counts(), "same_grads": same,
+                  "modules": sorted(m for m in sys.modules if m == "fxcut" or m.startswith("fxcut."))}))
+"""
+
+
+def test_a_compile_through_fxcut_imports_no_tooling():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("FXCUT_VERIFY", None)
+    out = subprocess.run([sys.executable, "-c", _PARTITION_WITHOUT_TOOLING], capture_output=True, text=True,
+                         env=env, check=True, timeout=600)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    # fxcut's partitioner cut the joint graph (not a fallback to torch's) ...
+    assert result["counts"] == {"fxcut": 1}, result["counts"]
+    assert result["same_grads"]
+    modules = set(result["modules"])
+    # ... through the partition path (so the check below is not vacuous) ...
+    assert {"fxcut.partition", "fxcut.core", "fxcut.lower", "fxcut.zero3",
+            "fxcut.integrations.torch_compile", "fxcut.integrations.deepspeed"} <= modules
+    # ... and no tooling module was imported on the way.
+    assert not {m for m in modules if _is_tooling(m)}, sorted(modules)
 
 
 def _top_level_imports(path: Path) -> set[str]:

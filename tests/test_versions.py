@@ -353,7 +353,7 @@ def test_partition_equals_torch_when_forward_and_backward_compute_the_same_value
     from functorch.compile import aot_function, make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
-    from fxcut.capture import copy_graph_module
+    from fxcut.snapshot import copy_graph_module
 
     seen = []
 

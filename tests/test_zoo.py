@@ -14,8 +14,8 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 import zoo
 from fxcut import is_cast_op, recompute_param_aliases
-from fxcut.capture import JointCapture, capture, copy_graph_module
-from fxcut.models import MODELS, BlockStack, build_model
+from fxcut.tools.capture import JointCapture, capture, copy_graph_module
+from fxcut.tools.models import MODELS, BlockStack, build_model
 from training import capture_model, train_step
 
 aten = torch.ops.aten

@@ -1,7 +1,7 @@
 """Capturing and training the zoo's models, for the tests and the benchmarks.
 
-Development tooling on top of :mod:`fxcut.capture` (which the ``fxcut``
-command uses to trace a model): build a model of :mod:`fxcut.models` and
+Development tooling on top of :mod:`fxcut.tools.capture` (which the ``fxcut``
+command uses to trace a model): build a model of :mod:`fxcut.tools.models` and
 capture it, capture and run a training step, or run one compiled with a
 given partitioner or eagerly, to compare their losses and gradients.
 """
@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from fxcut.capture import (
+from fxcut.tools.capture import (
     CaptureOptions,
     Grads,
     JointCapture,
@@ -29,7 +29,7 @@ from fxcut.capture import (
     capture,
     torch_min_cut_partition,
 )
-from fxcut.models import LossFn, build_model
+from fxcut.tools.models import LossFn, build_model
 
 
 def capture_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
@@ -49,7 +49,7 @@ def capture_step(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
 def capture_model(name: str, *, autocast_dtype: torch.dtype | None = None, checkpoint: bool = False,
                   sac: bool = False, dynamic: bool = False, fake: bool = False,
                   delegate: PartitionFn = torch_min_cut_partition, **cfg: Any) -> JointCapture:
-    """Build ``fxcut.models.MODELS[name](**cfg)`` and :func:`capture` it.
+    """Build ``fxcut.tools.models.MODELS[name](**cfg)`` and :func:`capture` it.
 
     With ``fake=True`` the model is built under a fresh ``FakeTensorMode``,
     so no parameter is allocated whatever its size.

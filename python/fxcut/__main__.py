@@ -1,5 +1,5 @@
-"""``python -m fxcut``: the fxcut command (see fxcut.cli)."""
+"""``python -m fxcut``: the fxcut command (see fxcut.tools.cli)."""
 
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

@@ -10,8 +10,7 @@ from torch._functorch import config
 
 from . import _C
 from .core import Decision, decide, plan_and_lower
-from .lower import GraphArrays
-from .report import value_nbytes
+from .lower import GraphArrays, value_nbytes
 
 _TAG_NAMES = {0: "MUST_SAVE", 1: "PREFER_SAVE", 2: "MUST_RECOMPUTE", 3: "PREFER_RECOMPUTE",
               4: "MUST_CPU_OFFLOAD", 5: "PREFER_CPU_OFFLOAD"}

@@ -266,6 +266,17 @@ def _object_nbytes(x: object) -> int:
     return _tensor_nbytes(x) if isinstance(x, torch.Tensor) else 0
 
 
+def value_nbytes(node: fx.Node) -> int:
+    """Bytes of the value a node holds (0 for non-tensors, as torch's
+    partitioner sizes symbolic values at 1 byte)."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return _tensor_nbytes(val)
+    if isinstance(val, (list, tuple)):
+        return sum(_object_nbytes(x) for x in val)
+    return 1 if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) else 0
+
+
 class _ValueFacts:
     """Per-node facts of the value a node produces, for the partitioner:
     the flag bits torch's checks on ``meta["val"]`` give, and the byte size

@@ -27,6 +27,14 @@ ParamIndex = tuple[int, int, Any]
 PartitionFn = Callable[..., tuple[fx.GraphModule, fx.GraphModule]]
 
 
+def primal_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[tuple[str | None, Any]]:
+    """What AOT Autograd's primal placeholders hold, in order, as (name,
+    value): the traced module's own parameters and buffers (none when dynamo
+    lifts them, its default), then dynamo's graph inputs (name None)."""
+    own = [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
+    return [*own, *((None, t) for t in example_inputs)]
+
+
 def _param_positions(param_indices: Iterable[Any], n_primals: int) -> list[int]:
     positions: list[int] = []
     for k, entry in enumerate(param_indices):

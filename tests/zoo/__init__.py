@@ -1,16 +1,16 @@
 """The zoo: real joint graphs, captured once per process, that every fxcut test reuses.
 
-Each :class:`ZooCase` names a model of :mod:`fxcut.models`, its (tiny) config
+Each :class:`ZooCase` names a model of :mod:`fxcut.tools.models`, its (tiny) config
 and the capture options (autocast, checkpointing, SAC, dynamic shapes).
 
-- ``capture(name)``: the :class:`fxcut.capture.JointCapture` of the case,
+- ``capture(name)``: the :class:`fxcut.tools.capture.JointCapture` of the case,
   cached per process.  Never mutate ``capture(name).gm``; partition
   ``capture(name).fresh()`` (or call ``capture(name).partition(fn)``).
 - ``train(name, partition_fn)``: one compiled forward+backward with
   ``partition_fn`` as AOT Autograd's partitioner, ``(loss, {param: grad})``.
   The capture itself is such a step with torch's
   ``min_cut_rematerialization_partition`` behind a recorder that only copies
-  its arguments (:func:`fxcut.capture.capture_step`), so ``train`` with
+  its arguments (:func:`fxcut.tools.capture.capture_step`), so ``train`` with
   torch's partitioner returns that step (cloned) instead of compiling again.
 - ``eager(name)``: the same step in eager mode.
 
@@ -39,8 +39,8 @@ import torch
 
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from fxcut.capture import CaptureOptions, Grads, JointCapture, PartitionFn, torch_min_cut_partition
-from fxcut.models import BuiltModel, build_model
+from fxcut.tools.capture import CaptureOptions, Grads, JointCapture, PartitionFn, torch_min_cut_partition
+from fxcut.tools.models import BuiltModel, build_model
 from training import capture_step, eager_step, train_step
 
 #: Features a case's joint graph is known to show (checked by tests/test_zoo.py).

@@ -46,9 +46,8 @@ from torch._inductor.compile_fx import compile_fx
 from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
 
 from .. import _C
-from ..capture import primal_inputs
 from ..guard import verify_mode
-from ..zero3 import ParamIndex, get_wrapped_partitioner
+from ..zero3 import ParamIndex, get_wrapped_partitioner, primal_inputs
 
 Backend = Callable[[fx.GraphModule, Sequence[Any]], Any]
 
@@ -91,7 +90,7 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
 #: InductorPartitioner runs, and every fxcut module that imports), relative to
 #: the package.  tests/test_package_shape.py checks it against the imports.
 DECISION_FILES = ("budget.py", "core.py", "explain.py", "extract.py", "guard.py", "knapsack.py", "lower.py",
-                  "ops.py", "outpath.py", "partition.py", "prepare.py", "report.py", "snapshot.py", "versions.py",
+                  "ops.py", "outpath.py", "partition.py", "prepare.py", "snapshot.py", "versions.py",
                   "zero3.py", os.path.join("integrations", "torch_compile.py"))
 
 

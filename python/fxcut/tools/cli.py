@@ -261,13 +261,14 @@ def _first_line(e: BaseException) -> str:
 def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
     """Trace (unless ``captured`` is given), then partition with fxcut and
     with torch on copies of the same joint graph; returns a
-    :class:`fxcut.report.Comparison`."""
+    :class:`fxcut.tools.report.Comparison`."""
     from torch._functorch import config as functorch_config
     from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
-    from .partition import min_cut_rematerialization_partition as fxcut_partition
-    from .report import Comparison, Zero3Summary, summarize, value_nbytes
-    from .zero3 import recompute_param_aliases
+    from ..partition import min_cut_rematerialization_partition as fxcut_partition
+    from ..lower import value_nbytes
+    from .report import Comparison, Zero3Summary, summarize
+    from ..zero3 import recompute_param_aliases
 
     if args.budget is not None and not 0 <= args.budget <= 1:
         raise UsageError(f"--budget {args.budget} must be between 0 and 1")
@@ -372,7 +373,7 @@ def write_html(args: argparse.Namespace, captured: Any, path: str) -> None:
 
     gm = captured.fresh()
     if args.zero3:
-        from .zero3 import recompute_param_aliases
+        from ..zero3 import recompute_param_aliases
 
         recompute_param_aliases(gm.graph, captured.param_indices)
     d = decide_prepared(gm, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
@@ -388,7 +389,7 @@ def write_html(args: argparse.Namespace, captured: Any, path: str) -> None:
 def check_html_target(path: str, *, force: bool) -> None:
     """--html: fail before the run, not after it, when the page cannot be
     written; an existing file is overwritten only with --force."""
-    from .outpath import check_output_path
+    from ..outpath import check_output_path
 
     try:
         check_output_path(path, "--html", overwrite=force)
@@ -397,12 +398,12 @@ def check_html_target(path: str, *, force: bool) -> None:
 
 
 def run_explain(args: argparse.Namespace) -> dict[str, Any]:
-    from .explain import UnknownNodeError, explain_value
+    from ..explain import UnknownNodeError, explain_value
 
     captured = _capture(args)
     gm = captured.fresh()
     if args.zero3:
-        from .zero3 import recompute_param_aliases
+        from ..zero3 import recompute_param_aliases
 
         recompute_param_aliases(gm.graph, captured.param_indices)
     try:
@@ -448,8 +449,8 @@ def _add_verbose(p: argparse.ArgumentParser, default: Any) -> None:
 
 
 #: The benchmark ``fxcut bench`` runs: development tooling, in the source
-#: checkout next to this package (``python/fxcut/``), not in the wheel.
-BENCH_SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "partition_benchmark.py"
+#: checkout next to this package (``python/fxcut/tools/``), not in the wheel.
+BENCH_SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "partition_benchmark.py"
 
 
 def run_bench(argv: Sequence[str], script: Path = BENCH_SCRIPT) -> int:

@@ -12,11 +12,11 @@ Every builder takes keyword-only options with small defaults and returns a
 
 Built under a ``FakeTensorMode``, a model allocates none of its parameters,
 so a GPT of billions of parameters can be traced (the ``fxcut`` command does
-so; see :mod:`fxcut.capture` for why the ``meta`` device is no substitute).
+so; see :mod:`fxcut.tools.capture` for why the ``meta`` device is no substitute).
 
 Models made of repeated blocks derive from :class:`BlockStack`; their blocks
 can be wrapped in ``torch.utils.checkpoint.checkpoint`` by
-:meth:`BlockStack.checkpointing`, which is how :mod:`fxcut.capture` produces
+:meth:`BlockStack.checkpointing`, which is how :mod:`fxcut.tools.capture` produces
 activation-checkpoint and selective-checkpoint tags.
 """
 

@@ -40,8 +40,8 @@ from torch._functorch.compilers import nop
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .models import BlockStack, LossFn
-from .snapshot import copy_graph_module
-from .zero3 import ParamIndex, PartitionFn
+from ..snapshot import copy_graph_module
+from ..zero3 import ParamIndex, PartitionFn, primal_inputs
 
 aten = torch.ops.aten
 
@@ -148,7 +148,7 @@ def _compile_options(model: nn.Module, opts: CaptureOptions) -> contextlib.ExitS
     stack = contextlib.ExitStack()
     if opts.checkpoint or opts.sac:
         if not isinstance(model, BlockStack):
-            raise TypeError(f"checkpoint/sac need a model made of blocks (fxcut.models.BlockStack), "
+            raise TypeError(f"checkpoint/sac need a model made of blocks (fxcut.tools.models.BlockStack), "
                             f"got {type(model).__name__}")
         stack.enter_context(model.checkpointing(sac_context_fn if opts.sac else None))
     if opts.autocast_dtype is not None:
@@ -162,14 +162,6 @@ def _fake_mode_of(model: nn.Module) -> FakeTensorMode | None:
     if len(modes) > 1:
         raise CaptureError("the model's tensors belong to more than one FakeTensorMode")
     return next(iter(modes.values()), None)
-
-
-def primal_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[tuple[str | None, Any]]:
-    """What AOT Autograd's primal placeholders hold, in order, as (name,
-    value): the traced module's own parameters and buffers (none when dynamo
-    lifts them, its default), then dynamo's graph inputs (name None)."""
-    own = [*gm.named_parameters(remove_duplicate=False), *gm.named_buffers(remove_duplicate=False)]
-    return [*own, *((None, t) for t in example_inputs)]
 
 
 def _param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any],

@@ -21,10 +21,10 @@ from typing import Any
 import torch.fx as fx
 from torch._functorch import config
 
-from . import _C
-from .core import Decision, decide, plan_and_lower
-from .explain import placement
-from .report import value_nbytes
+from .. import _C
+from ..core import Decision, decide, plan_and_lower
+from ..explain import placement
+from ..lower import value_nbytes
 
 #: The classes, in legend order, with their colours.
 CLASSES: dict[str, tuple[str, str]] = {

@@ -7,21 +7,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import torch
 import torch.fx as fx
 
-from .lower import _object_nbytes, _tensor_nbytes
-
-
-def value_nbytes(node: fx.Node) -> int:
-    """Bytes of the value a node holds (0 for non-tensors, as torch's
-    partitioner sizes symbolic values at 1 byte)."""
-    val = node.meta.get("val")
-    if isinstance(val, torch.Tensor):
-        return _tensor_nbytes(val)
-    if isinstance(val, (list, tuple)):
-        return sum(_object_nbytes(x) for x in val)
-    return 1 if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) else 0
+from ..lower import value_nbytes
 
 
 def _op_name(node: fx.Node) -> str:
