@@ -262,3 +262,98 @@ def test_the_c_extensions_stub_names_what_it_exports():
         expected = {"ClassDef": isinstance(value, type), "FunctionDef": callable(value) and not isinstance(value, type),
                     "AnnAssign": isinstance(value, (int, tuple))}[kind]
         assert expected, name
+
+
+#: The modules that may refer to a function of fxcut's C extension, and
+#: which: core.py is the one bridge to the core's decision (and the ZeRO-3
+#: walk); knapsack.py and maxflow.py are the public wrappers of their solver.
+#: Any module may read the extension's constants and classes.
+C_FUNCTION_USERS: dict[str, set[str] | None] = {
+    "fxcut.core": None,  # any
+    "fxcut.knapsack": {"knapsack"},
+    "fxcut.maxflow": {"min_cut"},
+}
+
+
+def _c_functions() -> set[str]:
+    import builtins
+    import types
+
+    return {name for name in dir(fxcut._C) if not name.startswith("__")
+            and isinstance(getattr(fxcut._C, name), (types.BuiltinFunctionType, types.FunctionType))
+            and not hasattr(builtins, name)}
+
+
+def _c_function_references(name: str, path: Path, functions: set[str]) -> set[str]:
+    """The functions of ``fxcut._C`` that module ``name`` refers to: as an
+    attribute of a name bound to the extension (``from . import _C``,
+    ``from .. import _C as C``, ``import fxcut._C as C``), a name imported
+    from it (``from ._C import f``), or ``fxcut._C.f``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    bound: set[str] = set()
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                target = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                if target == "fxcut" and alias.name == "_C":
+                    bound.add(alias.asname or "_C")
+                elif target == "fxcut._C" and alias.name in functions:
+                    found.add(alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "fxcut._C" and alias.asname:
+                    bound.add(alias.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in functions:
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in bound:
+                found.add(node.attr)
+            elif (isinstance(owner, ast.Attribute) and owner.attr == "_C"
+                  and isinstance(owner.value, ast.Name) and owner.value.id == "fxcut"):
+                found.add(node.attr)
+    return found
+
+
+def test_the_reference_walk_finds_c_function_references():
+    functions = _c_functions()
+    assert {"partition_decide", "budget_plan", "param_alias_walk", "knapsack", "min_cut"} <= functions
+    assert "InfiniteCutError" not in functions and "KIND_PLACEHOLDER" not in functions
+    core = _c_function_references("fxcut.core", PACKAGE / "core.py", functions)
+    assert {"partition_decide", "budget_plan", "param_alias_walk"} <= core
+
+
+def test_only_core_calls_the_c_core(tmp_path):
+    """No module but core.py (and knapsack.py/maxflow.py, for their solver)
+    refers to a function of fxcut._C: budget.py and zero3.py go through
+    core's public API."""
+    functions = _c_functions()
+    offenders = {}
+    for name, path in _modules().items():
+        used = _c_function_references(name, path, functions)
+        allowed = C_FUNCTION_USERS.get(name, set())
+        extra = used - allowed if allowed is not None else set()
+        if extra:
+            offenders[name] = sorted(extra)
+    assert offenders == {}
+    # The walk catches each way of reaching the extension (a module of its own, checked alike).
+    probe = tmp_path / "probe.py"
+    probe.write_text("from . import _C as C\nfrom ._C import budget_plan\nimport fxcut._C\n"
+                     "C.partition_decide\nfxcut._C.param_alias_walk\nC.KIND_PLACEHOLDER\n")
+    assert _c_function_references("fxcut.probe", probe, functions) == {
+        "partition_decide", "budget_plan", "param_alias_walk"}
+
+
+def test_budget_does_not_reach_into_cores_private_names():
+    for name in ("budget", "zero3", "partition"):
+        tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+        private = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                   and node.module == "core" and node.level == 1 for a in node.names if a.name.startswith("_")}
+        private |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name) and node.value.id == "core" and node.attr.startswith("_")}
+        assert not private, (name, private)

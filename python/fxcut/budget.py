@@ -14,7 +14,7 @@ annotation) below 1, torch trades recomputation for memory:
    the budget; the others are un-banned (``dont_ban``) for a last cut.
 
 Steps 1-3 and the candidate list (order and ties as torch forms them) run
-in C over one lowered graph (:func:`fxcut._C.budget_plan`); the runtimes of
+in C over one lowered graph (:func:`fxcut.core.budget_plan`); the runtimes of
 the candidates come from torch's own per-node ``estimate_runtime`` (facts
 about ops, like sizes; memoised per op signature for ``"flops"``); the
 knapsack runs in C (:mod:`fxcut.knapsack`); the last cut reuses the same
@@ -36,8 +36,7 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._ordered_set import OrderedSet
 
 from . import _C
-from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph, plan_and_lower
-from .core import _ConfigView
+from .core import Decision, MinCutOptions, budget_plan, decide, lower_graph, plan_and_lower
 from .knapsack import SOLVERS, KnapsackChoice, solve
 from .lower import GraphArrays
 from .versions import rules_or_nearest
@@ -356,13 +355,12 @@ def decide_with_budget(
     """The budget pass over ``graph`` (read only).  ``arrays``: a lowering
     of ``graph`` to reuse; ``estimates``: a runtime cache to share across
     calls; ``solver``: overrides ``config.activation_memory_budget_solver``."""
-    config = _ConfigView(rules_or_nearest())
-
+    rules = rules_or_nearest()
     budget = check_budget(budget)
-    solver = config.activation_memory_budget_solver if solver is None else solver
+    solver = rules.config("activation_memory_budget_solver") if solver is None else solver
     if 0.0 < budget < 1.0:
         check_solver(solver)
-        check_estimator(config.activation_memory_budget_runtime_estimator)
+        check_estimator(rules.config("activation_memory_budget_runtime_estimator"))
     opts = options or MinCutOptions.from_config()
     statics = list(static_lifetime_input_indices or [])
     t0 = time.perf_counter()
@@ -371,8 +369,8 @@ def decide_with_budget(
     t1 = time.perf_counter()
     mask = input_storage_mask(arrays) if 0.0 < budget < 1.0 else None
     t2 = time.perf_counter()
-    out = call_core(_C.budget_plan, arrays, opts, memory_budget=budget, input_storage=mask,
-                    **core_args(arrays, num_fwd_outputs, statics))
+    out = budget_plan(arrays, opts, memory_budget=budget, num_fwd_outputs=num_fwd_outputs,
+                      static_lifetime_input_indices=statics, input_storage=mask)
     t3 = time.perf_counter()
     plan = Decision.from_core(arrays, out.decision)
     stage = STAGES[out.stage]
@@ -390,7 +388,7 @@ def decide_with_budget(
         n_cuts=out.n_passes,
         seconds={"lower": t1 - t0, "storage": t2 - t1, "plan": t3 - t2},
     )
-    if stage == "no_candidates" and rules_or_nearest().no_candidates_saves_aggressive_cut:
+    if stage == "no_candidates" and rules.no_candidates_saves_aggressive_cut:
         # Nothing left to trade off: the cut the knapsack would end with.
         final = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
                        options=opts.aggressive(), arrays=arrays)

@@ -1,11 +1,15 @@
 """The bridge between fxcut's Python layer and its C core.
 
 Everything that turns a lowered graph and torch's config into a call of
-``fxcut._C`` and the core's answer back into Python lives here: the options
-(:class:`MinCutOptions`), the decision (:class:`Decision`), the per-call
-arguments (:func:`core_args`), the call itself with errors naming nodes
-(:func:`call_core`), and :func:`decide`.  ``partition`` and ``budget`` both
-import it; it imports neither.
+``fxcut._C`` and the core's answer back into Python lives here, and only
+here (tests/test_package_shape.py checks that no other module calls a
+``_C`` function; :mod:`fxcut.knapsack` and :mod:`fxcut.maxflow` wrap their
+own solver): the options (:class:`MinCutOptions`), the decision
+(:class:`Decision`), the per-call arguments and the call itself with errors
+naming nodes, and the three entry points: :func:`decide` (one cut),
+:func:`budget_plan` (the budget pass's cuts and candidates) and
+:func:`param_alias_walk` (DeepCompile's ZeRO-3 walk).  ``partition``,
+``budget`` and ``zero3`` import it; it imports none of them.
 """
 
 from __future__ import annotations
@@ -245,7 +249,7 @@ def plan_and_lower(graph: fx.Graph, *, cse: bool, num_fwd_outputs: int | None = 
     return prep, arrays
 
 
-def core_args(
+def _core_args(
     arrays: GraphArrays,
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int],
@@ -268,7 +272,7 @@ def core_args(
     }
 
 
-def call_core(fn: Callable[..., Any], arrays: GraphArrays, opts: MinCutOptions, **kwargs: Any) -> Any:
+def _call_core(fn: Callable[..., Any], arrays: GraphArrays, opts: MinCutOptions, **kwargs: Any) -> Any:
     """``fn(arrays, opts, **kwargs)`` with the core's errors naming nodes.
     The core's exception is re-raised itself, its ``node`` (and an
     InfiniteCutError's ``chain`` of node indices) kept; the message gains
@@ -310,15 +314,43 @@ def decide(
         arrays = lower_graph(graph)
     t1 = time.perf_counter()
     t0 = t1 - arrays.seconds
-    args = core_args(arrays, num_fwd_outputs, list(static_lifetime_input_indices or []))
+    args = _core_args(arrays, num_fwd_outputs, list(static_lifetime_input_indices or []))
     if dont_ban:
         mask = bytearray(dont_ban_mask or bytes(len(arrays)))
         for node in dont_ban:
             mask[arrays.index[node]] = 1
         dont_ban_mask = bytes(mask)
-    out = call_core(_C.partition_decide, arrays, opts, keep_network=keep_network, dont_ban=dont_ban_mask, **args)
+    out = _call_core(_C.partition_decide, arrays, opts, keep_network=keep_network, dont_ban=dont_ban_mask, **args)
     t2 = time.perf_counter()
     return Decision.from_core(arrays, out, {"lower": t1 - t0, "core": t2 - t1})
+
+
+def budget_plan(
+    arrays: GraphArrays,
+    options: MinCutOptions,
+    *,
+    memory_budget: float,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int],
+    input_storage: bytes | None,
+) -> _C.BudgetPlan:
+    """The core's budget pass over ``arrays`` (read only): the cuts of
+    steps 1-3 of :mod:`fxcut.budget` and, when none fits the budget, the
+    knapsack's candidates and their memories.  ``input_storage``: one byte
+    per node, 1 where its value lives in a graph input's storage (only read
+    for a budget strictly between 0 and 1)."""
+    plan: _C.BudgetPlan = _call_core(_C.budget_plan, arrays, options, memory_budget=memory_budget,
+                                     input_storage=input_storage,
+                                     **_core_args(arrays, num_fwd_outputs, static_lifetime_input_indices))
+    return plan
+
+
+def param_alias_walk(arrays: GraphArrays, params: array[int]) -> bytes:
+    """DeepCompile's ZeRO-3 walk in the core: one byte per node of
+    ``arrays`` (a structural lowering), 1 where the node is an alias or a
+    cast of one of the nodes ``params`` (indices, increasing), transitively."""
+    marks: bytes = _C.param_alias_walk(arrays, params)
+    return marks
 
 
 def _explain_conflict(err: _C.InfiniteCutError, arrays: GraphArrays) -> None:

@@ -18,6 +18,7 @@ import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C
+from .core import param_alias_walk
 from .lower import lower_structure
 from .ops import TargetFacts, get_no_copy_ops, zero3_facts
 from .snapshot import ModuleSnapshot
@@ -90,7 +91,7 @@ def recompute_param_aliases(
     for node in arrays.nodes:
         if not isinstance(node.meta, dict):
             raise TypeError(f"node {node.name!r}: meta is {type(node.meta).__name__}, not a dict")
-    marks = _C.param_alias_walk(arrays, params)
+    marks = param_alias_walk(arrays, params)
 
     must_recompute = CheckpointPolicy.MUST_RECOMPUTE
     tagged: list[fx.Node] = []
