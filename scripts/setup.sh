@@ -9,6 +9,8 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade "pip>=23" "setuptools>=77" wheel
 # Always pin torch: an unpinned requirement would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
+# numpy comes with fxcut (pyproject's dependencies): without it torch warns
+# "Failed to initialize NumPy" on every import, the main job included.
 extras=""
 if [ $# -gt 0 ]; then extras="[$(IFS=,; echo "$*")]"; fi
 rm -rf build python/fxcut/_C*.so

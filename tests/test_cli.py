@@ -234,6 +234,40 @@ def test_console_script_is_declared_and_resolves_to_main():
     assert getattr(__import__(module, fromlist=[attr]), attr) is cli.main
 
 
+#: What torch prints (a UserWarning, at ``import torch``) where numpy is missing.
+NUMPY_WARNING = "Failed to initialize NumPy"
+
+
+def test_the_set_up_installs_numpy():
+    """numpy is one of fxcut's own dependencies, so ``bash scripts/setup.sh``
+    (an editable install of fxcut) installs it for the main job."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.split(";")[0].strip().lower().startswith("numpy") for d in deps), deps
+    assert "pip install" in (ROOT / "scripts" / "setup.sh").read_text()
+
+
+def test_the_main_job_prints_no_numpy_warning(tmp_path):
+    """``python -m fxcut`` with the main job's options (a smaller model):
+    torch's NumPy warning is absent from stderr.  The control run, with
+    numpy hidden, shows the check looks for the warning torch does print."""
+    small = ["partition", "--model", "llama", "--layers", "1", "--hidden", "64", "--heads", "4", "--seq", "16",
+             "--dtype", "bfloat16", "--zero3"]
+    assert [a for a in cli.DEFAULT_ARGS if a.startswith("--")] == [a for a in small if a.startswith("--")]
+    proc = subprocess.run([sys.executable, "-m", "fxcut", *small], capture_output=True, text=True,
+                          env=_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "fxcut vs torch" in proc.stdout
+    assert NUMPY_WARNING not in proc.stderr, proc.stderr
+    hidden = tmp_path / "hidden" / "numpy"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join([str(hidden.parent), env["PYTHONPATH"]])
+    control = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env,
+                             timeout=300)
+    assert NUMPY_WARNING in control.stderr, control.stderr
+
+
 def test_installed_console_script_runs():
     script = Path(sys.executable).with_name("fxcut")
     if not script.exists():
