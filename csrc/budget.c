@@ -25,9 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The one place the budget's passes relax torch's bans: stage
- * MORE_AGGRESSIVE drops the used-far-apart, long-chain and
- * materialized-backward bans, AGGRESSIVE the allowlist ban too. */
+/* The one place torch's ban relaxation is written: stage MORE_AGGRESSIVE
+ * drops the used-far-apart, long-chain and materialized-backward bans,
+ * AGGRESSIVE the allowlist ban too.  The budget's passes use it here;
+ * config.aggressive_recomputation and the budget's final cut reach it
+ * through fxcut_budget_aggressive_options (Python: _C.aggressive_options,
+ * from fxcut.core.MinCutOptions.aggressive). */
 static void relax(const fxcut_partition_options *opt, int stage,
                   fxcut_partition_options *out)
 {

@@ -378,8 +378,9 @@ int fxcut_budget_plan_decide(const fxcut_graph *g,
                              fxcut_partition_result *res,
                              fxcut_budget_plan *plan, fxcut_error *err);
 
-/* The ban switches of the budget's final cut ("aggressive": no
- * used-far-apart, long-chain, materialized-backward or allowlist ban). */
+/* The ban switches of the budget's final cut and of torch's
+ * aggressive_recomputation ("aggressive": no used-far-apart, long-chain,
+ * materialized-backward or allowlist ban): the relaxation, written once. */
 void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
                                      fxcut_partition_options *out);
 

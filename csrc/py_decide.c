@@ -37,6 +37,14 @@ const char fxcut_py_partition_decide_doc[] =
 "KEEP_BUILD_ONLY (hand it back unsolved).  dont_ban: None or n bytes, 1 for\n"
 "a node no ban rule may ban.\n" DECISION_DOC;
 
+const char fxcut_py_aggressive_options_doc[] =
+"aggressive_options($module, options, /)\n--\n\n"
+"The boolean switches of options (fxcut.core.MinCutOptions: its\n"
+"ban_if_* and the other switches, and max_dist_from_bw) relaxed as\n"
+"torch's aggressive_recomputation and the memory budget's last cuts\n"
+"relax them: a dict of switch name -> bool.  The relaxation is written\n"
+"once, in the core (budget.c); this hands it to Python.\n";
+
 const char fxcut_py_budget_plan_doc[] =
 "budget_plan($module, graph, options, /, *, num_fwd_outputs, memory_budget,\n"
 "            static_lifetime=None, input_storage=None, force_save=None,\n"
@@ -184,21 +192,23 @@ static int int_arg(PyObject *obj, const char *name, long long lo,
     return 0;
 }
 
+/* The boolean switches of the options object, by attribute name. */
+static const struct {
+    const char *name;
+    size_t offset;
+} switches[] = {
+#define SW(f) {#f, offsetof(fxcut_partition_options, f)}
+    SW(ban_if_used_far_apart), SW(ban_if_long_fusible_chains),
+    SW(ban_if_materialized_backward), SW(ban_if_not_in_allowlist),
+    SW(ban_if_reduction), SW(recompute_views),
+    SW(treat_parameters_as_free_to_save), SW(is_non_builtin_to_include),
+    SW(unsafe_allow_optimization_of_collectives),
+#undef SW
+};
+
 /* The ban switches and max_dist_from_bw, read from options by attribute. */
 static int read_options(PyObject *options, fxcut_partition_options *o)
 {
-    static const struct {
-        const char *name;
-        size_t offset;
-    } switches[] = {
-#define SW(f) {#f, offsetof(fxcut_partition_options, f)}
-        SW(ban_if_used_far_apart), SW(ban_if_long_fusible_chains),
-        SW(ban_if_materialized_backward), SW(ban_if_not_in_allowlist),
-        SW(ban_if_reduction), SW(recompute_views),
-        SW(treat_parameters_as_free_to_save), SW(is_non_builtin_to_include),
-        SW(unsafe_allow_optimization_of_collectives),
-#undef SW
-    };
     for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++) {
         PyObject *v = PyObject_GetAttrString(options, switches[k].name);
         if (v == NULL) {
@@ -460,4 +470,32 @@ PyObject *fxcut_py_budget_plan(PyObject *module, PyObject *args,
         return NULL;
     }
     return run(module, &a, 1, FXCUT_KEEP_NONE, budget);
+}
+
+PyObject *fxcut_py_aggressive_options(PyObject *module, PyObject *args,
+                                      PyObject *kwargs)
+{
+    (void)module;
+    static char *keywords[] = {"", NULL};
+    PyObject *options;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:aggressive_options",
+                                     keywords, &options))
+        return NULL;
+    fxcut_partition_options given, relaxed;
+    memset(&given, 0, sizeof given);
+    if (read_options(options, &given) < 0)
+        return NULL;
+    fxcut_budget_aggressive_options(&given, &relaxed);
+    PyObject *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++) {
+        uint8_t on = *((const uint8_t *)&relaxed + switches[k].offset);
+        if (PyDict_SetItemString(out, switches[k].name,
+                                 on ? Py_True : Py_False) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
 }

@@ -186,6 +186,8 @@ def _cases() -> list[Case]:
         ("budget_plan/bad mask", bp, (ok, OPTIONS), {**plan, "input_storage": bytes(3)}, ValueError),
         ("budget_plan/bad graph", bp, (bad_index, OPTIONS), plan, IndexError),
         ("budget_plan/missing budget", bp, (ok, OPTIONS), nfwd, TypeError),
+        ("aggressive_options", _C.aggressive_options, (OPTIONS,), {}, None),
+        ("aggressive_options/bad options", _C.aggressive_options, (object(),), {}, TypeError),
         ("knapsack/dp", kn, (mem, rt, 0.5, "dp"), {}, None),
         ("knapsack/dp_lean", kn, (mem, rt, 0.5, "dp_lean"), {}, None),
         ("knapsack/greedy", kn, (mem, rt, 0.5, "greedy"), {}, None),

@@ -12,7 +12,7 @@ import torch.fx as fx
 
 from fxcut import prepare
 from fxcut.ops import default_facts
-from fxcut.core import _impure_random
+from fxcut.ops import dce_impure_random
 
 import zoo
 from random_joint import random_joint
@@ -24,7 +24,7 @@ def _torch_prepared(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def _fxcut_prepared(gm: fx.GraphModule) -> tuple[fx.GraphModule, prepare.Preparation]:
-    prep = prepare.plan(gm.graph, default_facts(), cse=True, impure_random=_impure_random())
+    prep = prepare.plan(gm.graph, default_facts(), cse=True, impure_random=dce_impure_random())
     expected = [n for n in gm.graph.nodes if n not in prep.removed]
     prepare.apply(gm, prep, expected)
     return gm, prep

@@ -26,7 +26,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C, prepare
 from .lower import GraphArrays, lower_for_partition
-from .ops import default_facts, mutated_inputs
+from .ops import dce_impure_random, default_facts, mutated_inputs
 from .versions import Rules, rules_or_nearest
 
 aten = torch.ops.aten
@@ -81,11 +81,11 @@ class MinCutOptions:
         return opts.aggressive() if config.aggressive_recomputation else opts
 
     def aggressive(self) -> MinCutOptions:
-        """These options with the four bans that ``aggressive_recomputation``
-        (and the memory budget's relaxed cuts) lift turned off: the one place
-        that relaxation is written."""
-        return replace(self, ban_if_used_far_apart=False, ban_if_long_fusible_chains=False,
-                       ban_if_materialized_backward=False, ban_if_not_in_allowlist=False)
+        """These options with the bans that ``aggressive_recomputation``
+        (and the memory budget's relaxed cuts) lift turned off.  The core
+        owns that relaxation (``relax`` in csrc/budget.c, which its budget
+        passes use too): the switches are the core's answer."""
+        return replace(self, **_C.aggressive_options(self))
 
 
 def _max_dist_from_bw(value: Any) -> int:
@@ -227,7 +227,7 @@ def _fuse_pairs(arrays: GraphArrays) -> tuple[array[int], array[int]]:
 
 def lower_graph(graph: fx.Graph) -> GraphArrays:
     """The graph array of ``graph`` with the facts the decision reads."""
-    return lower_for_partition(graph, default_facts(), impure_random=_impure_random())
+    return lower_for_partition(graph, default_facts(), impure_random=dce_impure_random())
 
 
 def plan_and_lower(graph: fx.Graph, *, cse: bool, num_fwd_outputs: int | None = None
@@ -241,7 +241,7 @@ def plan_and_lower(graph: fx.Graph, *, cse: bool, num_fwd_outputs: int | None = 
     keeps values the backward needs apart); None plans ``fx_graph_cse``
     on its own."""
     facts = default_facts()
-    impure_random = _impure_random()
+    impure_random = dce_impure_random()
     prep = prepare.plan(graph, facts, cse=cse, impure_random=impure_random, rules=rules_or_nearest(),
                         num_fwd_outputs=num_fwd_outputs)
     arrays = lower_for_partition(graph, facts, impure_random=impure_random, removed=prep.removed,
@@ -391,14 +391,3 @@ def _why_unsaveable(arrays: GraphArrays, i: int) -> str | None:
     if isinstance(val, (list, tuple)):
         return f"its value is a {type(val).__name__}: cannot be saved"
     return f"meta['val'] is {type(val).__name__} {val!r:.40}, not a tensor: cannot be saved"
-
-
-def _impure_random() -> bool:
-    # As torch's dead-code elimination decides it at call time.
-    if torch._guards.TracingContext.try_get():
-        # Inductor is compiling (so loaded) whenever a tracing context exists.
-        import torch._inductor.config as inductor_config
-
-        return bool(inductor_config.fallback_random)
-    return True
-

@@ -10,10 +10,7 @@ from torch._functorch import config
 
 from . import _C
 from .core import Decision, decide, plan_and_lower
-from .lower import GraphArrays, value_nbytes
-
-_TAG_NAMES = {0: "MUST_SAVE", 1: "PREFER_SAVE", 2: "MUST_RECOMPUTE", 3: "PREFER_RECOMPUTE",
-              4: "MUST_CPU_OFFLOAD", 5: "PREFER_CPU_OFFLOAD"}
+from .lower import TAG_NAMES, GraphArrays, value_nbytes
 
 
 class UnknownNodeError(LookupError):
@@ -122,7 +119,7 @@ def _explain_node(d: Decision, i: int, where: Placement, has_backward: bool) -> 
         "bytes": value_nbytes(node),
         "required_forward": bool(cls & _C.C_REQUIRED_FW),
         "required_backward": bool(cls & _C.C_REQUIRED_BW),
-        "tag": _TAG_NAMES.get(tag),
+        "tag": TAG_NAMES.get(tag),
         "banned": d.banned(i),
         "dist_from_bw": d.dist_from_bw[i] if cls & _C.C_REQUIRED_FW else None,
         "weight": None if weight == _C.WEIGHT_NONE else ("inf" if weight == _C.WEIGHT_INF else weight),

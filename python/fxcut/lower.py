@@ -22,7 +22,8 @@ from torch.fx.experimental.proxy_tensor import py_sym_types
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C
-from .ops import _HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, is_cast_op, is_impure
+from .ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, is_cast_op, is_impure, must_be_in_backward,
+                  triton_wrapper_op)
 from .versions import rules_or_nearest
 
 KIND_OF_OP: dict[str, int] = {
@@ -35,6 +36,8 @@ KIND_OF_OP: dict[str, int] = {
 }
 
 _TAG_OF_POLICY: dict[Any, int] = {policy: getattr(_C, f"TAG_{policy.name}") for policy in CheckpointPolicy}
+#: The core's tag (the ``tag`` array) -> the name of torch's CheckpointPolicy it stands for.
+TAG_NAMES: dict[int, str] = {tag: policy.name for policy, tag in _TAG_OF_POLICY.items()}
 _FLAGS_MASK = (1 << 32) - 1
 _F_IMPURE = _C.F_IMPURE
 _F_IS_BACKWARD_TAG = _C.F_IS_BACKWARD_TAG
@@ -292,7 +295,7 @@ class _ValueFacts:
         self.script_objects_free = bool(rules.config("unsafe_treat_script_objects_as_zero_size"))
         self.no_return_ops_free = rules.no_return_ops_take_no_memory
         self.assert_scalar = torch.ops.aten._assert_scalar.default
-        self.triton_hop = getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None)
+        self.triton_hop = triton_wrapper_op()
         self.impure_bit = _IMPURE_RANDOM if impure_random else _IMPURE
 
     def __call__(self, node: fx.Node, bits: int) -> tuple[int, int]:
@@ -348,7 +351,7 @@ class _ValueFacts:
         if tag is not None:
             if tag == "is_backward":
                 bits |= _F_IS_BACKWARD_TAG
-            if tag == "must_be_in_backward" or (tag == "is_backward" and bits & _MUTABLE):
+            if must_be_in_backward(tag, bool(bits & _MUTABLE)):
                 bits |= _F_MUST_BE_IN_BW
         if meta.get("has_backward_hook", False):
             bits |= _F_BW_HOOK

@@ -241,7 +241,7 @@ class TargetFacts:
             torch.ops.higher_order, "invoke_subgraph", None
         ):
             bits |= F_WITH_EFFECTS
-        if target in _mutable_hop_targets():
+        if target in mutable_hop_targets():
             bits |= _C.F_MUTABLE_HOP
         if isinstance(target, torch._ops.OpOverload):
             from torch._library.utils import is_builtin
@@ -250,9 +250,9 @@ class TargetFacts:
                 bits |= F_COLLECTIVE
             if not is_builtin(target):
                 bits |= F_NON_BUILTIN
-            if target._schema.is_mutable:
+            if is_mutable_op(target):
                 bits |= _MUTABLE
-        if target is getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None):
+        if target is triton_wrapper_op():
             bits |= F_NON_BUILTIN
         if isinstance(target, torch._ops.HigherOrderOperator):
             bits |= _HOP
@@ -281,21 +281,60 @@ def zero3_facts() -> TargetFacts:
     return TargetFacts(get_no_copy_ops())
 
 
-def _mutable_hop_targets() -> tuple[Any, ...]:
-    hops = torch.ops.higher_order
-    return tuple(
-        getattr(hops, name)
-        for name in ("auto_functionalized", "triton_kernel_wrapper_functional")
-        if hasattr(hops, name)
-    )
+def triton_wrapper_op() -> Any | None:
+    """``torch.ops.higher_order.triton_kernel_wrapper_functional`` (a user
+    triton kernel, functionalized), or None where this torch has not
+    registered it: the one place fxcut looks it up."""
+    return getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None)
+
+
+def auto_functionalized_op() -> Any | None:
+    """``torch.ops.higher_order.auto_functionalized``, or None."""
+    return getattr(torch.ops.higher_order, "auto_functionalized", None)
+
+
+def mutable_hop_targets() -> tuple[Any, ...]:
+    """The functionalized mutable higher-order ops (auto_functionalized, a
+    user triton kernel) this torch has: the inputs they mutate may fuse into
+    them (:func:`mutated_inputs`)."""
+    return tuple(op for op in (auto_functionalized_op(), triton_wrapper_op()) if op is not None)
+
+
+def is_mutable_op(target: Any) -> bool:
+    """torch's ``_is_mutable``: an op overload whose schema is mutable."""
+    return isinstance(target, torch._ops.OpOverload) and bool(target._schema.is_mutable)
+
+
+def must_be_in_forward(tag: object, mutable: bool) -> bool:
+    """torch's ``_must_be_in_forward`` of a node with ``partitioner_tag``
+    ``tag`` whose target is mutable or not (:func:`is_mutable_op`): tagged
+    so, or a mutation not tagged as backward."""
+    return tag == "must_be_in_forward" or (mutable and tag != "is_backward" and tag != "must_be_in_backward")
+
+
+def must_be_in_backward(tag: object, mutable: bool) -> bool:
+    """torch's ``_must_be_in_backward``: tagged so, or a mutation tagged
+    ``is_backward``."""
+    return tag == "must_be_in_backward" or (mutable and tag == "is_backward")
+
+
+def dce_impure_random() -> bool:
+    """``impure_random`` as torch's dead-code elimination reads it at call
+    time: inductor's ``fallback_random`` while inductor compiles (a tracing
+    context exists), else True."""
+    if torch._guards.TracingContext.try_get():
+        # Inductor is compiling (so loaded) whenever a tracing context exists.
+        import torch._inductor.config as inductor_config
+
+        return bool(inductor_config.fallback_random)
+    return True
 
 
 def mutated_inputs(node: fx.Node) -> list[fx.Node]:
     """The inputs a functionalized mutable op (auto_functionalized, a user
     triton kernel) mutates: torch lets those fuse into the op."""
-    hops = torch.ops.higher_order
     found: list[fx.Node] = []
-    if node.target is getattr(hops, "auto_functionalized", None):
+    if node.target is auto_functionalized_op():
         from torch._higher_order_ops.auto_functionalize import get_mutable_args
 
         names, _ = get_mutable_args(node.args[0])  # type: ignore[arg-type]
@@ -305,7 +344,7 @@ def mutated_inputs(node: fx.Node) -> list[fx.Node]:
                 found.append(arg)
             elif isinstance(arg, list):
                 found.extend(a for a in arg if isinstance(a, fx.Node))
-    elif node.target is getattr(hops, "triton_kernel_wrapper_functional", None):
+    elif node.target is triton_wrapper_op():
         kwargs: Any = node.kwargs["kwargs"]
         cloned: list[str] = node.kwargs["tensors_to_clone"]  # type: ignore[assignment]  # a list of names
         for name in cloned:

@@ -24,7 +24,7 @@ from torch.fx.graph import CodeGen, _Namespace
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten
 
-from .ops import TargetFacts, aten_target, default_facts, is_impure, mutated_inputs
+from .ops import TargetFacts, aten_target, default_facts, is_impure, mutable_hop_targets, mutated_inputs
 from .versions import Rules, rules_or_nearest
 
 
@@ -110,8 +110,8 @@ def _backward_ancestors(nodes: list[fx.Node], num_fwd_outputs: int) -> set[fx.No
 def _mutation_bases(nodes: list[fx.Node]) -> set[fx.Node]:
     """Inputs a functional wrapper (auto_functionalized, its v2, a user triton
     kernel) mutates: torch 2.14's CSE keeps each one distinct."""
-    hops = torch.ops.higher_order
-    v2 = getattr(hops, "auto_functionalized_v2", None)
+    v2 = getattr(torch.ops.higher_order, "auto_functionalized_v2", None)
+    mutable_hops = mutable_hop_targets()
     bases: set[fx.Node] = set()
 
     def add(value: Any) -> None:
@@ -125,9 +125,7 @@ def _mutation_bases(nodes: list[fx.Node]) -> set[fx.Node]:
         if v2 is not None and n.target is v2:
             for base in n.kwargs.get("_all_bases", ()):  # type: ignore[union-attr]
                 add(base)
-        elif n.target is getattr(hops, "auto_functionalized", None) or n.target is getattr(
-            hops, "triton_kernel_wrapper_functional", None
-        ):
+        elif any(n.target is op for op in mutable_hops):
             bases.update(mutated_inputs(n))
     return bases
 
