@@ -16,6 +16,7 @@ import fxcut
 import fxcut.core
 import fxcut.lower
 import fxcut.partition
+import fxcut.snapshot
 import zoo
 from fxcut import guard, versions
 from fxcut.ops import default_facts, is_rng_node
@@ -83,6 +84,132 @@ def test_nearest_rules_for_an_untested_torch(monkeypatch) -> None:
                           ("2.14.0a0+gitabc", "2.14"), ("2.15.0rc1", "2.15"), ("2.12.0", "2.12"), ("junk", "2.15")):
         monkeypatch.setattr(versions, "installed_version", lambda v=fake: v)
         assert versions.current() is None and versions.rules_or_nearest().release == release, fake
+
+
+# --------------------------------------------------------------------------- who builds the modules
+
+
+def test_each_release_names_its_module_builder() -> None:
+    """The table says which code builds the forward and backward modules on
+    which release (and refuses any other name)."""
+    builders = {r.release: r.module_builder for r in versions.RELEASES.values()}
+    assert builders == {"2.12": versions.BUILDER_TORCH, "2.13": versions.BUILDER_FXCUT,
+                        "2.14": versions.BUILDER_FXCUT, "2.15": versions.BUILDER_TORCH}
+    import dataclasses
+
+    with pytest.raises(ValueError, match="module_builder"):
+        dataclasses.replace(versions.RELEASES["2.13"], module_builder="fxcut.somewhere_else")
+
+
+def test_the_named_builder_builds_the_modules(monkeypatch) -> None:
+    """On the running release, the builder its row names is the one that
+    runs: torch's module extraction is called exactly when the row names
+    torch's passes (the MLP's graph is one fxcut's builder models)."""
+    from torch._functorch import partitioners as tp
+
+    import fxcut.extract
+
+    calls: list[int] = []
+    real = tp._extract_fwd_bwd_modules
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    cap = zoo.capture("mlp")  # the capture itself partitions with torch's partitioner
+    monkeypatch.setattr(tp, "_extract_fwd_bwd_modules", spy)
+    guard.reset_counts()
+    fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
+    assert guard.partition_counts() == {"fxcut": 1}
+    named = versions.current().module_builder
+    assert fxcut.extract.torch_modeled() == (named == versions.BUILDER_FXCUT)
+    assert len(calls) == (0 if named == versions.BUILDER_FXCUT else 1)
+    # The modules are torch's either way.
+    calls.clear()
+    tfw, tbw = cap.partition()
+    assert calls and fw.code == tfw.code and bw.code == tbw.code
+    guard.reset_counts()
+
+
+def test_no_module_but_versions_compares_torch_versions() -> None:
+    """Behaviour per release comes from the table: no other module of the
+    package reads torch's version to decide anything."""
+    import ast
+    from pathlib import Path
+
+    package = Path(fxcut.__file__).resolve().parent
+    readers = []
+    for path in package.rglob("*.py"):
+        if path.name == "versions.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+            names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if names & {"__version__", "version_info", "TorchVersion", "installed_version"}:
+                readers.append(f"{path.name}:{node.lineno}")
+    assert readers == []
+
+
+# --------------------------------------------------------------------------- snapshot's fx internals
+
+
+def _joint_modules() -> list[fx.GraphModule]:
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    cap = zoo.capture("mlp")
+    return [cap.fresh(), _LazyGraphModule.from_graphmodule(cap.fresh())]
+
+
+def test_snapshots_fx_internals_exist_on_this_release() -> None:
+    """The private torch.fx attributes fxcut.snapshot relies on, as the
+    running release's row names them, exist as snapshot expects: the graph's
+    saved fields and rebuilt internals, every node's links and methods, a
+    name table with instance state; and ``recompile`` writes no private
+    module attribute the row does not name (snapshot would leave it
+    changed)."""
+    fxi = versions.current().fx_internals
+    written: set[str] = set()
+    for gm in _joint_modules():
+        graph = gm.graph
+        for name in (*fxi.graph_fields, *fxi.graph_internals):
+            assert hasattr(graph, name), name
+        assert vars(graph._graph_namespace), "the name table keeps its state in instance attributes"
+        table = type(graph._find_nodes_lookup_table)()
+        assert callable(table.insert)
+        assert graph._root.op == "root" and graph._len == len(list(graph.nodes))
+        for node in graph.nodes:
+            for name in fxi.node_internals:
+                assert hasattr(node, name), (node.op, name)
+            assert node._erased is False and node._next._prev is node
+        before = dict(gm.__dict__)
+        gm.recompile()
+        gm.code  # a lazy module generates its code here
+        after = gm.__dict__
+        changed = {k for k in after if k.startswith("_") and (k not in before or after[k] is not before[k])}
+        assert changed <= set(fxi.module_fields), sorted(changed - set(fxi.module_fields))
+        written |= changed
+    assert {"_code", "_lineno_map"} <= written
+
+
+def test_snapshot_reads_its_fields_from_the_table(monkeypatch) -> None:
+    """A graph field the row names is saved and put back; the names are not
+    hard-coded in snapshot."""
+    import dataclasses
+
+    from fxcut.snapshot import ModuleSnapshot
+
+    rules = versions.rules_or_nearest()
+    extra = dataclasses.replace(rules.fx_internals, graph_fields=(*rules.fx_internals.graph_fields, "_fxcut_probe"))
+    monkeypatch.setattr(versions, "rules_or_nearest", lambda: dataclasses.replace(rules, fx_internals=extra))
+    monkeypatch.setattr(fxcut.snapshot, "rules_or_nearest", versions.rules_or_nearest)
+    gm = _joint_modules()[0]
+    gm.graph._fxcut_probe = "before"
+    snap = ModuleSnapshot(gm)
+    gm.graph._fxcut_probe = "after"
+    snap.restore()
+    assert gm.graph._fxcut_probe == "before"
 
 
 # --------------------------------------------------------------------------- the fallback
@@ -426,3 +553,82 @@ def test_partial_region_budget_as_torch_under_the_coverage_config() -> None:
     if has_option:  # the 0.25 budget applied: fewer values saved than at 1.0
         plain, _ = cap.partition(fxcut.min_cut_rematerialization_partition)
         assert outcomes[0] != plain.code
+
+
+# --------------------------------------------------------------------------- rules written once
+
+
+@pytest.mark.parametrize("tag", [None, "is_backward", "is_forward", "must_be_in_forward", "must_be_in_backward"])
+@pytest.mark.parametrize("target", [aten.add.Tensor, aten.add_.Tensor, operator.getitem])
+def test_must_be_in_forward_and_backward_are_torchs(tag, target) -> None:
+    """fxcut.ops's one statement of the rule (extract.py and lower.py both
+    use it) against the running torch's own functions, node by node."""
+    from torch._functorch import partitioners as tp
+
+    from fxcut.ops import is_mutable_op, must_be_in_backward, must_be_in_forward
+
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    node = graph.call_function(target, (x, x) if target is not operator.getitem else (x, 0))
+    if tag is not None:
+        node.meta["partitioner_tag"] = tag
+    mutable = is_mutable_op(node.target)
+    assert mutable == (target is aten.add_.Tensor)
+    assert must_be_in_forward(tag, mutable) == tp._must_be_in_forward(node)
+    assert must_be_in_backward(tag, mutable) == tp._must_be_in_backward(node)
+    # The lowering's bit follows the same rule.
+    arrays = fxcut.lower.lower_for_partition(graph, default_facts(), impure_random=True)
+    assert bool(arrays.flags[1] & fxcut._C.F_MUST_BE_IN_BW) == tp._must_be_in_backward(node)
+
+
+def test_ban_relaxation_is_the_cores() -> None:
+    """MinCutOptions.aggressive() is the core's relaxation (budget.c's
+    ``relax``): the four bans torch's aggressive_recomputation lifts are off,
+    every other switch is as given, for every combination of switches."""
+    import dataclasses
+    import itertools
+
+    from fxcut.core import MinCutOptions
+
+    switches = [f.name for f in dataclasses.fields(MinCutOptions) if f.name != "max_dist_from_bw"]
+    lifted = {"ban_if_used_far_apart", "ban_if_long_fusible_chains", "ban_if_materialized_backward",
+              "ban_if_not_in_allowlist"}
+    assert lifted <= set(switches)
+    for values in itertools.product((False, True), repeat=len(switches)):
+        opts = MinCutOptions(**dict(zip(switches, values)), max_dist_from_bw=7)
+        relaxed = opts.aggressive()
+        for name, value in zip(switches, values):
+            assert getattr(relaxed, name) == (False if name in lifted else value), name
+        assert relaxed.max_dist_from_bw == 7
+    with pytest.raises(TypeError, match="options has no attribute .ban_if_used_far_apart."):
+        fxcut._C.aggressive_options(object())
+
+
+def test_each_rule_is_written_once() -> None:
+    """The strings that name a rule's inputs appear in one module of the
+    package each: the triton wrapper op (fxcut.ops), inductor's
+    fallback_random (fxcut.ops), the checkpoint tag names (from torch's
+    CheckpointPolicy, in fxcut.lower)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(fxcut.__file__).resolve().parent
+    where: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                      and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            text = None
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                text = node.value
+            elif isinstance(node, ast.Attribute):
+                text = node.attr
+            for word in ("triton_kernel_wrapper_functional", "fallback_random", "PREFER_CPU_OFFLOAD"):
+                if text is not None and word in text:
+                    where.setdefault(word, set()).add(str(path.relative_to(package)))
+    assert where.get("triton_kernel_wrapper_functional") == {"ops.py"}
+    assert where.get("fallback_random") == {"ops.py"}
+    assert "PREFER_CPU_OFFLOAD" not in where  # tag names come from torch's CheckpointPolicy
+    assert set(fxcut.lower.TAG_NAMES.values()) == {p.name for p in torch.utils.checkpoint.CheckpointPolicy}

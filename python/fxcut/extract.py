@@ -14,7 +14,9 @@ arguments, types and meta (the same sharing of meta dicts too), the same
 name-table state and user-list order, and generates each module's code once
 (or lazily, under torch's lazy graph modules, as torch's own modules are).
 
-Graphs this module does not model (RNG functionalization, activation
+It builds them on the releases whose row of the versions table names it
+the ``module_builder`` (:mod:`fxcut.versions`: 2.13 and 2.14); on the others
+torch's passes build every graph.  Graphs this module does not model (RNG functionalization, activation
 offloading or quantization, opaque saved objects, backward state, HOP RNG
 threading, collectives, call_module nodes, forward outputs that depend on
 the backward) return ``None``: the caller then runs torch's passes.
@@ -33,7 +35,8 @@ import torch.fx as fx
 from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import map_aggregate
 
-from .versions import is_assert_only_symbool, rules_or_nearest
+from .ops import dce_impure_random, is_mutable_op, must_be_in_backward, must_be_in_forward
+from .versions import BUILDER_FXCUT, is_assert_only_symbool, rules_or_nearest
 
 
 class _Unsupported(Exception):
@@ -95,20 +98,18 @@ def _placement(nodes: list[fx.Node]) -> tuple[dict[fx.Node, bool], dict[fx.Node,
     must_fw: dict[fx.Node, bool] = {}
     must_bw: dict[fx.Node, bool] = {}
     mutable: dict[Any, bool] = {}
-    overload = torch._ops.OpOverload
     for node in nodes:
         target = node.target
         m = mutable.get(target)
         if m is None:
-            m = isinstance(target, overload) and bool(target._schema.is_mutable)
+            m = is_mutable_op(target)
             try:
                 mutable[target] = m
             except TypeError:  # an unhashable target
                 pass
         tag = node.meta.get("partitioner_tag", None)
-        must_fw[node] = tag == "must_be_in_forward" or (
-            m and tag != "is_backward" and tag != "must_be_in_backward")
-        must_bw[node] = tag == "must_be_in_backward" or (m and tag == "is_backward")
+        must_fw[node] = must_be_in_forward(tag, m)
+        must_bw[node] = must_be_in_backward(tag, m)
     return must_fw, must_bw
 
 
@@ -337,9 +338,10 @@ def build_modules(joint_module: fx.GraphModule, saved: SavedValues, num_fwd_outp
 
 
 def torch_modeled() -> bool:
-    """Whether the installed torch's module-building passes are the ones
-    this builder reproduces (fxcut.versions: ``fxcut_builds_modules``)."""
-    return rules_or_nearest().fxcut_builds_modules
+    """Whether this builder builds the modules on the installed torch: the
+    versions table names it the release's ``module_builder`` (its passes are
+    the ones this builder reproduces)."""
+    return rules_or_nearest().module_builder == BUILDER_FXCUT
 
 
 def unsupported_reason(joint_module: fx.GraphModule) -> str | None:
@@ -408,9 +410,7 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     fwd_seed = [p for p in placeholders if _is_fwd_seed_offset(p)]
     bwd_seed = [p for p in placeholders if _is_bwd_seed_offset(p)]
 
-    impure_random = True
-    if torch._guards.TracingContext.try_get():
-        impure_random = torch._inductor.config.fallback_random
+    impure_random = dce_impure_random()
     must_fw, must_bw = _placement(nodes)
 
     # The first backward extraction only tells which saved values the

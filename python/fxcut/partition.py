@@ -2,8 +2,11 @@
 
 The decision (tag passes, classification, bans, weights, the flow network,
 the min-cut) runs in C over the graph array; the forward and backward modules
-are then built by the installed torch's own machinery from the saved values,
-so they are what torch would build.
+are then built from the saved values by the builder the versions table names
+for the running release (``module_builder``): fxcut's own
+(:mod:`fxcut.extract`, node for node what torch's passes build) on 2.13 and
+2.14, torch's extraction passes on 2.12 and 2.15 and for the graphs fxcut's
+builder leaves to them.  Either way they are what torch would build.
 """
 
 from __future__ import annotations
@@ -185,7 +188,7 @@ def apply_partition(
     joint_module: fx.GraphModule, plan: PartitionPlan, *, num_fwd_outputs: int, joint_inputs: Any
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Carry out ``plan``: DCE and CSE in place, the recompute tags the
-    passes changed, then torch's module extraction.  Writes to
+    passes changed, then the module building (:func:`_build_modules`).  Writes to
     ``joint_module``; the caller restores it if this raises."""
     from torch._functorch import config
     from torch._functorch import partitioners as tp

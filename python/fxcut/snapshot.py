@@ -1,10 +1,12 @@
 """Put a GraphModule back exactly as it was when a partition fails.
 
 The partitioner writes to the user's module only after its decision has
-succeeded (dead-code elimination, CSE, recompute tags, then torch's module
-extraction), but some of those later steps can still fail: Python's
-compiler rejecting the generated code, torch's module extraction or
-activation offloading, torch's own partitioner in the fallback path.
+succeeded (dead-code elimination, CSE, recompute tags, then the module
+building: :mod:`fxcut.extract` where the versions table names it the
+release's builder, torch's extraction passes elsewhere), but some of those
+later steps can still fail: Python's compiler rejecting the generated code,
+torch's module extraction or activation offloading, torch's own partitioner
+in the fallback path.
 :class:`ModuleSnapshot` records, before the first write, everything those
 steps touch -- per graph: the node objects and their order, each node's
 args, kwargs, users order and meta dict (object and contents); the graph's
@@ -13,6 +15,11 @@ generated code -- for the joint module and every GraphModule under it (dead-
 code elimination recurses into subgraphs), and :meth:`restore` puts them back.
 :func:`copy_graph_module` makes an independent copy to partition instead
 (verify mode gives torch one).
+
+Both rely on private ``torch.fx`` attributes; which, per release, is the
+versions table's :attr:`fxcut.versions.Rules.fx_internals` (and
+tests/test_versions.py checks, on every release, that they exist as this
+module expects).
 """
 
 from __future__ import annotations
@@ -22,15 +29,13 @@ from typing import Any
 
 import torch.fx as fx
 
-#: GraphModule attributes that ``recompile`` (re)writes.
-_MODULE_FIELDS = ("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out_spec")
-#: Graph attributes that fxcut's CSE emulation or torch's passes rewrite.
-_GRAPH_FIELDS = ("_codegen", "_tracer_cls", "_tracer_extras", "_co_fields", "_owning_module")
+from .versions import FxInternals, rules_or_nearest
+
 _MISSING = object()
 
 
 class _GraphState:
-    def __init__(self, graph: fx.Graph) -> None:
+    def __init__(self, graph: fx.Graph, fx_internals: FxInternals) -> None:
         self.graph = graph
         nodes = list(graph.nodes)
         self.nodes = nodes
@@ -40,7 +45,7 @@ class _GraphState:
         self.users = [tuple(n.users) for n in nodes]
         self.metas = [n.meta for n in nodes]
         self.meta_items = [m.copy() for m in self.metas]
-        self.fields = {name: getattr(graph, name, _MISSING) for name in _GRAPH_FIELDS}
+        self.fields = {name: getattr(graph, name, _MISSING) for name in fx_internals.graph_fields}
         namespace = graph._graph_namespace
         self.namespace = namespace
         self.namespace_state = {k: copy.copy(v) for k, v in vars(namespace).items()}
@@ -100,14 +105,15 @@ class ModuleSnapshot:
         self.modules: list[tuple[fx.GraphModule, dict[str, Any], Any]] = []
         self.graphs: list[_GraphState] = []
         seen: set[int] = set()
+        fx_internals = rules_or_nearest().fx_internals
         for sub in module.modules():
             if not isinstance(sub, fx.GraphModule) or id(sub) in seen:
                 continue
             seen.add(id(sub))
-            fields = {name: sub.__dict__.get(name, _MISSING) for name in _MODULE_FIELDS}
+            fields = {name: sub.__dict__.get(name, _MISSING) for name in fx_internals.module_fields}
             fields["_graph"] = sub.graph
             self.modules.append((sub, fields, type(sub).__dict__.get("forward", _MISSING)))
-            self.graphs.append(_GraphState(sub.graph))
+            self.graphs.append(_GraphState(sub.graph, fx_internals))
 
     def restore(self) -> None:
         for state in self.graphs:

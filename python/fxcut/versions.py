@@ -7,10 +7,17 @@ per release in :data:`RELEASES`; the decision code asks :func:`current` for
 the running torch's rules and never compares versions itself.  Read down a
 column of the table to see what changed in which release.
 
-Differences torch's own code absorbs need no entry: fxcut builds the
-forward and backward modules with the installed torch's extraction, RNG
-functionalization, reordering and cross-rank sync, and reads its op lists
-(``get_default_op_list``) and purity test from the installed torch.
+Who builds the forward and backward modules from the saved values is a
+field too (:attr:`Rules.module_builder`): fxcut's own builder
+(:mod:`fxcut.extract`, node for node what that release's passes build) on
+2.13 and 2.14, the installed torch's extraction, RNG functionalization,
+reordering and ``raise_getitems`` passes on 2.12 and 2.15 (and for the
+graphs fxcut's builder leaves to them).  So are the private ``torch.fx``
+attributes :mod:`fxcut.snapshot` reads and writes to undo a failed
+partition (:attr:`Rules.fx_internals`; tests/test_versions.py checks them on
+every release).  Differences torch's own code absorbs need no entry: fxcut
+reads the op lists (``get_default_op_list``) and the purity test from the
+installed torch.
 
 The tested range: :data:`TESTED` holds the exact releases CI runs the
 fidelity suite on.  A torch outside [oldest, newest] -- older, newer, or a
@@ -32,8 +39,8 @@ What changed, release by release (each a field below):
   apart, skips impure nodes and mutation bases, compares floats by bits,
   keys on streams; the budget's no-candidate case saves the aggressive cut;
   ``control_deps`` split (not modelled: torch decides).
-- 2.15: module extraction / reordering passes (fxcut's own builder is
-  off: torch's passes build the modules); ``torch.device`` values, epilogue-mutated inputs, effectful ops'
+- 2.15: module extraction / reordering passes (``module_builder``: torch's
+  passes build the modules); ``torch.device`` values, epilogue-mutated inputs, effectful ops'
   leaf outputs (not modelled: torch decides);
   ``activation_memory_budget_require_full_coverage``.
 """
@@ -45,6 +52,42 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+
+
+#: :attr:`Rules.module_builder`: fxcut's own builder of the forward and backward modules ...
+BUILDER_FXCUT = "fxcut.extract"
+#: ... or torch's extraction and the passes after it (``_extract_fwd_bwd_modules``,
+#: ``functionalize_rng_ops``, ``reordering_to_mimic_autograd_engine``, ``raise_getitems``, ...)
+BUILDER_TORCH = "torch._functorch.partitioners"
+
+
+@dataclass(frozen=True)
+class FxInternals:
+    """The private ``torch.fx`` attributes :mod:`fxcut.snapshot` relies on
+    (to put a module back exactly as it was when a partition fails, and to
+    copy one), in one release."""
+
+    #: GraphModule attributes ``recompile`` (re)writes: saved and restored
+    #: by value (absent ones stay absent)
+    module_fields: tuple[str, ...]
+    #: Graph attributes fxcut's CSE emulation or torch's passes rewrite:
+    #: saved and restored by value
+    graph_fields: tuple[str, ...]
+    #: Graph attributes the restore rebuilds: the sentinel node, the node
+    #: count, the ``find_nodes`` table, the name table (whose instance
+    #: attributes are saved and restored)
+    graph_internals: tuple[str, ...]
+    #: Node attributes and methods the restore uses to relink, unlink and
+    #: re-argument nodes
+    node_internals: tuple[str, ...]
+
+
+_FX_INTERNALS = FxInternals(
+    module_fields=("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out_spec"),
+    graph_fields=("_codegen", "_tracer_cls", "_tracer_extras", "_co_fields", "_owning_module"),
+    graph_internals=("_root", "_len", "_find_nodes_lookup_table", "_graph_namespace"),
+    node_internals=("_erased", "_prev", "_next", "_remove_from_list", "_prepend", "_update_args_kwargs"),
+)
 
 
 @dataclass(frozen=True)
@@ -98,13 +141,22 @@ class Rules:
     #: leaf getitems of an effectful op are forced saved; torch decides such
     #: graphs
     effectful_leaves_only: bool = False
-    #: fxcut builds the forward and backward modules itself
-    #: (:mod:`fxcut.extract`), as this release's extraction, reordering and
-    #: raise_getitems passes would; False: torch's passes build them
-    #: (2.15 changed those passes; 2.12 is not modelled)
-    fxcut_builds_modules: bool = False
+    #: who builds the forward and backward modules from the saved values:
+    #: :data:`BUILDER_FXCUT` (:mod:`fxcut.extract`, as this release's
+    #: extraction, reordering and raise_getitems passes would; it still
+    #: leaves some graphs to torch's passes, see
+    #: :func:`fxcut.extract.unsupported_reason`) or :data:`BUILDER_TORCH`
+    #: (torch's passes: 2.15 changed them, 2.12 is not modelled)
+    module_builder: str = BUILDER_TORCH
+    #: the private torch.fx attributes :mod:`fxcut.snapshot` relies on
+    fx_internals: FxInternals = _FX_INTERNALS
     #: where ``enable_activation_offloading`` lives
     offloading_module: str = "torch._functorch._activation_offloading.activation_offloading"
+
+    def __post_init__(self) -> None:
+        if self.module_builder not in (BUILDER_FXCUT, BUILDER_TORCH):
+            raise ValueError(f"Rules({self.release!r}).module_builder = {self.module_builder!r}: "
+                             f"expected {BUILDER_FXCUT!r} or {BUILDER_TORCH!r}")
 
     def config(self, name: str) -> Any:
         """``torch._functorch.config.<name>`` now, or the value this release
@@ -124,7 +176,7 @@ _R212 = Rules(
     no_return_ops_take_no_memory=False,
     region_memory_budgets=False,
 )
-_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215, fxcut_builds_modules=True)
+_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215, module_builder=BUILDER_FXCUT)
 _R214 = Rules(
     release="2.14",
     tested="2.14.1",
@@ -137,14 +189,14 @@ _R214 = Rules(
     cse_keys_stream=True,
     no_candidates_saves_aggressive_cut=True,
     splits_control_deps=True,
-    fxcut_builds_modules=True,
+    module_builder=BUILDER_FXCUT,
 )
 _R215 = replace(
     _R214,  # 2.15 is 2.14 with these changes:
     release="2.15",
     tested="2.15.0",
     missing_config={},
-    fxcut_builds_modules=False,
+    module_builder=BUILDER_TORCH,
     device_values_are_free=True,
     epilogue_mutated_inputs_unsaveable=True,
     effectful_leaves_only=True,
