@@ -42,6 +42,8 @@ from .knapsack import SOLVERS, KnapsackChoice, solve
 from .lower import GraphArrays
 from .versions import rules_or_nearest
 
+if TYPE_CHECKING:
+    from .plan import Plan
 if TYPE_CHECKING:  # both import inductor (seconds): at run time only when a budget below 1 needs them
     from torch._functorch.partitioners import NodeInfo
     from torch._inductor.custom_graph_pass import CustomKnapsackSolver
@@ -419,6 +421,32 @@ def decide_with_budget(
     result.n_cuts += 1
     result.seconds.update(estimate=t4 - t3, knapsack=t5 - t4, final_cut=t6 - t5)
     return result
+
+
+def decide_plan(plan: Plan, arrays: GraphArrays) -> BudgetDecision:
+    """The route's decision step: the C core's decision for ``plan`` over
+    its lowered graph, under the plan's budget, solver and options (read
+    only).  With region budgets, torch checks them once the forward is
+    classified and before any cut: a budget-0 decision classifies without
+    cutting.  Raises NotImplementedError for a graph shape the core does not
+    model (the guard hands such a graph to torch)."""
+    graph = plan.graph
+    common: dict[str, Any] = {
+        "num_fwd_outputs": plan.num_fwd_outputs, "static_lifetime_input_indices": plan.static_indices,
+        "options": plan.options, "arrays": arrays, "solver": plan.solver,
+    }
+    if plan.regions:
+        probe = decide_with_budget(graph, 0.0, **common)
+        if probe.stage != "no_backward":
+            fw = probe.decision.node_class
+            check_regions(
+                plan.regions,
+                plan.unannotated,
+                lambda n: n.graph is not graph
+                or (n in arrays.index and n.op == "call_function"
+                    and bool(fw[arrays.index[n]] & _C.C_REQUIRED_FW)),
+            )
+    return decide_with_budget(graph, plan.budget, **common)
 
 
 # --------------------------------------------------------------------------- the Pareto sweep

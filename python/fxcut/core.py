@@ -361,6 +361,12 @@ def _why_unsaveable(arrays: GraphArrays, i: int) -> str | None:
     return f"meta['val'] is {type(val).__name__} {val!r:.40}, not a tensor: cannot be saved"
 
 
+def impure_random_now() -> bool:
+    """Whether torch's dead-code elimination takes random ops as impure
+    now (inductor's ``fallback_random`` while compiling, else True)."""
+    return _impure_random()
+
+
 def _impure_random() -> bool:
     # As torch's dead-code elimination decides it at call time.
     if torch._guards.TracingContext.try_get():
