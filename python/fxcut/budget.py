@@ -36,7 +36,7 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._ordered_set import OrderedSet
 
 from . import _C
-from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph, plan_and_lower
+from .core import Decision, MinCutOptions, call_core, core_args, decide, lower_graph
 from .core import _ConfigView
 from .knapsack import SOLVERS, KnapsackChoice, solve
 from .lower import GraphArrays
@@ -462,6 +462,28 @@ class ParetoPoint(NamedTuple):
 DEFAULT_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
 
 
+def saved_for_backward(decision: Decision, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
+    """The saved values the backward reads: those the backward outputs reach
+    through their inputs without passing another saved value or a
+    placeholder (the module extraction drops the others)."""
+    arrays = decision.arrays
+    kind, in_ptr, in_idx = arrays.kind, arrays.in_ptr, arrays.in_idx
+    stop = set(saved)
+    seen: set[int] = set()
+    reached: set[int] = set()
+    stack = [o for o in arrays.outputs[num_fwd_outputs:] if o >= 0]
+    while stack:
+        i = stack.pop()
+        if i in stop:
+            reached.add(i)
+            continue
+        if i in seen or kind[i] == _C.KIND_PLACEHOLDER:
+            continue
+        seen.add(i)
+        stack.extend(in_idx[in_ptr[i]:in_ptr[i + 1]])
+    return [i for i in saved if i in reached]
+
+
 def recomputed_nodes(decision: Decision, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
     """The forward ops the backward recomputes when ``saved`` is saved: the
     call_function forward nodes the backward outputs reach through their
@@ -494,19 +516,25 @@ def memory_pareto(
     static_lifetime_input_indices: list[int] | None = None,
     solver: Solver | None = None,
     plot: str | None = None,
+    plan: Plan | None = None,
 ) -> list[ParetoPoint]:
     """The memory/runtime trade-off of the budget, one point per budget.
 
-    For each budget: the bytes the forward saves for the backward and the
+    For each budget: the bytes the forward saves for the backward (the saved
+    values the backward reads, as the module extraction keeps them) and the
     estimated runtime of the forward ops the backward recomputes (under the
     configured runtime estimator: flops by default), and the stage that
-    decided.  The graph is taken as the partitioner prepares it (dead code
-    removed, CSE when config.cse; planned, ``joint_module`` is not
-    modified) and lowered once; every estimate is shared across budgets.
-    ``plot``: a path to save a PNG of recompute runtime against saved bytes
-    (needs matplotlib).
+    decided -- what the partitioner would do under that budget.  The graph
+    is the partition's: its :class:`fxcut.plan.Plan` (made from the
+    arguments when ``plan`` is None: dead code removed and CSE as the
+    partitioner runs them, with ``num_fwd_outputs``; the same options and
+    solver), lowered once; ``joint_module`` is not modified; every estimate
+    is shared across budgets.  ``plot``: a path to save a PNG of recompute
+    runtime against saved bytes (needs matplotlib).
     """
+    from .lower import lower_plan
     from .outpath import check_output_path
+    from .plan import make_plan
 
     if not isinstance(joint_module, fx.GraphModule):
         raise TypeError(f"joint_module must be a torch.fx.GraphModule, got {type(joint_module).__name__}")
@@ -514,19 +542,23 @@ def memory_pareto(
         plot = check_output_path(plot, "plot")
         _pyplot()
     points_budgets = [check_budget(b) for b in budgets]
-    graph = joint_module.graph
-    arrays = plan_and_lower(graph, cse=bool(config.cse))[1]
+    if plan is None:
+        plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
+                         static_lifetime_input_indices=static_lifetime_input_indices, solver=solver)
+    graph = plan.graph
+    arrays = lower_plan(plan)
     estimates = RuntimeEstimates()
     points = []
     for b in points_budgets:
-        d = decide_with_budget(graph, b, num_fwd_outputs=num_fwd_outputs,
-                               static_lifetime_input_indices=static_lifetime_input_indices,
-                               arrays=arrays, estimates=estimates, solver=solver)
+        d = decide_with_budget(graph, b, num_fwd_outputs=plan.num_fwd_outputs,
+                               static_lifetime_input_indices=plan.static_indices, options=plan.options,
+                               arrays=arrays, estimates=estimates, solver=plan.solver)
         if d.stage == "no_backward":
             points.append(ParetoPoint(b, 0, 0.0, d.stage))
             continue
-        saved_bytes = sum(max(arrays.nbytes[i], 0) for i in d.saved)
-        recomputed = [arrays.nodes[i] for i in recomputed_nodes(d.decision, d.saved, num_fwd_outputs)]
+        kept = saved_for_backward(d.decision, d.saved, plan.num_fwd_outputs)
+        saved_bytes = sum(max(arrays.nbytes[i], 0) for i in kept)
+        recomputed = [arrays.nodes[i] for i in recomputed_nodes(d.decision, d.saved, plan.num_fwd_outputs)]
         runtime = float(sum(estimates(recomputed))) if recomputed else 0.0
         points.append(ParetoPoint(b, saved_bytes, runtime, d.stage))
     if plot is not None:
@@ -564,5 +596,5 @@ def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
 __all__ = [
     "BudgetDecision", "ESTIMATORS", "ParetoPoint", "RuntimeEstimates", "STAGES", "check_budget",
     "check_estimator", "check_solver", "decide_with_budget", "input_storage_mask", "memory_pareto",
-    "plot_pareto", "recomputed_nodes",
+    "plot_pareto", "recomputed_nodes", "saved_for_backward", "decide_plan",
 ]
