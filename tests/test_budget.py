@@ -37,7 +37,8 @@ import zoo
 from fxcut import knapsack
 import fxcut.core
 import fxcut.partition
-from fxcut.budget import decide_with_budget, memory_pareto
+from fxcut.budget import decide_with_budget
+from fxcut.pareto import memory_pareto
 from fxcut.core import plan_and_lower
 from torch_reference import torch_budget_decision, torch_prepared
 from random_joint import random_joint

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from ._C import InfiniteCutError
-from .budget import ParetoPoint, memory_pareto
 from .guard import FallbackWarning, PartitionMismatch, UntestedTorchWarning, VerifyWarning, partition_counts
 from .lower import GraphArrays, LoweringError
 from .ops import get_no_copy_ops, is_cast_op
+from .pareto import ParetoPoint, memory_pareto
 from .partition import min_cut_rematerialization_partition
 from .plan import Objective, Plan, make_plan
 from .zero3 import get_wrapped_partitioner, recompute_param_aliases

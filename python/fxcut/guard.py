@@ -2,7 +2,8 @@
 wherever fxcut is not known to decide as it would, and verify mode proves,
 graph by graph, that fxcut does.
 
-Every call of :func:`fxcut.min_cut_rematerialization_partition` comes here:
+Every call of :func:`fxcut.min_cut_rematerialization_partition` runs inside
+one :class:`Guard` (``with Guard(call, ...) as g:`` wraps fxcut's route):
 
 1. **Untested torch.**  On a torch outside the tested range
    (:mod:`fxcut.versions`), the graph goes to torch's partitioner, with one
@@ -10,17 +11,23 @@ Every call of :func:`fxcut.min_cut_rematerialization_partition` comes here:
    range.  ``allow_untested=True`` or ``FXCUT_ALLOW_UNTESTED_TORCH=1`` runs
    fxcut anyway (with the nearest tested release's rules).
 2. **A feature fxcut does not model** (:func:`unmodelled_feature`), or fxcut
-   failing where torch would not (:data:`FXCUT_GAPS`): torch's partitioner,
-   one :class:`FallbackWarning` per reason.
-3. **Verify mode** (``verify=`` or ``FXCUT_VERIFY``): torch's partitioner
-   also decides, on a copy of the joint graph, and the saved values and the
-   generated forward and backward code are compared.  A difference raises
-   :class:`PartitionMismatch` (``"raise"``, ``FXCUT_VERIFY=1``) with a
-   readable diff -- which node, and the rule fxcut applied to it -- or, in
-   ``"warn"`` mode (``FXCUT_VERIFY=warn``), warns with that diff and returns
-   torch's modules.
+   failing where torch would not (:data:`FXCUT_GAPS`; the graph is restored
+   first): torch's partitioner, one :class:`FallbackWarning` per reason.
+3. **Verify mode** (``verify=`` or ``FXCUT_VERIFY``; default plans only):
+   torch's partitioner also decides, on a pristine copy of the joint graph,
+   and the saved values, the generated forward and backward code and the
+   tags torch writes (:data:`COMPARED_META`) are compared.  A difference
+   raises :class:`PartitionMismatch` (``"raise"``, ``FXCUT_VERIFY=1``) with
+   a readable diff -- which node, and the rule fxcut applied to it -- or,
+   in ``"warn"`` mode (``FXCUT_VERIFY=warn``), warns with that diff and
+   returns torch's modules.
 
-:func:`partition_counts` tells who made how many partitions in this process.
+Every hand-off is :func:`torch_partition`: torch's own partitioner as its
+module defined it (captured when that module runs, so a name rebound later
+-- to fxcut's function, a partial, a lambda, a wrapper -- is never called),
+with the joint graph restored if torch's partitioner fails too.
+:func:`partition_counts` tells who made how many partitions in this process:
+each graph is counted once.
 """
 
 from __future__ import annotations

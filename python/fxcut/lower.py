@@ -22,7 +22,8 @@ from torch.fx.experimental.proxy_tensor import py_sym_types
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C
-from .ops import _HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, invoke_subgraph_has_effects, is_cast_op, is_impure
+from .ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, invoke_subgraph_has_effects, is_cast_op,
+                  is_impure)
 from .versions import rules_or_nearest
 
 if TYPE_CHECKING:
