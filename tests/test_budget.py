@@ -32,11 +32,13 @@ from torch._functorch._activation_checkpointing import knapsack as tk
 from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
 import fxcut
+import fxcut.lower
 import zoo
 from fxcut import knapsack
 import fxcut.core
 import fxcut.partition
-from fxcut.budget import decide_with_budget, memory_pareto
+from fxcut.budget import decide_with_budget
+from fxcut.pareto import memory_pareto
 from fxcut.core import plan_and_lower
 from torch_reference import torch_budget_decision, torch_prepared
 from random_joint import random_joint
@@ -256,8 +258,8 @@ def test_resnet_step_under_a_budget_fails_as_with_torch() -> None:
 
 def test_budget_pass_lowers_the_graph_once(monkeypatch) -> None:
     calls = []
-    real = fxcut.core.lower_for_partition
-    for module in (fxcut.core, fxcut.partition):
+    real = fxcut.lower.lower_for_partition
+    for module in (fxcut.core, fxcut.lower, fxcut.partition):
         if hasattr(module, "lower_for_partition"):
             monkeypatch.setattr(module, "lower_for_partition", lambda *a, **k: calls.append(1) or real(*a, **k))
     cap = zoo.capture("gpt2")
@@ -417,3 +419,21 @@ def _has_matplotlib() -> bool:
     except ImportError:
         return False
     return True
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_sac"])
+def test_memory_pareto_points_are_the_partitions_at_each_budget(name: str) -> None:
+    """Each point is what torch's partitioner saves under that budget (issue
+    16 item 3: the sweep reads the partition's plan -- its DCE/CSE with
+    num_fwd_outputs, its options and solver)."""
+    cap = zoo.capture(name)
+    statics = cap.partition_kwargs.get("static_lifetime_input_indices")
+    with _budget_config(1.0, "dp"):
+        points = memory_pareto(cap.fresh(), cap.num_fwd_outputs, budgets=BUDGETS,
+                               static_lifetime_input_indices=statics)
+    nodes = {n.name: n for n in cap.gm.graph.nodes}
+    for point in points:
+        with _budget_config(point.budget, "dp"):
+            tfw, _ = cap.partition(torch_partition)
+        names = _saved(tfw, cap.num_fwd_outputs)
+        assert point.saved_bytes == sum(_nbytes(nodes[n]) for n in names if n in nodes), point

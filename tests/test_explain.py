@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._functorch import config as functorch_config
 
 import fxcut
 import zoo
@@ -29,6 +30,28 @@ def test_explanation_agrees_with_the_partition_for_every_node(case):
         assert r["saved"] == (where == "saved")
         assert r["in_backward"] == (where in ("recomputed", "computed in backward"))
         assert r["in_forward"] == (where in ("saved", "recomputed", "forward only"))
+
+
+@pytest.mark.parametrize("case", ["gpt2", "llama_sac"])
+@pytest.mark.parametrize("budget", [0.0, 0.3, 0.6])
+def test_explanation_is_of_the_partition_under_a_memory_budget(case, budget):
+    """explain reads the partition's plan: under a budget below 1 it accounts
+    for the budget pass's decision (the knapsack's final cut, or the
+    inputs at 0), not the plain min-cut (issue 16, item 3)."""
+    cap = zoo.capture(case)
+    with functorch_config.patch(activation_memory_budget=budget, activation_memory_budget_solver="dp"):
+        placement = partition_placement(cap)
+        explained = {r["node"]: r for r in explain_values(cap.gm, num_fwd_outputs=cap.num_fwd_outputs,
+                                                          **cap.partition_kwargs)}
+    saved = {name for name, where in placement.items() if where == "saved"}
+    assert {name for name, r in explained.items() if r["saved"]} == saved
+    wrong = {name: (where, explained[name]["why"]) for name, where in placement.items()
+             if not explained[name]["why"].startswith(where)}
+    assert not wrong
+    assert {r["budget"] for r in explained.values()} == {budget}
+    stages = {r["stage"] for r in explained.values()}
+    assert len(stages) == 1 and stages <= {"inputs", "min_cut", "more_aggressive", "aggressive", "knapsack",
+                                            "no_candidates"}
 
 
 def test_tangent_derived_node_is_computed_in_backward():

@@ -25,6 +25,8 @@ import fxcut
 import small_graphs
 import fxcut.extract
 import fxcut.partition as fxp
+import fxcut.plan
+from fxcut import guard
 from fxcut import zero3
 
 aten = torch.ops.aten
@@ -92,91 +94,13 @@ def check(gm: fx.GraphModule, call: Callable[[fx.GraphModule], Any], exc: type[B
 
 
 def partition(gm: fx.GraphModule, **kwargs: Any) -> Any:
-    """fxcut's own partition, unguarded: the public entry hands a graph that
-    fxcut fails on for a gap of its own (ImportError, KeyError, ...) to
-    torch's partitioner instead (fxcut.guard; tested below)."""
+    """fxcut's route behind its guard, with fxcut's own gaps (ImportError,
+    KeyError, ...) raised instead of handed to torch's partitioner (that
+    hand-off is tested below and in test_route_defects.py)."""
     kwargs.setdefault("num_fwd_outputs", 1)
-    return fxp._partition(gm, None, **kwargs)
-
-
-def test_the_graph_is_rewritten_on_success_as_torch_rewrites_it() -> None:
-    """The baseline: a successful partition applies DCE and CSE to the
-    module (as torch's does), so the failure tests below test something."""
-    gm, theirs_gm = _joint(), _joint()
-    ours = partition(gm)
-    theirs = tp.min_cut_rematerialization_partition(theirs_gm, None, num_fwd_outputs=1)
-    names = [n.name for n in gm.graph.nodes]
-    assert names == [n.name for n in theirs_gm.graph.nodes]
-    assert "neg_default" not in names and gm.code == theirs_gm.code
-    assert ours[0].code == theirs[0].code and ours[1].code == theirs[1].code
-
-
-def test_a_syntax_error_from_a_deeply_nested_argument_leaves_the_module() -> None:
-    """Python's compiler rejects the 250-deep literal only when the module
-    is recompiled after DCE/CSE."""
-    gm = _joint()
-    nested: Any = 0
-    for _ in range(250):
-        nested = [nested]
-    grad = _node(gm, "threshold_backward_default")
-    grad.args = (grad.args[0], grad.args[1], nested)
-    check(gm, partition, SyntaxError, "nested")
-
-
-def test_a_failing_module_extraction_leaves_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fail(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("extraction failed")
-
-    monkeypatch.setattr(tp, "_extract_fwd_bwd_modules", fail)  # torch's passes
-    monkeypatch.setattr(fxcut.extract, "build_modules", fail)  # fxcut's own builder
-    check(_joint(), partition, RuntimeError, "extraction failed")
-
-
-def test_a_failing_activation_offloading_import_leaves_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    def fail() -> Any:
-        raise ImportError("no offloading here")
-
-    monkeypatch.setattr(fxp, "_offloading_pass", fail)
-    with config.patch(enable_activation_offloading=True):
-        check(_joint(), partition, ImportError, "no offloading here")
-
-
-def test_a_failing_activation_offloading_pass_leaves_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch._functorch._activation_offloading.activation_offloading as ao
-
-    def fail(*args: Any) -> None:
-        raise RuntimeError("offloading failed")
-
-    monkeypatch.setattr(ao, "enable_activation_offloading", fail)
-    with config.patch(enable_activation_offloading=True):
-        check(_joint(), partition, RuntimeError, "offloading failed")
-
-
-def _output_only() -> fx.GraphModule:
-    g = fx.Graph()
-    g.output(())
-    return fx.GraphModule(torch.nn.Module(), g)
-
-
-def test_a_graph_with_only_an_output_node_fails_as_torchs_and_is_left() -> None:
-    with pytest.raises(AssertionError) as theirs:
-        tp.min_cut_rematerialization_partition(_output_only(), None, num_fwd_outputs=0)
-    check(_output_only(), lambda gm: partition(gm, num_fwd_outputs=0), AssertionError, str(theirs.value))
-
-
-def test_a_graph_of_dead_code_and_an_empty_output_partitions_as_torchs() -> None:
-    def make() -> fx.GraphModule:
-        g = fx.Graph()
-        x = g.placeholder("primals_1")
-        x.meta["val"] = _meta()
-        neg = g.call_function(aten.neg.default, (x,))
-        neg.meta["val"] = _meta()
-        g.output(())
-        return fx.GraphModule(torch.nn.Module(), g)
-
-    fw, bw = partition(make(), num_fwd_outputs=0)
-    tfw, tbw = tp.min_cut_rematerialization_partition(make(), None, num_fwd_outputs=0)
-    assert (fw.code, bw.code) == (tfw.code, tbw.code)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(guard, "FXCUT_GAPS", ())
+        return fxcut.min_cut_rematerialization_partition(gm, None, **kwargs)
 
 
 def _conflicting_with_dead_code() -> fx.GraphModule:
@@ -184,24 +108,27 @@ def _conflicting_with_dead_code() -> fx.GraphModule:
     return small_graphs.conflicting_joint(dead=True)
 
 
+def _use_torch(*args: Any, **kwargs: Any) -> Any:
+    raise NotImplementedError("a shape the classification does not model")
+
+
 def test_a_failure_in_the_fallback_to_torchs_partitioner_leaves_the_module(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """torch's partitioner eliminates dead code in place and swaps in its
     CSE graph before it fails; fxcut puts the module back."""
-    def use_torch(*args: Any, **kwargs: Any) -> Any:
-        raise fxp._UseTorch("a shape the classification does not model")
-
-    monkeypatch.setattr(fxp, "plan_partition", use_torch)
-    check(_conflicting_with_dead_code(), partition, RuntimeError, ".")
+    monkeypatch.setattr(fxp, "make_plan", _use_torch)
+    monkeypatch.setattr(guard, "_warned", set())
+    with pytest.warns(fxcut.FallbackWarning, match="does not model"):
+        check(_conflicting_with_dead_code(),
+              lambda gm: fxcut.min_cut_rematerialization_partition(gm, None, num_fwd_outputs=1), RuntimeError, ".")
 
 
 def test_the_fallback_to_torchs_partitioner_succeeds_as_torchs(monkeypatch: pytest.MonkeyPatch) -> None:
-    def use_torch(*args: Any, **kwargs: Any) -> Any:
-        raise fxp._UseTorch("a shape the classification does not model")
-
-    monkeypatch.setattr(fxp, "plan_partition", use_torch)
-    fw, bw = partition(_joint())
+    monkeypatch.setattr(fxp, "make_plan", _use_torch)
+    monkeypatch.setattr(guard, "_warned", set())
+    with pytest.warns(fxcut.FallbackWarning, match="does not model"):
+        fw, bw = fxcut.min_cut_rematerialization_partition(_joint(), None, num_fwd_outputs=1)
     tfw, tbw = tp.min_cut_rematerialization_partition(_joint(), None, num_fwd_outputs=1)
     assert (fw.code, bw.code) == (tfw.code, tbw.code)
 
@@ -301,7 +228,7 @@ def test_the_public_entry_hands_an_fxcut_gap_to_torch(monkeypatch: pytest.Monkey
     def fail() -> Any:
         raise ImportError("no offloading here")
 
-    monkeypatch.setattr(fxp, "_offloading_pass", fail)
+    monkeypatch.setattr(fxcut.plan, "offloading_pass", fail)
     with config.patch(enable_activation_offloading=True):
         with pytest.warns(fxcut.FallbackWarning, match="ImportError: no offloading here"):
             fw, bw = fxcut.min_cut_rematerialization_partition(_joint(), None, num_fwd_outputs=1)

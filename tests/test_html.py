@@ -91,6 +91,20 @@ def test_page_classes_are_where_torchs_partition_put_each_node(case):
     assert page.cut == []  # the cut marks are drawn by the page's script
 
 
+def test_page_draws_the_partition_under_a_memory_budget():
+    """The page reads the partition's plan: at budget 0.3 its saved values
+    are the ones torch's budgeted partition saves (issue 16, item 3)."""
+    from torch._functorch import config as functorch_config
+
+    cap = zoo.capture("gpt2")
+    with functorch_config.patch(activation_memory_budget=0.3, activation_memory_budget_solver="dp"):
+        placement = partition_placement(cap)
+        d = decide_prepared(cap.gm, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    page = _parse(render_html(d, title="gpt2", num_fwd_outputs=cap.num_fwd_outputs))
+    saved = {name for name, where in placement.items() if where == SAVED}
+    assert saved and {name for name, c in page.nodes.items() if c == "saved"} == saved
+
+
 def test_gpt2_is_collapsed_into_layer_blocks():
     cap, d = _decision("gpt2")
     text = render_html(d, num_fwd_outputs=cap.num_fwd_outputs)

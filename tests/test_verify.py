@@ -11,6 +11,7 @@ import torch
 import torch.fx as fx
 
 import fxcut
+import fxcut.build
 import fxcut.partition
 import zoo
 from fxcut import guard
@@ -50,19 +51,19 @@ def _inject_swap(monkeypatch) -> list[tuple[str, list[str]]]:
     instead of the value itself (the backward then recomputes it): the first
     saved op output computed from forward values only.  Records
     ``(dropped, added)`` per call."""
-    real = fxcut.partition._build_modules
+    real = fxcut.build.build_modules
     swaps: list[tuple[str, list[str]]] = []
 
-    def build(joint_module, saved_values, *args, **kwargs):
+    def build(plan, saved_values, *args, **kwargs):
         victim = next(n for n in saved_values
                       if n.op == "call_function" and n.all_input_nodes
                       and not any("tangents" in a.name for a in n.all_input_nodes))
         keep = [n for n in saved_values if n is not victim]
         added = [a for a in victim.all_input_nodes if a not in keep]
         swaps.append((victim.name, [a.name for a in added]))
-        return real(joint_module, keep + added, *args, **kwargs)
+        return real(plan, keep + added, *args, **kwargs)
 
-    monkeypatch.setattr(fxcut.partition, "_build_modules", build)
+    monkeypatch.setattr(fxcut.build, "build_modules", build)
     return swaps
 
 
@@ -166,21 +167,50 @@ def test_inductor_partitioner_carries_verify_into_its_cache_key() -> None:
 
 
 def test_the_fallback_reaches_torchs_partitioner_when_torchs_name_is_rebound_to_fxcut(monkeypatch) -> None:
-    """A user who rebinds torch's ``min_cut_rematerialization_partition`` to
-    fxcut's: a graph fxcut leaves to torch must reach torch's own function,
-    not loop back into fxcut."""
+    """A user who rebinds torch's ``min_cut_rematerialization_partition``
+    (to fxcut's, or to a lambda around torch's): the hand-off to torch
+    reaches the function torch's module defined, captured before the
+    rebinding -- never the rebound name."""
     import torch._functorch.compilers as tc
     import torch._functorch.partitioners as tp
 
     real = tp.min_cut_rematerialization_partition
+    assert guard.is_torchs_own(real) and guard.torchs_own_min_cut() is real
     calls = []
     monkeypatch.setattr(tc, "min_cut_rematerialization_partition", lambda *a, **k: calls.append(1) or real(*a, **k))
     monkeypatch.setattr(tp, "min_cut_rematerialization_partition", fxcut.min_cut_rematerialization_partition)
     cap = zoo.capture("mlp")
     fw, bw = guard.torch_partition(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs)
-    assert calls == [1]
+    assert calls == []
     tfw, tbw = real(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs)
     assert (fw.code, bw.code) == (tfw.code, tbw.code)
+    for fake in (fxcut.min_cut_rematerialization_partition, lambda *a, **k: real(*a, **k)):
+        assert not guard.is_torchs_own(fake)
+
+
+def test_torchs_partitioner_is_refused_when_it_was_rebound_before_fxcut_could_take_it(monkeypatch) -> None:
+    import torch._functorch.compilers as tc
+    import torch._functorch.partitioners as tp
+
+    monkeypatch.setattr(guard, "_captured", [])
+    monkeypatch.setattr(tp, "min_cut_rematerialization_partition", fxcut.min_cut_rematerialization_partition)
     monkeypatch.setattr(tc, "min_cut_rematerialization_partition", fxcut.min_cut_rematerialization_partition)
-    with pytest.raises(RuntimeError, match="replaced by fxcut's everywhere"):
+    cap = zoo.capture("mlp")
+    with pytest.raises(RuntimeError, match="has been replaced"):
         guard.torch_partition(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs)
+
+
+def test_verify_is_for_the_default_plan_only() -> None:
+    class SaveWhatTorchSaves:
+        def choose_saved(self, plan, decision):
+            return decision.saved
+
+    cap = zoo.capture("mlp")
+    with pytest.raises(ValueError, match="default plan only"):
+        cap.partition(lambda *a, **k: fxcut.min_cut_rematerialization_partition(
+            *a, verify=True, objective=SaveWhatTorchSaves(), **k))
+    fw, bw = cap.partition(lambda *a, **k: fxcut.min_cut_rematerialization_partition(
+        *a, objective=SaveWhatTorchSaves(), **k))
+    tfw, tbw = cap.partition()
+    assert (fw.code, bw.code) == (tfw.code, tbw.code)
+    assert fxcut.partition_counts() == {"fxcut": 1}

@@ -7,6 +7,9 @@
 - :func:`min_cut_rematerialization_partition`: a drop-in for torch's,
   activation memory budget included.
 - :func:`memory_pareto`: the memory/recompute trade-off over a budget sweep.
+- :class:`Plan`, :func:`make_plan`, :class:`Objective`: one partition call
+  planned (rules, options, budget, DCE/CSE, objective), as the partition,
+  explain, the HTML page and the Pareto sweep read it.
 - :class:`PartitionMismatch`, :func:`partition_counts`, the fallback
   warnings: :mod:`fxcut.guard` (untested torch, verify mode).
 """
@@ -15,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from ._C import InfiniteCutError
-from .budget import ParetoPoint, memory_pareto
 from .guard import FallbackWarning, PartitionMismatch, UntestedTorchWarning, VerifyWarning, partition_counts
 from .lower import GraphArrays, LoweringError
 from .ops import get_no_copy_ops, is_cast_op
+from .pareto import ParetoPoint, memory_pareto
 from .partition import min_cut_rematerialization_partition
+from .plan import Objective, Plan, make_plan
 from .zero3 import get_wrapped_partitioner, recompute_param_aliases
 
 if TYPE_CHECKING:  # their real types for type checkers; at run time see __getattr__
@@ -31,6 +35,9 @@ __all__ = [
     "InductorPartitioner",
     "InfiniteCutError",
     "LoweringError",
+    "Objective",
+    "Plan",
+    "make_plan",
     "aot_backend",
     "ParetoPoint",
     "FallbackWarning",

@@ -18,7 +18,9 @@ in C over one lowered graph (:func:`fxcut.core.budget_plan`); the runtimes of
 the candidates come from torch's own per-node ``estimate_runtime`` (facts
 about ops, like sizes; memoised per op signature for ``"flops"``); the
 knapsack runs in C (:mod:`fxcut.knapsack`); the last cut reuses the same
-graph array.
+graph array.  :func:`decide_plan` is the partition route's decision step
+(the plan's budget, options and solver); the budget sweep is
+:mod:`fxcut.pareto`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
 import torch.fx as fx
@@ -41,6 +43,8 @@ from .knapsack import SOLVERS, KnapsackChoice, solve
 from .lower import GraphArrays
 from .versions import rules_or_nearest
 
+if TYPE_CHECKING:
+    from .plan import Plan
 if TYPE_CHECKING:  # both import inductor (seconds): at run time only when a budget below 1 needs them
     from torch._functorch.partitioners import NodeInfo
     from torch._inductor.custom_graph_pass import CustomKnapsackSolver
@@ -419,120 +423,33 @@ def decide_with_budget(
     return result
 
 
-# --------------------------------------------------------------------------- the Pareto sweep
-
-
-class ParetoPoint(NamedTuple):
-    budget: float
-    saved_bytes: int
-    recompute_runtime: float
-    stage: str
-
-
-DEFAULT_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
-
-
-def recomputed_nodes(decision: Decision, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
-    """The forward ops the backward recomputes when ``saved`` is saved: the
-    call_function forward nodes the backward outputs reach through their
-    inputs without passing a saved value or a placeholder (getitems, which
-    only unpack, left out)."""
-    arrays = decision.arrays
-    cls = decision.node_class
-    kind, in_ptr, in_idx = arrays.kind, arrays.in_ptr, arrays.in_idx
-    stop = set(saved)
-    seen: set[int] = set()
-    stack = [o for o in arrays.outputs[num_fwd_outputs:] if o >= 0]
-    while stack:
-        i = stack.pop()
-        if i in seen or i in stop or kind[i] == _C.KIND_PLACEHOLDER:
-            continue
-        seen.add(i)
-        stack.extend(in_idx[in_ptr[i]:in_ptr[i + 1]])
-    flags = arrays.flags
-    return sorted(
-        i for i in seen
-        if cls[i] & _C.C_REQUIRED_FW and kind[i] == _C.KIND_CALL_FUNCTION and not flags[i] & _C.F_GETITEM
-    )
-
-
-def memory_pareto(
-    joint_module: fx.GraphModule,
-    num_fwd_outputs: int,
-    *,
-    budgets: Sequence[float] = DEFAULT_BUDGETS,
-    static_lifetime_input_indices: list[int] | None = None,
-    solver: Solver | None = None,
-    plot: str | None = None,
-) -> list[ParetoPoint]:
-    """The memory/runtime trade-off of the budget, one point per budget.
-
-    For each budget: the bytes the forward saves for the backward and the
-    estimated runtime of the forward ops the backward recomputes (under the
-    configured runtime estimator: flops by default), and the stage that
-    decided.  The graph is taken as the partitioner prepares it (dead code
-    removed, CSE when config.cse; planned, ``joint_module`` is not
-    modified) and lowered once; every estimate is shared across budgets.
-    ``plot``: a path to save a PNG of recompute runtime against saved bytes
-    (needs matplotlib).
-    """
-    from .outpath import check_output_path
-
-    if not isinstance(joint_module, fx.GraphModule):
-        raise TypeError(f"joint_module must be a torch.fx.GraphModule, got {type(joint_module).__name__}")
-    if plot is not None:  # fail now, not after the whole sweep
-        plot = check_output_path(plot, "plot")
-        _pyplot()
-    points_budgets = [check_budget(b) for b in budgets]
-    graph = joint_module.graph
-    arrays = plan_and_lower(graph, cse=bool(config.cse))[1]
-    estimates = RuntimeEstimates()
-    points = []
-    for b in points_budgets:
-        d = decide_with_budget(graph, b, num_fwd_outputs=num_fwd_outputs,
-                               static_lifetime_input_indices=static_lifetime_input_indices,
-                               arrays=arrays, estimates=estimates, solver=solver)
-        if d.stage == "no_backward":
-            points.append(ParetoPoint(b, 0, 0.0, d.stage))
-            continue
-        saved_bytes = sum(max(arrays.nbytes[i], 0) for i in d.saved)
-        recomputed = [arrays.nodes[i] for i in recomputed_nodes(d.decision, d.saved, num_fwd_outputs)]
-        runtime = float(sum(estimates(recomputed))) if recomputed else 0.0
-        points.append(ParetoPoint(b, saved_bytes, runtime, d.stage))
-    if plot is not None:
-        plot_pareto(points, plot)
-    return points
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ImportError("plotting the memory/runtime Pareto curve needs matplotlib") from None
-    return plt
-
-
-def plot_pareto(points: Sequence[ParetoPoint], path: str) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    xs = [p.saved_bytes / 2**20 for p in points]
-    ys = [p.recompute_runtime for p in points]
-    ax.plot(xs, ys, marker="o")
-    for p, x, y in zip(points, xs, ys):
-        ax.annotate(f"{p.budget:g}", (x, y), textcoords="offset points", xytext=(0, 8), ha="center")
-    ax.set_xlabel("saved for backward (MiB)")
-    ax.set_ylabel("estimated runtime of recomputed forward ops")
-    ax.set_title("fxcut: activation memory budget")
-    ax.grid(True)
-    fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)
+def decide_plan(plan: Plan, arrays: GraphArrays) -> BudgetDecision:
+    """The route's decision step: the C core's decision for ``plan`` over
+    its lowered graph, under the plan's budget, solver and options (read
+    only).  With region budgets, torch checks them once the forward is
+    classified and before any cut: a budget-0 decision classifies without
+    cutting.  Raises NotImplementedError for a graph shape the core does not
+    model (the guard hands such a graph to torch)."""
+    graph = plan.graph
+    common: dict[str, Any] = {
+        "num_fwd_outputs": plan.num_fwd_outputs, "static_lifetime_input_indices": plan.static_indices,
+        "options": plan.options, "arrays": arrays, "solver": plan.solver,
+    }
+    if plan.regions:
+        probe = decide_with_budget(graph, 0.0, **common)
+        if probe.stage != "no_backward":
+            fw = probe.decision.node_class
+            check_regions(
+                plan.regions,
+                plan.unannotated,
+                lambda n: n.graph is not graph
+                or (n in arrays.index and n.op == "call_function"
+                    and bool(fw[arrays.index[n]] & _C.C_REQUIRED_FW)),
+            )
+    return decide_with_budget(graph, plan.budget, **common)
 
 
 __all__ = [
-    "BudgetDecision", "ESTIMATORS", "ParetoPoint", "RuntimeEstimates", "STAGES", "check_budget",
-    "check_estimator", "check_solver", "decide_with_budget", "input_storage_mask", "memory_pareto",
-    "plot_pareto", "recomputed_nodes",
+    "BudgetDecision", "ESTIMATORS", "RuntimeEstimates", "STAGES", "check_budget", "check_estimator",
+    "check_solver", "decide_plan", "decide_with_budget", "input_storage_mask",
 ]

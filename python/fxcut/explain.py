@@ -1,4 +1,12 @@
-"""Why a value was saved, recomputed, or left in the forward."""
+"""Why a value was saved, recomputed, or left in the forward.
+
+Reads the partition's own :class:`fxcut.plan.Plan` (the same dead-code
+elimination and CSE, with ``num_fwd_outputs``, the same memory budget and
+solver, the same objective) and runs the same lower -> core steps as the
+partition, so each account is of the decision the partitioner makes --
+the budget pass's final cut included -- on the graph it makes it on.
+Nothing is written to the joint graph.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +14,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import torch.fx as fx
-from torch._functorch import config
 
 from . import _C
-from .core import Decision, decide, plan_and_lower
-from .lower import TAG_NAMES, GraphArrays, value_nbytes
+from .budget import BudgetDecision, decide_plan
+from .core import Decision
+from .lower import TAG_NAMES, GraphArrays, lower_plan, value_nbytes
+from .plan import Plan, make_plan
 
 
 class UnknownNodeError(LookupError):
@@ -61,12 +70,25 @@ def explain_value(
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
+    plan: Plan | None = None,
     **_: Any,
 ) -> dict[str, Any]:
     """The decision for the joint-graph node called ``name``, with the rule
     that made it (see :func:`explain_values`)."""
     return explain_values(joint_module, [name], num_fwd_outputs=num_fwd_outputs,
-                          static_lifetime_input_indices=static_lifetime_input_indices)[0]
+                          static_lifetime_input_indices=static_lifetime_input_indices, plan=plan)[0]
+
+
+def partition_decision(plan: Plan) -> tuple[BudgetDecision, list[int]]:
+    """The partition's decision under ``plan`` and the node indices it saves
+    (the objective's choice when the plan has one): the route's lower ->
+    core steps, read only."""
+    from .build import check_saved
+
+    chosen = decide_plan(plan, lower_plan(plan))
+    saved = chosen.saved if plan.objective is None else check_saved(
+        plan, chosen, plan.objective.choose_saved(plan, chosen))
+    return chosen, saved
 
 
 def explain_values(
@@ -75,18 +97,25 @@ def explain_values(
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
+    plan: Plan | None = None,
     **_: Any,
 ) -> list[dict[str, Any]]:
     """The decision for each named node (every node when ``names`` is None)
-    from one partition decision, on the graph as the partitioner prepares it
-    (dead code removed, CSE when config.cse; planned, ``joint_module`` is
-    not modified).  Raises :class:`UnknownNodeError` naming the first name
-    that is not a node of the prepared graph."""
-    graph = joint_module.graph
+    from one partition decision -- the partition's ``plan`` (made from the
+    arguments when None) -- on the graph as the partitioner prepares it.
+    ``joint_module`` is not modified.  Each account names the budget and
+    the stage that decided (``budget``, ``stage``).  Raises
+    :class:`UnknownNodeError` naming the first name that is not a node of
+    the prepared graph."""
+    if plan is None:
+        plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
+                         static_lifetime_input_indices=static_lifetime_input_indices)
+    graph = plan.graph
+    num_fwd_outputs = plan.num_fwd_outputs
     before = {n.name for n in graph.nodes}
-    arrays = plan_and_lower(graph, cse=bool(config.cse))[1]
-    d = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_lifetime_input_indices,
-               arrays=arrays)
+    chosen, saved = partition_decision(plan)
+    d = chosen.decision
+    arrays = d.arrays
     index = {n.name: i for i, n in enumerate(d.arrays.nodes) if n.op != "output"}
     wanted = list(index) if names is None else list(names)
     for name in wanted:
@@ -101,9 +130,12 @@ def explain_values(
                 f"no node named {name!r} in the joint graph"
                 + (f"; similar: {', '.join(close)}" if close else "")
             )
-    has_backward = d.n_required_bw > 0
-    where = placement(arrays, d.saved, num_fwd_outputs) if has_backward else Placement(set(), set(range(len(arrays))), set())
-    return [_explain_node(d, index[name], where, has_backward) for name in wanted]
+    has_backward = chosen.stage != "no_backward" and d.n_required_bw > 0
+    where = placement(arrays, saved, num_fwd_outputs) if has_backward else Placement(set(), set(range(len(arrays))), set())
+    accounts = [_explain_node(d, index[name], where, has_backward) for name in wanted]
+    for facts in accounts:
+        facts["budget"], facts["stage"] = chosen.budget, chosen.stage
+    return accounts
 
 
 def _explain_node(d: Decision, i: int, where: Placement, has_backward: bool) -> dict[str, Any]:

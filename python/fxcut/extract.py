@@ -262,7 +262,10 @@ def _reordered_backward(sel: _Selection, descs: list[Any]) -> fx.Graph | None:
     graph = fx.Graph()
     env: dict[Any, fx.Node] = {}
     for node in sel.inputs:
-        new = graph.create_node("placeholder", node.name, (), {}, node.name, None)
+        # As the extraction names it (``Graph.placeholder`` snake-cases the
+        # name: ``reluOut`` -> ``relu_out``, ``__saved__`` -> ``saved``) and
+        # the reordering copies that name.
+        new = graph.create_node("placeholder", node.name, (), {}, None, None)
         new.meta = copy.copy(node.meta)
         env[node] = new
     copier = _Copier(graph, env)

@@ -2,7 +2,8 @@
 wherever fxcut is not known to decide as it would, and verify mode proves,
 graph by graph, that fxcut does.
 
-Every call of :func:`fxcut.min_cut_rematerialization_partition` comes here:
+Every call of :func:`fxcut.min_cut_rematerialization_partition` runs inside
+one :class:`Guard` (``with Guard(call, ...) as g:`` wraps fxcut's route):
 
 1. **Untested torch.**  On a torch outside the tested range
    (:mod:`fxcut.versions`), the graph goes to torch's partitioner, with one
@@ -10,29 +11,41 @@ Every call of :func:`fxcut.min_cut_rematerialization_partition` comes here:
    range.  ``allow_untested=True`` or ``FXCUT_ALLOW_UNTESTED_TORCH=1`` runs
    fxcut anyway (with the nearest tested release's rules).
 2. **A feature fxcut does not model** (:func:`unmodelled_feature`), or fxcut
-   failing where torch would not (:data:`FXCUT_GAPS`): torch's partitioner,
-   one :class:`FallbackWarning` per reason.
-3. **Verify mode** (``verify=`` or ``FXCUT_VERIFY``): torch's partitioner
-   also decides, on a copy of the joint graph, and the saved values and the
-   generated forward and backward code are compared.  A difference raises
-   :class:`PartitionMismatch` (``"raise"``, ``FXCUT_VERIFY=1``) with a
-   readable diff -- which node, and the rule fxcut applied to it -- or, in
-   ``"warn"`` mode (``FXCUT_VERIFY=warn``), warns with that diff and returns
-   torch's modules.
+   failing where torch would not (:data:`FXCUT_GAPS`; the graph is restored
+   first): torch's partitioner, one :class:`FallbackWarning` per reason.
+3. **Verify mode** (``verify=`` or ``FXCUT_VERIFY``; default plans only):
+   torch's partitioner also decides, on a pristine copy of the joint graph,
+   and the saved values, the generated forward and backward code and the
+   tags torch writes (:data:`COMPARED_META`) are compared.  A difference
+   raises :class:`PartitionMismatch` (``"raise"``, ``FXCUT_VERIFY=1``) with
+   a readable diff -- which node, and the rule fxcut applied to it -- or,
+   in ``"warn"`` mode (``FXCUT_VERIFY=warn``), warns with that diff and
+   returns torch's modules.
 
-:func:`partition_counts` tells who made how many partitions in this process.
+Every hand-off is :func:`torch_partition`: torch's own partitioner as its
+module defined it (captured when that module runs, so a name rebound later
+-- to fxcut's function, a partial, a lambda, a wrapper -- is never called),
+with the joint graph restored if torch's partitioner fails too.
+:func:`partition_counts` tells who made how many partitions in this process:
+each graph is counted once.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.abc
+import importlib.machinery
 import logging
 import operator
 import os
+import sys
 import threading
+import types
 import warnings
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,7 +53,7 @@ import torch.fx as fx
 
 from . import versions
 from .explain import explain_values
-from .snapshot import copy_graph_module
+from .snapshot import ModuleSnapshot, copy_graph_module
 
 log = logging.getLogger("fxcut")
 
@@ -190,25 +203,104 @@ def _control_deps_hop() -> Any:
     return control_deps
 
 
-def _is_fxcuts(fn: object) -> bool:
-    return str(getattr(fn, "__module__", "")).startswith("fxcut")
+# --------------------------------------------------------------------------- torch's own partitioner
+
+_TORCH_MODULE = "torch._functorch.partitioners"
+_TORCH_NAME = "min_cut_rematerialization_partition"
+#: torch's own partitioner, captured when torch's partitioner module was
+#: executed (or, when it already was, when fxcut was imported): before any
+#: user code could rebind torch's name.
+_captured: list[Callable[..., PartitionResult]] = []
 
 
-def _torchs_own_min_cut() -> Callable[..., PartitionResult]:
-    """torch's ``min_cut_rematerialization_partition`` as torch defined it:
-    where a user rebound torch's name to fxcut's partitioner, the reference
-    torch's own ``compilers`` module took at import (falling back to the
-    rebound name would call fxcut again)."""
+def is_torchs_own(fn: object) -> bool:
+    """``fn`` is the function torch's partitioner module defines -- not a
+    ``functools.partial``, a lambda, or a wrapper (``functools.wraps``
+    copies the names, not the code), whatever it wraps."""
+    module = sys.modules.get(_TORCH_MODULE)
+    code = getattr(fn, "__code__", None)
+    return (
+        isinstance(fn, types.FunctionType)
+        and module is not None
+        and code is not None
+        and fn.__module__ == _TORCH_MODULE
+        and fn.__qualname__ == _TORCH_NAME
+        and code.co_name == _TORCH_NAME
+        and os.path.realpath(code.co_filename) == os.path.realpath(str(getattr(module, "__file__", "")))
+    )
+
+
+def _capture(module: types.ModuleType) -> None:
+    fn = getattr(module, _TORCH_NAME, None)
+    if is_torchs_own(fn) and not _captured:
+        _captured.append(fn)  # type: ignore[arg-type]
+
+
+class _CaptureOnImport(importlib.abc.MetaPathFinder):
+    """Captures torch's partitioner the moment its module has run.  torch's
+    partitioner module imports inductor (seconds), so ``import fxcut`` does
+    not import it; this finder only watches for it, then steps aside."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != _TORCH_MODULE:
+            return None
+        _uninstall(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        loader = getattr(spec, "loader", None)
+        run = getattr(loader, "exec_module", None)
+        if spec is None or run is None:
+            return spec
+
+        def exec_module(module: types.ModuleType) -> None:
+            run(module)
+            _capture(module)
+
+        loader.exec_module = exec_module  # type: ignore[union-attr]  # this spec's own loader
+        return spec
+
+
+def _uninstall(finder: object) -> None:
+    try:
+        sys.meta_path.remove(finder)  # type: ignore[arg-type]
+    except ValueError:
+        pass
+
+
+def _watch_for_torchs_partitioner() -> None:
+    module = sys.modules.get(_TORCH_MODULE)
+    if module is not None:
+        _capture(module)
+    else:
+        sys.meta_path.insert(0, _CaptureOnImport())
+
+
+_watch_for_torchs_partitioner()
+
+
+def torchs_own_min_cut() -> Callable[..., PartitionResult]:
+    """torch's ``min_cut_rematerialization_partition`` as torch defined it.
+
+    The function captured when torch's partitioner module ran; failing that
+    (a module loaded in an unusual way), the names torch binds it to, if
+    they still hold torch's own function.  Anything that turns out to be
+    fxcut's -- or any other wrapper -- is refused: a RuntimeError, never a
+    call that would loop back into fxcut or verify fxcut against itself.
+    """
+    if not _captured:
+        importlib.import_module(_TORCH_MODULE)  # runs the capture when it was not imported yet
+    if _captured:
+        return _captured[0]
     from torch._functorch import compilers, partitioners
 
-    for fn in (partitioners.min_cut_rematerialization_partition, compilers.min_cut_rematerialization_partition):  # type: ignore[attr-defined]  # compilers re-imports it
-        if not _is_fxcuts(fn):
-            found: Callable[..., PartitionResult] = fn
-            return found
+    for fn in (getattr(partitioners, _TORCH_NAME, None), getattr(compilers, _TORCH_NAME, None)):
+        if is_torchs_own(fn):
+            _captured.append(fn)  # type: ignore[arg-type]
+            return fn  # type: ignore[return-value]
     raise RuntimeError(
-        "fxcut: torch's min_cut_rematerialization_partition has been replaced by fxcut's everywhere, so "
-        "fxcut cannot hand a graph to torch's own partitioner; use fxcut.min_cut_rematerialization_partition "
-        "as the partition_fn instead of rebinding torch's"
+        "fxcut: torch's min_cut_rematerialization_partition has been replaced (by fxcut's, a partial or "
+        "a wrapper) before fxcut could take torch's own, so fxcut cannot hand a graph to torch's "
+        "partitioner; use fxcut.min_cut_rematerialization_partition as the partition_fn instead of "
+        "rebinding torch's"
     )
 
 
@@ -220,63 +312,29 @@ def torch_partition(
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
 ) -> PartitionResult:
-    """The running torch's own ``min_cut_rematerialization_partition``."""
-    min_cut_rematerialization_partition = _torchs_own_min_cut()
-    return min_cut_rematerialization_partition(
-        joint_module, joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
-        static_lifetime_input_indices=static_lifetime_input_indices,
-    )
+    """The one hand-off to torch: torch's own partitioner
+    (:func:`torchs_own_min_cut`) on ``joint_module``, which is restored
+    exactly as it was if torch's partitioner raises."""
+    partition = torchs_own_min_cut()
+    snapshot = ModuleSnapshot(joint_module) if isinstance(joint_module, fx.GraphModule) else None
+    try:
+        return partition(joint_module, joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
+                         static_lifetime_input_indices=static_lifetime_input_indices)
+    except BaseException:
+        if snapshot is not None:
+            snapshot.restore()
+        raise
 
 
 def note_fallback(reason: str) -> None:
     """fxcut met a graph it does not model and hands it to torch: one
-    warning per reason, counted."""
+    warning per reason (the caller counts the graph)."""
     log.info("fxcut: %s; using torch's partitioner for this graph", reason)
     _warn_once(f"unmodelled: {reason}", f"fxcut: {reason}; torch's own partitioner decides this graph",
                FallbackWarning)
-    _count("torch_unmodelled")
 
 
-def guarded_partition(
-    inner: Callable[..., PartitionResult],
-    joint_module: fx.GraphModule,
-    joint_inputs: Any,
-    compiler: str = "inductor",
-    *,
-    num_fwd_outputs: int,
-    static_lifetime_input_indices: list[int] | None = None,
-    verify: Any = None,
-    allow_untested: bool | None = None,
-    **kwargs: Any,
-) -> PartitionResult:
-    """``inner`` (fxcut's partition) behind the checks of this module."""
-    args = (joint_module, joint_inputs, compiler)
-    kw: dict[str, Any] = {"num_fwd_outputs": num_fwd_outputs,
-                          "static_lifetime_input_indices": static_lifetime_input_indices}
-    mode = verify_mode(verify)
-    if versions.current() is None and not _allow_untested(allow_untested):
-        version = versions.installed_version()
-        _warn_once(
-            "untested",
-            f"fxcut: torch {version} is outside fxcut's tested range {versions.tested_range()}; "
-            f"torch's own partitioner decides every graph.  Set {versions.ALLOW_UNTESTED_ENV}=1 "
-            "(or allow_untested=True) to run fxcut anyway, ideally with FXCUT_VERIFY=1.",
-            UntestedTorchWarning,
-        )
-        _count("torch_untested")
-        return torch_partition(*args, **kw)
-    if isinstance(joint_module, fx.GraphModule):
-        reason = unmodelled_feature(joint_module, versions.rules_or_nearest())
-        if reason is not None:
-            note_fallback(reason)
-            return torch_partition(*args, **kw)
-    if mode is None:
-        result = _fxcut_or_torch(inner, args, kw, kwargs)
-        if result is None:
-            return torch_partition(*args, **kw)
-        _count("fxcut")
-        return result
-    return _verified(inner, mode, args, kw, kwargs)
+# --------------------------------------------------------------------------- the guard
 
 
 #: What fxcut raising means a gap in fxcut (a torch it does not know, a graph
@@ -288,18 +346,120 @@ FXCUT_GAPS: tuple[type[BaseException], ...] = (
 )
 
 
-def _fxcut_or_torch(inner: Callable[..., PartitionResult], args: tuple[Any, ...], kw: dict[str, Any],
-                    kwargs: dict[str, Any]) -> PartitionResult | None:
-    """fxcut's partition, or None (after one warning naming the error) when
-    fxcut fails where torch's partitioner would not.  fxcut changes the
-    joint graph only once its decision is made, and only as torch's own
-    dead-code elimination, CSE and tag clean-up would: torch's partitioner
-    can take the graph as it is."""
-    try:
-        return inner(*args, **kw, **kwargs)
-    except FXCUT_GAPS as e:
-        note_fallback(f"fxcut failed on this graph ({type(e).__name__}: {e})")
-        return None
+@dataclass
+class Call:
+    """One call of the public entry, as torch's partitioner takes it."""
+
+    joint_module: fx.GraphModule
+    joint_inputs: Any
+    compiler: str
+    num_fwd_outputs: int
+    static_lifetime_input_indices: list[int] | None
+
+    def to_torch(self, joint_module: fx.GraphModule | None = None) -> PartitionResult:
+        return torch_partition(
+            self.joint_module if joint_module is None else joint_module, self.joint_inputs, self.compiler,
+            num_fwd_outputs=self.num_fwd_outputs, static_lifetime_input_indices=self.static_lifetime_input_indices,
+        )
+
+
+class Guard:
+    """The guard around one partition, used as ``with Guard(call, ...) as g:``.
+
+    On entry it decides who partitions: torch (an untested torch, a feature
+    fxcut does not model) or fxcut (``g.fxcut_decides``); the body then runs
+    fxcut's route and stores its modules in ``g.result``.  On exit it hands
+    the graph to torch where torch decides or where fxcut failed for a gap
+    of its own (:data:`FXCUT_GAPS`; the graph restored first), checks fxcut's
+    result against torch's in verify mode (default plans only), and counts
+    the graph once: ``fxcut``, ``verified``, ``mismatch``,
+    ``torch_untested`` or ``torch_unmodelled``.
+    """
+
+    def __init__(self, call: Call, *, verify: Any = None, allow_untested: bool | None = None,
+                 default_plan: bool = True) -> None:
+        self.call = call
+        self.mode = verify_mode(verify)
+        if self.mode is not None and not default_plan:
+            raise ValueError(
+                "verify mode checks fxcut against torch's exact decision; a plan with an objective "
+                "decides differently on purpose, so verify applies to the default plan only "
+                "(pass verify=False, or objective=None)"
+            )
+        self.allow_untested = allow_untested
+        self.result: PartitionResult | None = None
+        self.fxcut_decides = False
+        self._outcome = ""
+        self._reason = ""
+        self._snapshot: ModuleSnapshot | None = None
+        self._pristine: fx.GraphModule | None = None
+
+    def __enter__(self) -> Guard:
+        joint_module = self.call.joint_module
+        if versions.current() is None and not _allow_untested(self.allow_untested):
+            version = versions.installed_version()
+            _warn_once(
+                "untested",
+                f"fxcut: torch {version} is outside fxcut's tested range {versions.tested_range()}; "
+                f"torch's own partitioner decides every graph.  Set {versions.ALLOW_UNTESTED_ENV}=1 "
+                "(or allow_untested=True) to run fxcut anyway, ideally with FXCUT_VERIFY=1.",
+                UntestedTorchWarning,
+            )
+            self._outcome = "torch_untested"
+            return self
+        if isinstance(joint_module, fx.GraphModule):
+            reason = unmodelled_feature(joint_module, versions.rules_or_nearest())
+            if reason is not None:
+                self._outcome, self._reason = "torch_unmodelled", reason
+                return self
+            self._snapshot = ModuleSnapshot(joint_module)
+            if self.mode is not None:
+                self._pristine = copy_graph_module(joint_module)
+        self.fxcut_decides = True
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
+        if kind is not None:
+            if self._snapshot is not None:
+                self._snapshot.restore()
+            if not issubclass(kind, FXCUT_GAPS):
+                return False  # a bad input, or torch's own error: fxcut's answer
+            reason = str(error) if isinstance(error, NotImplementedError) else (
+                f"fxcut failed on this graph ({kind.__name__}: {error})")
+            self._outcome, self._reason = "torch_unmodelled", reason
+        if self._outcome:  # torch decides this graph
+            if self._reason:
+                note_fallback(self._reason)
+            _count(self._outcome)
+            self.result = self.call.to_torch()
+            return True
+        if self._pristine is None:
+            _count("fxcut")
+            return False
+        self.result = self._verified(self._pristine)
+        return False
+
+    def _verified(self, pristine: fx.GraphModule) -> PartitionResult:
+        """fxcut's result (in ``self.result``) checked against torch's own
+        partitioner on the pristine copy of the joint graph."""
+        got = self.result
+        assert got is not None
+        try:
+            expected = self.call.to_torch(copy_graph_module(pristine))
+        except BaseException:
+            if self._snapshot is not None:
+                self._snapshot.restore()  # as torch's error would leave it: fxcut's changes undone
+            raise
+        diff = compare(expected, got, pristine, num_fwd_outputs=self.call.num_fwd_outputs,
+                       static_lifetime_input_indices=self.call.static_lifetime_input_indices)
+        if diff is None:
+            _count("verified")
+            return got
+        _count("mismatch")
+        if self.mode == "raise":
+            raise diff
+        warnings.warn(f"{diff.diff}\nfxcut: using torch's partition of this graph", VerifyWarning, stacklevel=4)
+        return expected
 
 
 def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
@@ -307,24 +467,26 @@ def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
     return [n.name if isinstance(n, fx.Node) else repr(n) for n in output.args[0][num_fwd_outputs:]]
 
 
-def _verified(inner: Callable[..., PartitionResult], mode: str, args: tuple[Any, ...], kw: dict[str, Any],
-              kwargs: dict[str, Any]) -> PartitionResult:
+#: The meta keys torch's partitioner writes (or carries) on the forward and
+#: backward graphs' nodes that verify mode compares besides the code.
+COMPARED_META: tuple[str, ...] = ("recompute", "ac_graph_id", "partitioner_tag", "autograd_backward")
 
-    joint_module = args[0]
-    pristine = copy_graph_module(joint_module)
-    expected = torch_partition(copy_graph_module(joint_module), *args[1:], **kw)
-    got = _fxcut_or_torch(inner, args, kw, kwargs)
-    if got is None:
-        return expected
-    diff = compare(expected, got, pristine, **kw)
-    if diff is None:
-        _count("verified")
-        return got
-    _count("mismatch")
-    if mode == "raise":
-        raise diff
-    warnings.warn(f"{diff.diff}\nfxcut: using torch's partition of this graph", VerifyWarning, stacklevel=3)
-    return expected
+
+def _meta_diff(label: str, a: fx.GraphModule, b: fx.GraphModule, limit: int = 20) -> list[str]:
+    """The compared meta keys that differ, node by node (nodes matched by name)."""
+    theirs = {n.name: n for n in a.graph.nodes}
+    out = []
+    for node in b.graph.nodes:
+        other = theirs.get(node.name)
+        if other is None:
+            continue
+        for key in COMPARED_META:
+            x, y = other.meta.get(key), node.meta.get(key)
+            if x != y or (key in other.meta) != (key in node.meta):
+                out.append(f"    {label} {node.name}: meta[{key!r}] torch {x!r}, fxcut {y!r}")
+    if len(out) > limit:
+        out = out[:limit] + [f"    ... ({len(out) - limit} more)"]
+    return out
 
 
 def compare(
@@ -343,7 +505,8 @@ def compare(
     torch_saved = _saved_names(tfw, num_fwd_outputs)
     fxcut_saved = _saved_names(ffw, num_fwd_outputs)
     same_saved = torch_saved == fxcut_saved
-    if same_saved and tfw.code == ffw.code and tbw.code == fbw.code:
+    meta_lines = _meta_diff("forward", tfw, ffw) + _meta_diff("backward", tbw, fbw)
+    if same_saved and tfw.code == ffw.code and tbw.code == fbw.code and not meta_lines:
         return None
     version = versions.installed_version()
     lines = [f"fxcut's partition differs from torch {version}'s "
@@ -361,6 +524,9 @@ def compare(
     nodes = _explain(joint_module, only_torch + only_fxcut, num_fwd_outputs, static_lifetime_input_indices)
     for facts in nodes:
         lines.append("  " + facts["text"].replace("\n", "\n  "))
+    if meta_lines:
+        lines.append("  tags differ (torch -> fxcut):")
+        lines.extend(meta_lines)
     for label, a, b in (("forward", tfw, ffw), ("backward", tbw, fbw)):
         if a.code != b.code:
             lines.append(f"  {label} code differs (torch -> fxcut):")
@@ -398,12 +564,16 @@ __all__ = [
     "UntestedTorchWarning",
     "VERIFY_ENV",
     "VerifyWarning",
+    "COMPARED_META",
+    "Call",
+    "Guard",
     "compare",
-    "guarded_partition",
+    "is_torchs_own",
     "note_fallback",
     "partition_counts",
     "reset_counts",
     "torch_partition",
+    "torchs_own_min_cut",
     "unmodelled_feature",
     "verify_mode",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
@@ -22,9 +22,12 @@ from torch.fx.experimental.proxy_tensor import py_sym_types
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C
-from .ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, is_cast_op, is_impure, must_be_in_backward,
-                  triton_wrapper_op)
+from .ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, invoke_subgraph_has_effects, is_cast_op,
+                  is_impure, must_be_in_backward, triton_wrapper_op)
 from .versions import rules_or_nearest
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 KIND_OF_OP: dict[str, int] = {
     "placeholder": _C.KIND_PLACEHOLDER,
@@ -163,6 +166,7 @@ def _lower_nodes(
     target_flags = facts.flags
     kind_of_op = KIND_OF_OP
     convert = torch.ops.prims.convert_element_type.default
+    invoke_subgraph = getattr(torch.ops.higher_order, "invoke_subgraph", None)
     to_copy = torch.ops.aten._to_copy.default
     cast_bit = _C.F_CAST
     mask = _FLAGS_MASK
@@ -173,6 +177,8 @@ def _lower_nodes(
         if op == "call_function":
             target = node.target
             bits = target_flags(target)
+            if target is invoke_subgraph and invoke_subgraph_has_effects(node):
+                bits |= _C.F_WITH_EFFECTS
             if target is convert or (target is to_copy and is_cast_op(node)[0]):
                 bits |= cast_bit
         elif op == "placeholder":
@@ -395,3 +401,11 @@ def lower_for_partition(
     )
     arrays.seconds = time.perf_counter() - start
     return arrays
+
+
+def lower_plan(plan: Plan) -> GraphArrays:
+    """The route's lowering step: the graph array of ``plan``'s joint graph
+    as the planned dead-code elimination and CSE will leave it (the graph
+    itself is not modified)."""
+    return lower_for_partition(plan.graph, plan.facts, impure_random=plan.impure_random,
+                               removed=plan.prep.removed, replace=plan.prep.replace)

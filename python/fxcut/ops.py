@@ -237,9 +237,9 @@ class TargetFacts:
             bits |= F_CAT
         if target in (aten.lift_fresh_copy.default, aten.lift_fresh.default):
             bits |= F_LIFT_FRESH
-        if target is torch.ops.higher_order.with_effects or target is getattr(
-            torch.ops.higher_order, "invoke_subgraph", None
-        ):
+        if target is torch.ops.higher_order.with_effects:
+            # An invoke_subgraph is effectful only when its subgraph is
+            # (a per-node fact: see :func:`invoke_subgraph_has_effects`).
             bits |= F_WITH_EFFECTS
         if target in mutable_hop_targets():
             bits |= _C.F_MUTABLE_HOP
@@ -328,6 +328,19 @@ def dce_impure_random() -> bool:
 
         return bool(inductor_config.fallback_random)
     return True
+
+
+def invoke_subgraph_has_effects(node: fx.Node) -> bool:
+    """Whether torch takes this ``invoke_subgraph`` node as effectful (its
+    getitems then forced saved): only while tracing, when the compile's
+    invoke_subgraph cache records effects for the node's subgraph, as
+    torch's ``is_with_effects`` decides it."""
+    if torch._guards.TracingContext.try_get() is None:
+        return False
+    from torch._functorch._aot_autograd.utils import is_with_effects
+
+    return bool(is_with_effects(node))
+
 
 
 def mutated_inputs(node: fx.Node) -> list[fx.Node]:

@@ -149,6 +149,12 @@ def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
         if new.name != node.name:
             raise RuntimeError(f"copying renamed node {node.name!r} to {new.name!r}")
         remap[node] = new
-    out = fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    # A lazy module stays lazy: its code is generated when first needed (a
+    # graph Python cannot compile, such as a 250-deep literal in dead code,
+    # is partitioned all the same).
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    cls = _LazyGraphModule if isinstance(gm, _LazyGraphModule) else fx.GraphModule
+    out = cls(gm, graph, class_name=type(gm).__name__)
     out.meta = dict(gm.meta)
     return out

@@ -2,6 +2,10 @@
 
     page = render_html(decide_prepared(gm, num_fwd_outputs=1), title="mlp")
 
+The decision drawn is the partition's (:func:`fxcut.explain.partition_decision`
+over the partition's :class:`fxcut.plan.Plan`: the same DCE/CSE, budget and
+objective).
+
 Every node of the joint graph gets one of five classes (saved, recomputed in
 backward, forward only, backward, banned).  Nodes are collapsed into blocks
 (a model's outermost numbered layer, from the ``nn_module_stack`` meta, else
@@ -13,18 +17,19 @@ CSS, JS and SVG only: the page loads nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
 from typing import Any
 
 import torch.fx as fx
-from torch._functorch import config
 
 from .. import _C
-from ..core import Decision, decide, plan_and_lower
-from ..explain import placement
+from ..core import Decision
+from ..explain import partition_decision, placement
 from ..lower import value_nbytes
+from ..plan import Plan, make_plan
 
 #: The classes, in legend order, with their colours.
 CLASSES: dict[str, tuple[str, str]] = {
@@ -42,14 +47,16 @@ _LAYER = re.compile(r"^(.*?[.\[]'?(\d+)'?\]?)(?:[.\[]|$)")
 
 
 def decide_prepared(joint_module: fx.GraphModule, *, num_fwd_outputs: int,
-                    static_lifetime_input_indices: list[int] | None = None, **_: Any) -> Decision:
-    """The decision on ``joint_module`` as the partitioner prepares it (dead
-    code removed, CSE when config.cse; planned, ``joint_module`` is not
-    modified), as explain makes it."""
-    graph = joint_module.graph
-    arrays = plan_and_lower(graph, cse=bool(config.cse))[1]
-    return decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static_lifetime_input_indices,
-                  arrays=arrays)
+                    static_lifetime_input_indices: list[int] | None = None, plan: Plan | None = None,
+                    **_: Any) -> Decision:
+    """The partitioner's decision on ``joint_module`` under its ``plan``
+    (made from the arguments when None), with the values it saves;
+    ``joint_module`` is not modified."""
+    if plan is None:
+        plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
+                         static_lifetime_input_indices=static_lifetime_input_indices)
+    chosen, saved = partition_decision(plan)
+    return dataclasses.replace(chosen.decision, saved=saved)
 
 
 def _infer_num_fwd_outputs(d: Decision) -> int:
