@@ -564,15 +564,16 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = True) -> dict[str, fl
         stack.enter_context(clock.wrap(tp, "_extract_fwd_bwd_modules", "extract"))
         if fxcut_side:
             from fxcut import budget as fb
-            from fxcut import core as fcore
+            from fxcut import build as fbuild
+            from fxcut import lower as flower
             from fxcut import prepare as fprep
 
             stack.enter_context(clock.wrap(fprep, "plan", "plan"))
-            # the partitioner lowers through core.plan_and_lower
-            stack.enter_context(clock.wrap(fcore, "lower_for_partition", "lower"))
+            # the route lowers through lower.lower_plan
+            stack.enter_context(clock.wrap(flower, "lower_for_partition", "lower"))
             stack.enter_context(clock.wrap(fb, "decide_with_budget", "decide"))
             stack.enter_context(clock.wrap(fprep, "apply", "apply"))
-            stack.enter_context(clock.wrap(fp, "_build_modules", "build_modules"))
+            stack.enter_context(clock.wrap(fbuild, "build_modules", "build_modules"))
             fn = fp.min_cut_rematerialization_partition
         else:
             stack.enter_context(clock.wrap(fx.Graph, "eliminate_dead_code", "dce", top=True))

@@ -55,7 +55,7 @@ PHASES: list[tuple[str, str, str]] = [
     ("fxcut: lowering", "fxcut/lower.py", "lower_for_partition"),
     ("fxcut: decision (lowered -> C core)", "fxcut/budget.py", "decide_with_budget"),
     ("fxcut: prepare.apply (DCE + CSE in place, joint recompile)", "fxcut/prepare.py", "apply"),
-    ("fxcut: _build_modules", "fxcut/partition.py", "_build_modules"),
+    ("fxcut: build.build_modules", "fxcut/build.py", "build_modules"),
     ("fxcut: extract.build_modules", "fxcut/extract.py", "build_modules"),
     ("fxcut: extract selection (what survives)", "fxcut/extract.py", "_select"),
     ("torch: fx_graph_cse", "torch/_functorch/compile_utils.py", "fx_graph_cse"),

@@ -30,7 +30,7 @@ FIDELITY_FILES = frozenset({
     "test_partition_zoo.py", "test_partition_random.py", "test_budget.py", "test_zero3_walk.py",
     "test_prepare.py", "test_versions.py", "test_verify.py", "test_extract_identity.py", "test_graph_untouched.py",
     # readers of the partition's plan (issue 16, item 3) and the route's defects (item 8)
-    "test_explain.py", "test_html.py", "test_route_defects.py",
+    "test_explain.py", "test_html.py", "test_route_defects.py", "test_plan.py",
 })
 
 
