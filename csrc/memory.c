@@ -382,13 +382,15 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
                               "saved node %d cannot be computed in the "
                               "forward (it depends on a tangent or must be "
                               "in the backward)", (int)i);
-    /* the saved values are forward outputs too */
-    for (int32_t i = 0; i < n; i++)
+    /* the forward's dead-code elimination: its outputs are the forward
+     * outputs and the saved values */
+    for (int32_t i = 0; i < n; i++) {
         if ((s->mark[i] & M_SAVED) != 0)
             s->mark[i] |= M_NEEDED;
+        else
+            s->mark[i] &= (uint8_t)~M_NEEDED;
+    }
     {
-        /* keep_needed clears M_NEEDED first: seed it through a pass of our
-         * own instead */
         for (int32_t k = 0; k < nfo; k++)
             if (g->outputs[k] >= 0)
                 s->mark[g->outputs[k]] |= M_NEEDED;

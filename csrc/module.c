@@ -547,6 +547,10 @@ static int module_exec(PyObject *module)
                                         "KnapsackResult");
     if (st->knapsack_type == NULL)
         return -1;
+    st->memory_type = new_result_type(module, &fxcut_memory_desc,
+                                      "MemoryResult");
+    if (st->memory_type == NULL)
+        return -1;
     for (size_t k = 0; k < sizeof constants / sizeof constants[0]; k++) {
         PyObject *v = PyLong_FromLongLong(constants[k].value);
         if (v == NULL || PyModule_AddObjectRef(module, constants[k].name,
@@ -579,7 +583,8 @@ static int state_refs(PyObject *module, visitproc visit, void *arg)
     PyObject **refs[] = {&st->infinite_cut_error,
                          (PyObject **)&st->decision_type,
                          (PyObject **)&st->plan_type,
-                         (PyObject **)&st->knapsack_type};
+                         (PyObject **)&st->knapsack_type,
+                         (PyObject **)&st->memory_type};
     for (size_t k = 0; k < sizeof refs / sizeof refs[0]; k++) {
         if (visit != NULL)
             Py_VISIT(*refs[k]);
