@@ -9,7 +9,8 @@
 
 const char fxcut_py_memory_simulate_doc[] =
 "memory_simulate($module, graph, /, *, num_fwd_outputs, saved,\n"
-"                storage_of=None, flops=None, timeline=False)\n--\n\n"
+"                storage_of=None, flops=None, marks=None, timeline=False)\n"
+"--\n\n"
 "The live activation bytes of the forward and backward modules the\n"
 "decision `saved` produces (the semantics: csrc/fxcut.h, above\n"
 "fxcut_memory_options).\n\n"
@@ -17,6 +18,7 @@ const char fxcut_py_memory_simulate_doc[] =
 "many of graph.outputs are forward outputs.  saved: int32 node indices.\n"
 "storage_of: None or n int32, the node whose storage node i's value shares\n"
 "(<= i).  flops: None or n int64, the cost of running each node once.\n"
+"marks: None or n bytes of X_* bits (X_MUST_FW, X_COPY).\n"
 "timeline: also return the schedule and the live bytes at each step.\n"
 "Returns a MemoryResult: peak_bytes, peak_step, fw_peak_bytes,\n"
 "bw_peak_bytes, saved_bytes, recompute_flops, recompute_bytes,\n"
@@ -91,13 +93,15 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
                                    PyObject *kwargs)
 {
     static char *keywords[] = {"", "num_fwd_outputs", "saved", "storage_of",
-                               "flops", "timeline", NULL};
+                               "flops", "marks", "timeline", NULL};
     PyObject *graph = NULL, *num_fwd = NULL, *saved_obj = NULL;
     PyObject *storage_obj = Py_None, *flops_obj = Py_None;
+    PyObject *marks_obj = Py_None;
     int timeline = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOp:memory_simulate",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOp:memory_simulate",
                                      keywords, &graph, &num_fwd, &saved_obj,
-                                     &storage_obj, &flops_obj, &timeline))
+                                     &storage_obj, &flops_obj, &marks_obj,
+                                     &timeline))
         return NULL;
     if (num_fwd == NULL || saved_obj == NULL) {
         PyErr_Format(PyExc_TypeError,
@@ -121,7 +125,8 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
         return NULL;
     const int32_t n = gb.graph.n;
     PyObject *result = NULL;
-    void *saved = NULL, *storage = NULL, *flops = NULL, *block = NULL;
+    void *saved = NULL, *storage = NULL, *flops = NULL, *marks = NULL;
+    void *block = NULL;
     Py_ssize_t n_saved = 0, len = 0;
     if (fxcut_copy_buffer(saved_obj, "saved", 4, -1, 0, &saved,
                           &n_saved) < 0 ||
@@ -129,7 +134,9 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
          fxcut_copy_buffer(storage_obj, "storage_of", 4, n, 0, &storage,
                            &len) < 0) ||
         (flops_obj != Py_None &&
-         fxcut_copy_buffer(flops_obj, "flops", 8, n, 0, &flops, &len) < 0))
+         fxcut_copy_buffer(flops_obj, "flops", 8, n, 0, &flops, &len) < 0) ||
+        (marks_obj != Py_None &&
+         fxcut_copy_buffer(marks_obj, "marks", 1, n, 0, &marks, &len) < 0))
         goto out;
     if (n_saved > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError,
@@ -148,7 +155,7 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     r.live_bytes = (int64_t *)block;
     r.schedule = (int32_t *)(r.live_bytes + 2 * m);
     r.recomputed = (uint8_t *)(r.schedule + 2 * m);
-    fxcut_memory_options opt = {(int32_t)nfwd, storage, flops};
+    fxcut_memory_options opt = {(int32_t)nfwd, storage, flops, marks};
     fxcut_error err = {0, -1, {0}};
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -162,7 +169,7 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     result = build_result(module, &r, n, timeline);
 out:
     {
-        void *const owned[] = {saved, storage, flops, block};
+        void *const owned[] = {saved, storage, flops, marks, block};
         fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
     }
     fxcut_release_graph(&gb);

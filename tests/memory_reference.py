@@ -19,10 +19,19 @@ import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
 
+def _nbytes(s: Any) -> int:
+    b = s.nbytes()
+    if isinstance(b, torch.SymInt):  # dynamic shapes: the size hint, as the partitioner sizes it
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+        return int(optimization_hint(b, fallback=4096))
+    return int(b)
+
+
 def _refs(val: Any) -> list[tuple[StorageWeakRef, int]]:
     if isinstance(val, torch.Tensor):
         s = val.untyped_storage()
-        return [(StorageWeakRef(s), s.nbytes())]
+        return [(StorageWeakRef(s), _nbytes(s))]
     if isinstance(val, (list, tuple)):
         return [r for x in val for r in _refs(x) if isinstance(x, torch.Tensor)]
     return []
@@ -92,3 +101,16 @@ def reference_peaks(joint: fx.GraphModule, fw: fx.GraphModule, bw: fx.GraphModul
     fw_peak, _ = module_peak(fw, free, held_inputs=False)
     bw_peak, _ = module_peak(bw, free, held_inputs=True)
     return fw_peak, bw_peak
+
+
+def reference_saved_bytes(joint: fx.GraphModule, bw: fx.GraphModule) -> int:
+    """Bytes of the backward's saved inputs: its placeholders' storages, once,
+    less the graph inputs'."""
+    free = input_storages(joint)
+    seen: dict[StorageWeakRef, int] = {}
+    for n in bw.graph.nodes:
+        if n.op == "placeholder":
+            for r, b in _refs(n.meta.get("val")):
+                if r not in free:
+                    seen[r] = b
+    return sum(seen.values())

@@ -102,6 +102,8 @@ TAG_PREFER_RECOMPUTE: int
 TAG_PREFER_SAVE: int
 WEIGHT_INF: int
 WEIGHT_NONE: int
+X_COPY: int
+X_MUST_FW: int
 
 class Decision(tuple[Any, ...]):
     """What partition_decide decided, by node index (a struct sequence)."""
@@ -196,6 +198,7 @@ def memory_simulate(
     saved: Buffer,
     storage_of: Buffer | None = None,
     flops: Buffer | None = None,
+    marks: Buffer | None = None,
     timeline: bool = False,
 ) -> MemoryResult: ...
 def partition_decide(

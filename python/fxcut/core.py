@@ -328,13 +328,14 @@ def memory_simulate(
     num_fwd_outputs: int,
     storage_of: array[int] | None = None,
     flops: array[int] | None = None,
+    marks: bytes | None = None,
     timeline: bool = False,
 ) -> _C.MemoryResult:
     """The C memory model (``fxcut._C.memory_simulate``) over ``arrays`` for
     the decision that saves node indices ``saved``; errors name the node."""
     try:
         return _C.memory_simulate(arrays, num_fwd_outputs=num_fwd_outputs, saved=array("i", saved),
-                                  storage_of=storage_of, flops=flops, timeline=timeline)
+                                  storage_of=storage_of, flops=flops, marks=marks, timeline=timeline)
     except (ValueError, IndexError, OverflowError, SystemError, MemoryError) as e:
         node = getattr(e, "node", -1)
         if isinstance(node, int) and 0 <= node < len(arrays):

@@ -21,7 +21,7 @@ import torch
 import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from . import core
+from . import _C, core
 from .budget import RuntimeEstimates
 from .lower import GraphArrays
 
@@ -87,6 +87,20 @@ def node_flops(arrays: GraphArrays, estimates: RuntimeEstimates | None = None) -
     return out
 
 
+def extraction_marks(arrays: GraphArrays) -> bytes:
+    """Per node, what torch's module extraction knows beyond the graph array
+    (``_C.X_*`` bits): ``X_MUST_FW`` for ``_must_be_in_forward`` (a mutable
+    op not tagged for the backward, or ``partitioner_tag ==
+    "must_be_in_forward"``), ``X_COPY`` for ``aten.copy_`` (which the
+    backward's reordering emits early)."""
+    from .extract import _placement
+
+    must_fw, _ = _placement(arrays.nodes)
+    copy_ = torch.ops.aten.copy_.default
+    return bytes((_C.X_MUST_FW if must_fw[n] else 0) | (_C.X_COPY if n.target is copy_ else 0)
+                 for n in arrays.nodes)
+
+
 @dataclass(frozen=True)
 class TimelineStep:
     node: str
@@ -112,11 +126,12 @@ class MemoryEstimate:
 
 def simulate(graph_arrays: GraphArrays, saved: Sequence[int | fx.Node], num_fwd_outputs: int, *,
              storage: array[int] | None = None, flops: array[int] | None = None,
-             timeline: bool = False) -> MemoryEstimate:
+             marks: bytes | None = None, timeline: bool = False) -> MemoryEstimate:
     """The memory model of the decision saving ``saved`` (node indices or
     nodes of ``graph_arrays``).  ``storage`` (:func:`storage_of`) and
-    ``flops`` (:func:`node_flops`) are computed when not given; pass them
-    to evaluate several decisions over one graph."""
+    ``flops`` (:func:`node_flops`) and ``marks`` (:func:`extraction_marks`)
+    are computed when not given; pass them to evaluate several decisions
+    over one graph."""
     index = graph_arrays.index
     idx = []
     for x in saved:
@@ -130,8 +145,10 @@ def simulate(graph_arrays: GraphArrays, saved: Sequence[int | fx.Node], num_fwd_
         storage = storage_of(graph_arrays)
     if flops is None:
         flops = node_flops(graph_arrays)
+    if marks is None:
+        marks = extraction_marks(graph_arrays)
     r = core.memory_simulate(graph_arrays, idx, num_fwd_outputs=num_fwd_outputs, storage_of=storage,
-                             flops=flops, timeline=timeline)
+                             flops=flops, marks=marks, timeline=timeline)
     nodes = graph_arrays.nodes
     steps: list[TimelineStep] | None = None
     peak_node = peak_phase = None
@@ -151,4 +168,4 @@ def simulate(graph_arrays: GraphArrays, saved: Sequence[int | fx.Node], num_fwd_
     )
 
 
-__all__ = ["MemoryEstimate", "TimelineStep", "node_flops", "simulate", "storage_of"]
+__all__ = ["MemoryEstimate", "TimelineStep", "extraction_marks", "node_flops", "simulate", "storage_of"]
