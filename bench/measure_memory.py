@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,27 +49,41 @@ def _boxed(bw_module: fx.GraphModule) -> fx.GraphModule:
     return fx.GraphModule(bw_module, graph)
 
 
-def _allocations(prof: Any) -> list[tuple[int, int, bool]]:
-    """(time ns, signed bytes, transient) of every CPU allocation and free,
-    in order.  Transient: a block allocated and freed inside one top-level
-    op (its outermost aten op in the profiler's event tree) -- workspace
-    the op used internally, which no graph value ever holds."""
+_PHASES = ("fxcut.forward", "fxcut.backward")
+
+
+def _allocations(prof: Any) -> list[tuple[int, int, str, str]]:
+    """(time ns, signed bytes, transient op, phase) of every CPU allocation and
+    free, in order.  Transient: a block allocated and freed inside one
+    top-level op (its outermost aten op in the profiler's event tree) --
+    workspace the op used internally, which no graph value ever holds.
+    Transient op: the top-level op's name for a transient block, else "".
+    Phase: inside the forward's or the backward's record_function range."""
     from torch._C._profiler import _EventType
 
     found: list[tuple[int, int, int, int]] = []  # time, size, ptr, top op id
+    ranges: dict[str, tuple[int, int]] = {}
+    op_names: dict[int, str] = {}
+    stack = [(root, -1) for root in prof.profiler.kineto_results.experimental_event_tree()]
+    while stack:
+        n, top = stack.pop()
+        if n.tag == _EventType.TorchOp:
+            name = n.name
+            if name in _PHASES:
+                ranges[name.split(".")[1]] = (n.start_time_ns, n.end_time_ns)
+            elif top < 0:
+                top = id(n)
+                op_names[top] = name
+        if n.tag == _EventType.Allocation and n.extra_fields.device.type == "cpu":
+            found.append((n.start_time_ns, int(n.extra_fields.alloc_size), int(n.extra_fields.ptr), top))
+        stack.extend((c, top) for c in n.children)
 
-    def walk(node: Any, top: int) -> None:
-        stack = [(node, top)]
-        while stack:
-            n, t = stack.pop()
-            if t < 0 and n.tag == _EventType.TorchOp:
-                t = id(n)
-            if n.tag == _EventType.Allocation and n.extra_fields.device.type == "cpu":
-                found.append((n.start_time_ns, int(n.extra_fields.alloc_size), int(n.extra_fields.ptr), t))
-            stack.extend((c, t) for c in n.children)
+    def phase(t: int) -> str:
+        for name, (a, b) in ranges.items():
+            if a <= t <= b:
+                return name
+        return "between"
 
-    for root in prof.profiler.kineto_results.experimental_event_tree():
-        walk(root, -1)
     found.sort(key=lambda e: e[0])
     transient: set[int] = set()
     open_at: dict[int, tuple[int, int]] = {}  # ptr -> (index of its allocation, top op)
@@ -81,13 +94,16 @@ def _allocations(prof: Any) -> list[tuple[int, int, bool]]:
             j, top_alloc = open_at.pop(ptr)
             if top_alloc >= 0 and top_alloc == top:
                 transient.update((j, k))
-    return [(t, size, k in transient) for k, (t, size, _, _) in enumerate(found)]
+    return [(t, size, op_names.get(top, "") if k in transient else "", phase(t))
+            for k, (t, size, _, top) in enumerate(found)]
 
 
 def _run_pair(fw_module: fx.GraphModule, bw: fx.GraphModule, fw_args: Sequence[Any],
-              tangents: Sequence[Any], n_saved: int, marks: list[int]) -> None:
-    outs = fw_module(*fw_args)
-    marks.append(time.perf_counter_ns())
+              tangents: Sequence[Any], n_saved: int) -> None:
+    from torch.profiler import record_function
+
+    with record_function(_PHASES[0]):
+        outs = fw_module(*fw_args)
     saved = list(outs[len(outs) - n_saved:])
     del outs  # the forward outputs die here; the saved values live on in `args`
     values = [x for x in saved if isinstance(x, torch.Tensor)]
@@ -95,8 +111,36 @@ def _run_pair(fw_module: fx.GraphModule, bw: fx.GraphModule, fw_args: Sequence[A
     del saved
     args = syms + values + list(tangents)
     del values, syms
-    grads = bw(args)
+    with record_function(_PHASES[1]):
+        grads = bw(args)
     del grads
+
+
+def _measure(fw_module: fx.GraphModule, bw_module: fx.GraphModule, fw_args: Sequence[Any],
+             tangents: Sequence[Any]) -> list[tuple[int, int, str, str]]:
+    from torch.profiler import ProfilerActivity, profile
+
+    bw = _boxed(bw_module)
+    n_bw_inputs = sum(1 for n in bw_module.graph.nodes if n.op == "placeholder")
+    n_saved = n_bw_inputs - len(tangents)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                 with_stack=True) as prof:
+        _run_pair(fw_module, bw, fw_args, tangents, n_saved)
+    return _allocations(prof)
+
+
+def _replay(events: list[tuple[int, int, str, str]], without_workspace: bool
+            ) -> tuple[int, list[tuple[float, int, str]]]:
+    live = peak = 0
+    timeline: list[tuple[float, int, str]] = []
+    t0 = events[0][0] if events else 0
+    for t, delta, transient_op, phase in events:
+        if without_workspace and transient_op:
+            continue
+        live += delta
+        peak = max(peak, live)
+        timeline.append(((t - t0) / 1e6, live, phase))
+    return peak, timeline
 
 
 def measured_peak(fw_module: fx.GraphModule, bw_module: fx.GraphModule, fw_args: Sequence[Any],
@@ -106,33 +150,20 @@ def measured_peak(fw_module: fx.GraphModule, bw_module: fx.GraphModule, fw_args:
     values and ``tangents`` (the caller keeps references to both argument
     lists: inputs are not counted) and return the peak bytes allocated
     beyond the start, and the timeline: (milliseconds from the start, live
-    bytes after the event, "forward" / "backward") per allocation or free.
-    ``without_workspace``: leave out blocks allocated and freed inside one
-    top-level op (what the memory model does not model)."""
-    from torch.profiler import ProfilerActivity, profile
+    bytes after the event, "forward" / "backward" / "between") per
+    allocation or free.  ``without_workspace``: leave out blocks allocated
+    and freed inside one top-level op (what the memory model does not
+    model)."""
+    return _replay(_measure(fw_module, bw_module, fw_args, tangents), without_workspace)
 
-    bw = _boxed(bw_module)
-    n_bw_inputs = sum(1 for n in bw_module.graph.nodes if n.op == "placeholder")
-    n_saved = n_bw_inputs - len(tangents)
-    marks: list[int] = []
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                 with_stack=True) as prof:
-        start = time.perf_counter_ns()
-        _run_pair(fw_module, bw, fw_args, tangents, n_saved, marks)
-    events = _allocations(prof)
-    live = peak = 0
-    timeline: list[tuple[float, int, str]] = []
-    t0 = events[0][0] if events else 0
-    # The profiler's clock is not perf_counter's: split at the forward's end by
-    # the relative offset of the mark within the run.
-    split = marks[0] - start if marks else 0
-    for t, delta, transient in events:
-        if without_workspace and transient:
-            continue
-        live += delta
-        peak = max(peak, live)
-        timeline.append(((t - t0) / 1e6, live, "forward" if t - t0 <= split else "backward"))
-    return peak, timeline
+
+def workspace_by_op(events: list[tuple[int, int, str, str]]) -> dict[str, int]:
+    """The largest transient block each op allocated."""
+    out: dict[str, int] = {}
+    for _, size, op, _ in events:
+        if op and size > 0:
+            out[op] = max(out.get(op, 0), size)
+    return out
 
 
 # --------------------------------------------------------------------------- the zoo
@@ -180,13 +211,15 @@ def zoo_row(name: str) -> dict[str, Any]:
     tangents = [materialize(n.meta.get("val"), gen) for n in bw.graph.nodes
                 if n.op == "placeholder" and n.name.startswith("tangents")]
     with torch.no_grad():
-        peak, timeline = measured_peak(fw, bw, fw_args, tangents)
+        events = _measure(fw, bw, fw_args, tangents)
         peak2, _ = measured_peak(fw, bw, fw_args, tangents)
-        lasting, _ = measured_peak(fw, bw, fw_args, tangents, without_workspace=True)
+    peak, timeline = _replay(events, False)
+    lasting, _ = _replay(events, True)
+    ws = sorted(workspace_by_op(events).items(), key=lambda kv: -kv[1])[:2]
     fw_measured = max((b for _, b, ph in timeline if ph == "forward"), default=0)
     return {"name": name, "nodes": len(arrays), "simulated": est.peak_bytes, "sim_fw": est.fw_peak_bytes,
             "sim_bw": est.bw_peak_bytes, "measured": peak, "measured_fw": fw_measured, "repeat": peak2,
-            "lasting": lasting,
+            "lasting": lasting, "workspace": ", ".join(f"{op} {b:,}" for op, b in ws),
             "saved": est.saved_bytes, "peak_at": f"{est.peak_phase}:{est.peak_node}", "estimate": est,
             "timeline": timeline}
 
@@ -194,8 +227,9 @@ def zoo_row(name: str) -> dict[str, Any]:
 def _markdown(rows: list[dict[str, Any]], command: str) -> str:
     lines = [
         "| model | nodes | simulated peak (B) | measured peak (B) | sim / measured | measured without op "
-        "workspace (B) | sim / that | sim fw / bw peak (B) | measured fw peak (B) | saved (B) | model's peak at |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "workspace (B) | sim / that | sim fw / bw peak (B) | measured fw peak (B) | saved (B) | model's peak at "
+        "| largest op workspace (B) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         ratio = r["simulated"] / r["measured"] if r["measured"] else float("nan")
@@ -204,7 +238,7 @@ def _markdown(rows: list[dict[str, Any]], command: str) -> str:
         lines.append(f"| {r['name']} | {r['nodes']} | {r['simulated']:,} | {r['measured']:,} | {ratio:.3f}{flag} "
                      f"| {r['lasting']:,} | {r2:.3f} "
                      f"| {r['sim_fw']:,} / {r['sim_bw']:,} | {r['measured_fw']:,} | {r['saved']:,} "
-                     f"| {r['peak_at']} |")
+                     f"| {r['peak_at']} | {r['workspace']} |")
     return "\n".join(lines) + f"\n\nCommand: `{command}`\n"
 
 
