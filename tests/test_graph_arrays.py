@@ -413,6 +413,8 @@ SIGNATURES = {
                    "input_storage=None, force_save=None, fuse_a=None, fuse_b=None)",
     "knapsack": "(memory, runtime, max_memory, solver, /)",
     "aggressive_options": "(options, /)",
+    "memory_simulate": "(graph, /, *, num_fwd_outputs, saved, storage_of=None, flops=None, marks=None, "
+                       "timeline=False)",
 }
 
 

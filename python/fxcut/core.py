@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -351,6 +351,28 @@ def param_alias_walk(arrays: GraphArrays, params: array[int]) -> bytes:
     cast of one of the nodes ``params`` (indices, increasing), transitively."""
     marks: bytes = _C.param_alias_walk(arrays, params)
     return marks
+
+
+def memory_simulate(
+    arrays: GraphArrays,
+    saved: Sequence[int],
+    *,
+    num_fwd_outputs: int,
+    storage_of: array[int] | None = None,
+    flops: array[int] | None = None,
+    marks: bytes | None = None,
+    timeline: bool = False,
+) -> _C.MemoryResult:
+    """The C memory model (``fxcut._C.memory_simulate``) over ``arrays`` for
+    the decision that saves node indices ``saved``; errors name the node."""
+    try:
+        return _C.memory_simulate(arrays, num_fwd_outputs=num_fwd_outputs, saved=array("i", saved),
+                                  storage_of=storage_of, flops=flops, marks=marks, timeline=timeline)
+    except (ValueError, IndexError, OverflowError, SystemError, MemoryError) as e:
+        node = getattr(e, "node", -1)
+        if isinstance(node, int) and 0 <= node < len(arrays):
+            e.args = (f"{e} [node {node} is {arrays.nodes[node].name!r}]",)
+        raise
 
 
 def _explain_conflict(err: _C.InfiniteCutError, arrays: GraphArrays) -> None:
