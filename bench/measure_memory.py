@@ -199,21 +199,17 @@ def zoo_row(name: str, budget: float | None = None) -> dict[str, Any]:
     (``budget``) torch's decision at that activation memory budget."""
     import zoo
     from fxcut import memory, partition
-    from fxcut.budget import decide_with_budget
+    from fxcut.plan import make_plan
 
     cap = zoo.capture(name)
     gm = cap.fresh()
     nfo = cap.num_fwd_outputs
     statics = cap.partition_kwargs.get("static_lifetime_input_indices")
-    plan = partition.plan_partition(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
-    fw, bw = partition.apply_partition(gm, plan, num_fwd_outputs=nfo, joint_inputs=cap.joint_inputs)
-    arrays = plan.chosen.decision.arrays
-    saved = list(plan.chosen.saved)
-    if budget is not None:
-        chosen = decide_with_budget(gm.graph, budget, num_fwd_outputs=nfo, static_lifetime_input_indices=statics,
-                                    arrays=arrays)
-        saved = list(chosen.saved)
-        fw, bw = partition._build_modules(gm, [arrays.nodes[i] for i in saved], nfo, [], False, False)
+    plan = make_plan(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics, budget=budget)
+    routed = partition.route(plan, cap.joint_inputs)
+    fw, bw = routed.modules
+    arrays = routed.decision.decision.arrays
+    saved = list(routed.saved)
     est = memory.simulate(arrays, saved, nfo, timeline=True)
     gen = torch.Generator().manual_seed(0)
     fw_args = [materialize(n.meta.get("val"), gen) for n in fw.graph.nodes if n.op == "placeholder"]

@@ -70,22 +70,32 @@ def _op_name(target: Any) -> str:
     return str(name).split(".")[0]
 
 
+def _decide(gm: Any, nfo: int, statics: Any) -> Any:
+    """torch's decision for ``gm`` as the partitioner makes it (read only)."""
+    from fxcut.budget import decide_plan
+    from fxcut.lower import lower_plan
+    from fxcut.plan import make_plan
+
+    plan = make_plan(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
+    return decide_plan(plan, lower_plan(plan))
+
+
 def row(name: str) -> dict[str, Any]:
     import zoo
-    from fxcut import _C, memory, partition, recompute_param_aliases
+    from fxcut import _C, memory, recompute_param_aliases
 
     cap = zoo.capture(name)
     gm = cap.fresh()
     nfo = cap.num_fwd_outputs
     tagged = recompute_param_aliases(gm.graph, cap.param_indices)
     statics = cap.partition_kwargs.get("static_lifetime_input_indices")
-    plan = partition.plan_partition(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
-    arrays = plan.chosen.decision.arrays
+    chosen = _decide(gm, nfo, statics)
+    arrays = chosen.decision.arrays
     closure = {arrays.index[n] for n in tagged if n in arrays.index}
     storage = memory.storage_of(arrays)
     flops = memory.node_flops(arrays)
     marks = memory.extraction_marks(arrays)
-    est = memory.simulate(arrays, list(plan.chosen.saved), nfo, storage=storage, flops=flops, marks=marks)
+    est = memory.simulate(arrays, list(chosen.saved), nfo, storage=storage, flops=flops, marks=marks)
     recomputed = {arrays.index[n] for n in est.recomputed}
     beyond = recomputed - closure
     # of those, what the user's checkpointing asks for (recompute tags the walk did not set)
@@ -95,8 +105,8 @@ def row(name: str) -> dict[str, Any]:
     total_flops = sum(flops)
     # the same decision without the walk: what the min-cut recomputes on its own
     plain_gm = cap.fresh()
-    plain = partition.plan_partition(plain_gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
-    plain_est = memory.simulate(plain.chosen.decision.arrays, list(plain.chosen.saved), nfo)
+    plain = _decide(plain_gm, nfo, statics)
+    plain_est = memory.simulate(plain.decision.arrays, list(plain.saved), nfo)
     same_as_plain = sorted(n.name for n in est.recomputed) == sorted(n.name for n in plain_est.recomputed)
     return {
         "plain_recomputed": len(plain_est.recomputed), "plain_saved": plain_est.saved_bytes,

@@ -18,8 +18,10 @@ import torch.fx as fx
 from torch.utils._ordered_set import OrderedSet
 
 import zoo
-from fxcut import _C, extract, memory, partition
-from fxcut.budget import decide_with_budget
+from fxcut import _C, build, extract, memory, partition
+from fxcut.budget import decide_plan, decide_with_budget
+from fxcut.lower import lower_plan
+from fxcut.plan import make_plan
 from fxcut.lower import GraphArrays, lower_for_partition
 from fxcut.ops import default_facts
 from memory_reference import reference_peaks, reference_saved_bytes
@@ -30,7 +32,7 @@ aten = torch.ops.aten
 
 def _torch_modules(gm: fx.GraphModule, saved: list[fx.Node], nfo: int) -> tuple[fx.GraphModule, fx.GraphModule]:
     """torch's own extraction passes (not fxcut's builder) for ``saved``."""
-    return partition._torch_build_modules(gm, extract.split_saved(saved), nfo, OrderedSet(), False, False)
+    return build.torch_build_modules(gm, extract.split_saved(saved), nfo, OrderedSet(), False, False)
 
 
 def _tangent_dependent(arrays: GraphArrays) -> list[bool]:
@@ -73,11 +75,11 @@ def test_zoo_model_equals_the_reference_on_the_built_modules(name: str) -> None:
     gm = cap.fresh()
     nfo = cap.num_fwd_outputs
     statics = cap.partition_kwargs.get("static_lifetime_input_indices")
-    plan = partition.plan_partition(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
-    partition.apply_partition(gm, plan, num_fwd_outputs=nfo, joint_inputs=cap.joint_inputs)
-    arrays = plan.chosen.decision.arrays
+    routed = partition.route(make_plan(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics),
+                             cap.joint_inputs)
+    arrays = routed.decision.decision.arrays
     storage = memory.storage_of(arrays)
-    torch_saved = list(plan.chosen.saved)
+    torch_saved = list(routed.saved)
     decisions = {"torch": torch_saved, "save everything": _save_everything(arrays)}
     # torch's decision plus every other value it recomputes, saved instead
     recomputed = memory.simulate(arrays, torch_saved, nfo, storage=storage,
@@ -110,14 +112,14 @@ def test_random_graph_equals_the_reference(seed: int) -> None:
     _consistent_getitems(gm)
     nfo = rj.num_fwd_outputs
     try:
-        plan = partition.plan_partition(gm, num_fwd_outputs=nfo,
-                                        static_lifetime_input_indices=rj.static_lifetime_input_indices)
+        plan = make_plan(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=rj.static_lifetime_input_indices)
+        chosen = decide_plan(plan, lower_plan(plan))
     except _C.InfiniteCutError:
         pytest.skip("conflicting tags: no decision to simulate")  # about 1 seed in 10
-    partition.apply_partition(gm, plan, num_fwd_outputs=nfo, joint_inputs=None)
-    arrays = plan.chosen.decision.arrays
+    build.build(plan, chosen, list(chosen.saved), None)
+    arrays = chosen.decision.arrays
     storage = memory.storage_of(arrays)
-    _check(gm, arrays, list(plan.chosen.saved), nfo, storage)
+    _check(gm, arrays, list(chosen.saved), nfo, storage)
     _check(gm, arrays, _save_everything(arrays), nfo, storage)
     rng = random.Random(seed)
     # torch's decision with random tangent-free extra values saved
@@ -125,7 +127,7 @@ def test_random_graph_equals_the_reference(seed: int) -> None:
     pool = [i for i in range(len(arrays)) if not dep[i] and arrays.kind[i] == _C.KIND_CALL_FUNCTION
             and not arrays.flags[i] & _C.F_NON_TENSOR]
     extra = rng.sample(pool, k=min(len(pool), 3))
-    _check(gm, arrays, sorted(set(plan.chosen.saved) | set(extra)), nfo, storage)
+    _check(gm, arrays, sorted(set(chosen.saved) | set(extra)), nfo, storage)
 
 
 # --------------------------------------------------------------------------- the semantics by hand

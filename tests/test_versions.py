@@ -224,7 +224,7 @@ def _mlp_both(fn):
 def test_untested_torch_uses_torchs_partitioner_with_one_warning(monkeypatch, fresh_guard, fake) -> None:
     monkeypatch.setattr(versions, "installed_version", lambda: fake)
     ran_fxcut = []
-    monkeypatch.setattr(fxcut.partition, "_route", lambda *a, **k: ran_fxcut.append(1))
+    monkeypatch.setattr(fxcut.partition, "route", lambda *a, **k: ran_fxcut.append(1))
     cap = zoo.capture("mlp")
     expected_fw, expected_bw = cap.partition()
     with warnings.catch_warnings(record=True) as caught:
@@ -246,14 +246,14 @@ def test_opt_in_runs_fxcut_on_an_untested_torch(monkeypatch, fresh_guard, how) -
     nightly = torch.__version__.split("+")[0] + ".dev20260101"
     monkeypatch.setattr(versions, "installed_version", lambda: nightly)
     assert versions.current() is None and versions.rules_or_nearest().tested == nightly.split(".dev")[0]
-    real = fxcut.partition._route
+    real = fxcut.partition.route
     ran_fxcut = []
 
     def spy(*a, **k):
         ran_fxcut.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(fxcut.partition, "_route", spy)
+    monkeypatch.setattr(fxcut.partition, "route", spy)
     cap = zoo.capture("mlp")
     if how == "env":
         monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
@@ -273,7 +273,7 @@ def test_opt_in_runs_fxcut_on_an_untested_torch(monkeypatch, fresh_guard, how) -
 def test_unmodelled_feature_falls_back_with_the_reason_once(monkeypatch, fresh_guard) -> None:
     reason = "node 'x' is a frobnicate op, which fxcut does not model"
     monkeypatch.setattr(guard, "unmodelled_feature", lambda gm, rules: reason)
-    monkeypatch.setattr(fxcut.partition, "_route", lambda *a, **k: pytest.fail("fxcut ran"))
+    monkeypatch.setattr(fxcut.partition, "route", lambda *a, **k: pytest.fail("fxcut ran"))
     cap = zoo.capture("mlp")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -6,7 +6,7 @@ writes back the recompute tags the core's tag passes changed (as torch's
 passes do in place), and builds the two modules from the saved values --
 with fxcut's own builder (:mod:`fxcut.extract`) where the release's rules
 say it models torch's extraction and the passes after it
-(``Rules.fxcut_builds_modules``: 2.13 and 2.14), else with torch's own
+(``Rules.module_builder``: fxcut's on 2.13 and 2.14), else with torch's own
 passes.  A graph without a backward goes to torch's ``default_partition``.
 The caller (the guard) restores the joint graph if this raises.
 """

@@ -21,11 +21,11 @@ Nothing is written to the joint graph before step 5.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch.fx as fx
 
-from .budget import decide_plan
+from .budget import BudgetDecision, decide_plan
 from .build import build, check_saved
 from .guard import Call, Guard
 from .lower import lower_plan
@@ -62,18 +62,32 @@ def min_cut_rematerialization_partition(
         if guard.fxcut_decides:
             plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
                              static_lifetime_input_indices=static_lifetime_input_indices, objective=objective)
-            guard.result = _route(plan, _joint_inputs)
+            guard.result = route(plan, _joint_inputs).modules
     assert guard.result is not None
     return guard.result
 
 
-def _route(plan: Plan, joint_inputs: Any) -> PartitionResult:
-    """lower -> core -> build for one plan."""
+class Routed(NamedTuple):
+    """What the route made of one plan: the core's decision (torch's, under
+    the plan's budget), the saved node indices the modules were built from
+    (the objective's where the plan has one) and the modules."""
+
+    decision: BudgetDecision
+    saved: list[int]
+    modules: PartitionResult
+
+
+def route(plan: Plan, joint_inputs: Any) -> Routed:
+    """lower -> core -> build for one plan, unguarded (no fallback, no
+    verify, no count: the public entry is
+    :func:`min_cut_rematerialization_partition`).  Writes to the plan's
+    joint module; the caller restores it if this raises.  For tools and
+    benchmarks that need the decision behind the modules."""
     arrays = lower_plan(plan)
     chosen = decide_plan(plan, arrays)
     saved = chosen.saved if plan.objective is None else check_saved(
         plan, chosen, plan.objective.choose_saved(plan, chosen))
-    return build(plan, chosen, saved, joint_inputs)
+    return Routed(chosen, saved, build(plan, chosen, saved, joint_inputs))
 
 
-__all__ = ["min_cut_rematerialization_partition"]
+__all__ = ["Routed", "min_cut_rematerialization_partition", "route"]
