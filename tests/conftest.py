@@ -29,6 +29,7 @@ if os.environ.get("CI"):
 FIDELITY_FILES = frozenset({
     "test_partition_zoo.py", "test_partition_random.py", "test_budget.py", "test_zero3_walk.py",
     "test_prepare.py", "test_versions.py", "test_verify.py", "test_extract_identity.py", "test_graph_untouched.py",
+    "test_duplicate_symbols.py",
 })
 
 
