@@ -461,13 +461,17 @@ def test_long_chain_with_a_user_per_node(algorithm: str) -> None:
 
 @functools.cache
 def _torch_networks() -> list[nx.DiGraph]:
-    """The networks the installed torch's min-cut partitioner hands to
-    networkx for two small functions (recorded, then solved as usual)."""
+    """The networks the installed torch's min-cut partitioner hands to its
+    max-flow solver for two small functions (recorded, then solved as
+    usual): networkx's ``minimum_cut``, or from 2.15 torch's own (same
+    signature, imported into the partitioner's module)."""
     torch = pytest.importorskip("torch")
     from functorch.compile import aot_function, make_boxed_func, min_cut_rematerialization_partition
+    from torch._functorch import partitioners
 
     recorded: list[nx.DiGraph] = []
-    real_minimum_cut = nx.minimum_cut
+    solver_home = partitioners if hasattr(partitioners, "minimum_cut") else nx
+    real_minimum_cut = solver_home.minimum_cut
 
     def recording_minimum_cut(g, s, t, *args, **kwargs):  # type: ignore[no-untyped-def]
         recorded.append(g.copy())
@@ -485,7 +489,7 @@ def _torch_networks() -> list[nx.DiGraph]:
     def compiler(gm, _):  # type: ignore[no-untyped-def]
         return make_boxed_func(gm)
 
-    nx.minimum_cut = recording_minimum_cut
+    solver_home.minimum_cut = recording_minimum_cut
     try:
         for fn in (mlp, chain):
             args = [torch.randn(16, 16, requires_grad=True) for _ in range(3)]
@@ -493,7 +497,7 @@ def _torch_networks() -> list[nx.DiGraph]:
                                     partition_fn=min_cut_rematerialization_partition)
             compiled(*args).backward()
     finally:
-        nx.minimum_cut = real_minimum_cut
+        solver_home.minimum_cut = real_minimum_cut
     assert len(recorded) == 2
     return recorded
 

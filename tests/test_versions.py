@@ -463,6 +463,9 @@ def test_rules_match_the_installed_torch() -> None:
     assert ("aot_runtime_epilogue_input_mutation" in src) == rules.epilogue_mutated_inputs_unsaveable
     assert ("mark_leaf_tensor_outputs" in src) == rules.effectful_leaves_only
     assert ("isinstance(val, torch.device)" in src) == rules.device_values_are_free
+    # Module extraction binds the symbols before replacements too (2.14);
+    # tests/test_duplicate_symbols.py has the graphs where that shows.
+    assert hasattr(partitioners, "_free_symbols_without_replacements") == rules.binds_unreplaced_symbols
     assert ("return aggressive_recomputation_saved_values\n    memories_banned_nodes" in src.replace(
         "        # Nothing left for the knapsack to trade off, so this is the same cut the\n"
         "        # knapsack would return with an empty dont_ban.\n", "")) == rules.no_candidates_saves_aggressive_cut

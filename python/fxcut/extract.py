@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import itertools
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -124,6 +125,21 @@ def _static_tensor(val: Any) -> bool:
         return type(val.storage_offset()) is int
     except Exception:
         return False
+
+
+def _symbols_to_bind() -> Callable[[Any], set[Any]]:
+    """The symbols of a backward input's value that the backward must get a
+    binding for: those of its sizes after the ShapeEnv's replacements, and on
+    releases that bind them (versions: ``binds_unreplaced_symbols``) also the
+    ones before (``s80`` of an input whose size was later unified with
+    ``s15``, whose first binding may be another, otherwise unused, input)."""
+    from torch._functorch import partitioners
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    if not rules_or_nearest().binds_unreplaced_symbols:
+        return lambda val: set(free_symbols(val))
+    unreplaced: Callable[[Any], Any] = getattr(partitioners, "_free_symbols_without_replacements")
+    return lambda val: set(free_symbols(val)) | set(unreplaced(val))
 
 
 def _used_inputs(sel: _Selection) -> set[fx.Node]:
@@ -388,7 +404,6 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     from torch.fx.experimental._backward_state import BackwardState
     from torch.fx.experimental.symbolic_shapes import (
         find_symbol_binding_fx_nodes,
-        free_symbols,
         is_symbol_binding_fx_node,
     )
 
@@ -438,13 +453,14 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
         else:
             derived.append(node)
     bindings = None
+    symbols_of = _symbols_to_bind()
     for node in itertools.chain(derived, saved_values, tangents):
         if "val" not in node.meta:
             continue
         val = node.meta["val"]
         if _static_tensor(val):
             continue
-        new_symbols = free_symbols(val) - saved_symbols
+        new_symbols = symbols_of(val) - saved_symbols
         if new_symbols and bindings is None:
             bindings = find_symbol_binding_fx_nodes(graph)
         for s in sorted(new_symbols, key=lambda s: s.name):

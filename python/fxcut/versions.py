@@ -38,7 +38,8 @@ What changed, release by release (each a field below):
 - 2.14: SDPA without dropout is not an RNG op; CSE keeps backward values
   apart, skips impure nodes and mutation bases, compares floats by bits,
   keys on streams; the budget's no-candidate case saves the aggressive cut;
-  ``control_deps`` split (not modelled: torch decides).
+  the backward's symbol bindings also cover symbols before ShapeEnv
+  replacements; ``control_deps`` split (not modelled: torch decides).
 - 2.15: module extraction / reordering passes (``module_builder``: torch's
   passes build the modules); ``torch.device`` values, epilogue-mutated inputs, effectful ops'
   leaf outputs (not modelled: torch decides);
@@ -127,6 +128,11 @@ class Rules:
     #: memory budget: when no banned node is left for the knapsack, save the
     #: "aggressive" cut (2.14) instead of the inputs and MUST_SAVE nodes
     no_candidates_saves_aggressive_cut: bool = False
+    #: module extraction binds, for each saved value and tangent, the
+    #: symbols of its sizes both after and before the ShapeEnv's
+    #: replacements (2.14): two SymInt inputs with one symbol (one replaced
+    #: by the other) then both reach the backward, though it reads one
+    binds_unreplaced_symbols: bool = False
     #: the partitioner splits ``control_deps`` nodes between forward and
     #: backward (2.14): fxcut does not model that, torch decides such graphs
     splits_control_deps: bool = False
@@ -188,6 +194,7 @@ _R214 = Rules(
     cse_floats_by_bits=True,
     cse_keys_stream=True,
     no_candidates_saves_aggressive_cut=True,
+    binds_unreplaced_symbols=True,
     splits_control_deps=True,
     module_builder=BUILDER_FXCUT,
 )
