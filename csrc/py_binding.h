@@ -93,6 +93,7 @@ PyObject *fxcut_typed_view(const void *p, Py_ssize_t count, const char *format,
     extern const char fxcut_py_##name##_doc[];
 FXCUT_ENTRY(min_cut) FXCUT_ENTRY(partition_decide)
 FXCUT_ENTRY(budget_plan) FXCUT_ENTRY(knapsack)
+FXCUT_ENTRY(plan_simulate) FXCUT_ENTRY(plan_frontier)
 #undef FXCUT_ENTRY
 
 /* The result types py_decide.c and py_knapsack.c fill (module.c makes
@@ -107,6 +108,7 @@ extern PyStructSequence_Desc fxcut_knapsack_desc;
 
 #define FXCUT_EXTRA_METHODS                                                   \
     FXCUT_KW_METHOD(min_cut), FXCUT_KW_METHOD(partition_decide),              \
-    FXCUT_KW_METHOD(budget_plan), FXCUT_KW_METHOD(knapsack),
+    FXCUT_KW_METHOD(budget_plan), FXCUT_KW_METHOD(knapsack),                \
+    FXCUT_KW_METHOD(plan_simulate), FXCUT_KW_METHOD(plan_frontier),
 
 #endif /* FXCUT_PY_BINDING_H */

@@ -7,6 +7,8 @@
 - :func:`min_cut_rematerialization_partition`: a drop-in for torch's,
   activation memory budget included.
 - :func:`memory_pareto`: the memory/recompute trade-off over a budget sweep.
+- :func:`planned_partitioner`, :class:`PeakPlanner`: a partition_fn whose
+  budget is on the simulated peak of activation memory (:mod:`fxcut.plan`).
 - :class:`PartitionMismatch`, :func:`partition_counts`, the fallback
   warnings: :mod:`fxcut.guard` (untested torch, verify mode).
 """
@@ -20,6 +22,7 @@ from .guard import FallbackWarning, PartitionMismatch, UntestedTorchWarning, Ver
 from .lower import GraphArrays, LoweringError
 from .ops import get_no_copy_ops, is_cast_op
 from .partition import min_cut_rematerialization_partition
+from .plan import PeakPlanner, planned_partitioner
 from .zero3 import get_wrapped_partitioner, recompute_param_aliases
 
 if TYPE_CHECKING:  # their real types for type checkers; at run time see __getattr__
@@ -44,6 +47,8 @@ __all__ = [
     "is_cast_op",
     "memory_pareto",
     "min_cut_rematerialization_partition",
+    "PeakPlanner",
+    "planned_partitioner",
     "recompute_param_aliases",
 ]
 

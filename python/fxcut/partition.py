@@ -12,7 +12,7 @@ import importlib
 import logging
 from array import array
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch.fx as fx
 
@@ -113,16 +113,27 @@ class _UseTorch(Exception):
     """The C classification does not model this graph: torch decides it."""
 
 
+class SavedChooser(Protocol):
+    """Replaces WHICH values the default path saves (fxcut.plan.PeakPlanner):
+    given the graph's budget-1 decision, the saved node indices."""
+
+    def choose_saved(self, joint_module: fx.GraphModule, chosen: BudgetDecision, *, num_fwd_outputs: int,
+                     static_lifetime_input_indices: list[int] | None = None) -> list[int]: ...
+
+
 def plan_partition(
     joint_module: fx.GraphModule,
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: Any = None,
+    chooser: SavedChooser | None = None,
 ) -> PartitionPlan:
     """Validate the input and decide the partition; writes nothing.
 
     Raises a named error for bad input, and :class:`_UseTorch` for a graph
-    shape the C classification does not model.
+    shape the C classification does not model.  ``chooser``: decide at
+    budget 1 and let it choose the saved values (it owns the budgets, region
+    budgets included, so torch's one-budget-per-graph check does not apply).
     """
     from torch._functorch import config
 
@@ -142,6 +153,8 @@ def plan_partition(
     # it, and decide -- all before touching the user's graph.
     budget, regions, unannotated = _resolve_budget(joint_module)
     budget = check_budget(budget)
+    if chooser is not None:
+        budget, regions = 1.0, []
     rules = rules_or_nearest()
     prep, arrays = plan_and_lower(graph, cse=bool(rules.config("cse")), num_fwd_outputs=num_fwd_outputs)
     try:
@@ -169,6 +182,9 @@ def plan_partition(
         )
     except NotImplementedError as e:
         raise _UseTorch(str(e)) from None
+    if chooser is not None and chosen.stage != "no_backward":
+        chosen.saved = chooser.choose_saved(joint_module, chosen, num_fwd_outputs=num_fwd_outputs,
+                                            static_lifetime_input_indices=static_indices)
     # As torch reads them: the tags on the graph, before the passes.
     tags = chosen.decision.arrays.tag.tobytes()
     recomputable = (_C.TAG_MUST_RECOMPUTE, _C.TAG_PREFER_RECOMPUTE)
@@ -266,6 +282,36 @@ def _partition(joint_module: fx.GraphModule, _joint_inputs: Any, compiler: str =
     snapshot = ModuleSnapshot(joint_module)
     try:
         return apply_partition(joint_module, plan, num_fwd_outputs=num_fwd_outputs, joint_inputs=_joint_inputs)
+    except BaseException:
+        snapshot.restore()
+        raise
+
+
+def partition_with_chooser(chooser: SavedChooser, joint_module: fx.GraphModule, joint_inputs: Any,
+                           compiler: str = "inductor", *, num_fwd_outputs: int,
+                           static_lifetime_input_indices: list[int] | None = None
+                           ) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """:func:`_partition` with ``chooser`` choosing the saved values (no
+    guard: verify mode applies to the default path only).  A graph the C
+    classification does not model goes to torch's own partitioner."""
+    from torch._functorch import partitioners as tp
+
+    try:
+        plan = plan_partition(joint_module, num_fwd_outputs=num_fwd_outputs,
+                              static_lifetime_input_indices=static_lifetime_input_indices, chooser=chooser)
+    except _UseTorch as e:
+        note_fallback(str(e))
+        snapshot = ModuleSnapshot(joint_module)
+        try:
+            return tp.min_cut_rematerialization_partition(
+                joint_module, joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
+                static_lifetime_input_indices=static_lifetime_input_indices)
+        except BaseException:
+            snapshot.restore()
+            raise
+    snapshot = ModuleSnapshot(joint_module)
+    try:
+        return apply_partition(joint_module, plan, num_fwd_outputs=num_fwd_outputs, joint_inputs=joint_inputs)
     except BaseException:
         snapshot.restore()
         raise
