@@ -383,6 +383,86 @@ int fxcut_budget_plan_decide(const fxcut_graph *g,
 void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
                                      fxcut_partition_options *out);
 
+/* ---- the memory model (memory.c) --------------------------------------- */
+
+/*
+ * The live activation bytes of the forward and backward modules a decision
+ * produces, as they run: torch's module extraction emulated on the graph
+ * array, then a liveness walk of each module.  The choices, stated once:
+ *
+ *  - Forward module: the call_function / get_attr nodes computable from the
+ *    primals and forward seeds (never a MUST_BE_IN_BW node), kept when a
+ *    forward output or a saved value needs them or they are IMPURE, in
+ *    joint order; then every getitem moved right after its producer
+ *    (torch's raise_getitems).
+ *  - Saved values the backward never reads are dropped first, as torch's
+ *    extraction drops them (they cost nothing).
+ *  - Backward module: the nodes computable from the saved values, tangents
+ *    and backward seeds (never an IMPURE, non-random node without the
+ *    is_backward / must_be_in_backward marks: torch keeps mutations in the
+ *    forward), kept when a gradient needs them or they are IMPURE; ordered
+ *    as reordering_to_mimic_autograd_engine orders them: when a tangent is
+ *    used, from the first tangent user on each node is preceded by the
+ *    not-yet-emitted nodes it needs, in joint order; before it only the
+ *    IMPURE non-random nodes (torch: copy_) are pulled; then raise_getitems.
+ *  - Bytes: a value's storage is storage_of's root (storage_of[i] < i is
+ *    followed to a node that is its own storage); a storage costs the
+ *    nbytes of its root, once, while any value on it is live.  Storages of
+ *    placeholders (primals, parameters, tangents, seeds) cost nothing; so
+ *    do values of unknown size and non-tensor values other than sequences.
+ *    A sequence-valued node (a multi-output op) owning its storage costs
+ *    its nbytes minus those of its getitems in the same module that own
+ *    theirs: they are allocated by the op and handed to the getitems.
+ *  - A value is allocated at its step and freed after the last step of its
+ *    module that reads a value on its storage; module outputs (forward
+ *    outputs and saved values in the forward, gradients in the backward)
+ *    live to the module's end.  The backward starts with the saved
+ *    storages live; forward outputs are not carried over.
+ *  - live_bytes[s] is the bytes live while step s runs (its inputs and its
+ *    output both allocated, before anything is freed after it); the peak is
+ *    their maximum, and 0 for a module with no step.  Workspace an op
+ *    allocates and frees inside itself is not modelled.
+ *  - Recomputed: a backward node that depends on no tangent or backward
+ *    seed.  recompute_bytes sums the bytes those nodes' own storages cost.
+ */
+typedef struct {
+    int32_t num_fwd_outputs;
+    /* n entries, or NULL (every value its own storage): storage_of[i] is
+     * the node whose storage node i's value shares; i itself for a value
+     * with its own storage.  Must be in [0, i]. */
+    const int32_t *storage_of;
+    /* n entries, or NULL (all 0): the cost of running node i once (torch's
+     * flop counter, as its knapsack's "flops" estimator); >= 0. */
+    const int64_t *flops;
+} fxcut_memory_options;
+
+typedef struct {
+    int64_t peak_bytes;        /* max live activation bytes over fw then bw */
+    int32_t peak_step;         /* index into the schedule where it happens,
+                                  -1 when there is no step */
+    int64_t fw_peak_bytes, bw_peak_bytes;
+    int64_t saved_bytes;       /* bytes of the saved values (storages once) */
+    int64_t recompute_flops;   /* sum of flops[] over recomputed nodes */
+    int64_t recompute_bytes;   /* bytes those nodes write */
+    int32_t n_recomputed;
+    int32_t n_fw_steps;        /* schedule[0 .. n_fw_steps) is the forward */
+    /* optional, caller-allocated, may be NULL: */
+    uint8_t *recomputed;       /* n entries: 1 where the backward recomputes i */
+    int32_t *schedule;         /* 2n entries: node run at each step (fw then bw) */
+    int64_t *live_bytes;       /* same length: live bytes while that step runs */
+    int32_t n_steps;
+} fxcut_memory_result;
+
+/*
+ * Validates g, opt and saved[0 .. n_saved) (node indices; repeats allowed),
+ * then simulates the forward and backward modules the decision produces.
+ * FXCUT_E_INVALID with err->node set when the decision is not realisable
+ * (a saved value the forward cannot compute, a gradient the backward
+ * cannot compute).
+ */
+int fxcut_memory_simulate(const fxcut_graph *g, const fxcut_memory_options *opt,
+                          const int32_t *saved, int32_t n_saved,
+                          fxcut_memory_result *res, fxcut_error *err);
 /* ---- the peak-aware memory plan (plan.c) ------------------------------- */
 
 /*
@@ -471,5 +551,6 @@ typedef struct {
 int fxcut_plan_frontier_search(const fxcut_graph *g,
                                const fxcut_plan_options *opt,
                                fxcut_plan_frontier *res, fxcut_error *err);
+#endif /* FXCUT_H */
 
 #endif /* FXCUT_H */

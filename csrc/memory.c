@@ -1,0 +1,587 @@
+/* memory.c -- the memory model: torch's module extraction emulated on the
+ * graph array, then a liveness walk of the forward and backward modules.
+ * The semantics are stated above fxcut_memory_options (fxcut.h). */
+#include "memory_internal.h"
+#include "fxcut_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-node marks of one evaluation (bits of fxcut_memsim.mark). */
+enum {
+    M_SAVED = 1u << 0,      /* a backward input (after the unused are dropped) */
+    M_BW_VALID = 1u << 1,   /* computable in the backward (inputs included) */
+    M_BW_KEPT = 1u << 2,    /* a computed node of the backward module */
+    M_FW_VALID = 1u << 3,
+    M_FW_KEPT = 1u << 4,
+    M_NEEDED = 1u << 5,     /* scratch of the dead-code passes */
+    M_EMITTED = 1u << 6,    /* scratch of the backward reordering */
+    M_FOUND = 1u << 7
+};
+
+struct fxcut_memsim {
+    const fxcut_graph *g;
+    int32_t num_fwd_outputs;
+    const int64_t *flops;
+    int32_t *root;          /* storage root of every node */
+    int64_t *cost;          /* bytes a root's storage costs (0: not counted) */
+    uint8_t *tangent_dep;   /* depends on a tangent / backward seed */
+    int32_t *user_ptr;      /* users CSR */
+    int32_t *user_idx;
+    /* scratch, n entries each */
+    uint8_t *mark;
+    int32_t *body;          /* a module's nodes in order */
+    int32_t *order;         /* the same after reordering / raising getitems */
+    int32_t *stack;
+    int32_t *found;
+    int32_t *last;          /* per root: last step reading it (INT32_MAX: end) */
+    int64_t *charge;        /* per root: bytes its birth added (-1: unborn) */
+};
+
+static int is_source(const fxcut_graph *g, int32_t i)
+{
+    return g->kind[i] == FXCUT_PLACEHOLDER;
+}
+
+static int is_bw_input_placeholder(const fxcut_graph *g, int32_t i)
+{
+    return g->kind[i] == FXCUT_PLACEHOLDER &&
+           (g->flags[i] & (FXCUT_F_TANGENT | FXCUT_F_BWD_SEED)) != 0;
+}
+
+/* An op torch's extraction keeps out of the backward: a mutation not marked
+ * for the backward (IMPURE and not random stands for "mutable op"). */
+static int forward_only(const fxcut_graph *g, int32_t i)
+{
+    uint32_t f = g->flags[i];
+    return (f & FXCUT_F_IMPURE) != 0 &&
+           (f & (FXCUT_F_RANDOM | FXCUT_F_IS_BACKWARD_TAG |
+                 FXCUT_F_MUST_BE_IN_BW)) == 0;
+}
+
+static int is_computed_kind(const fxcut_graph *g, int32_t i)
+{
+    uint8_t k = g->kind[i];
+    return k != FXCUT_PLACEHOLDER && k != FXCUT_OUTPUT;
+}
+
+void fxcut_memsim_free(fxcut_memsim *s)
+{
+    if (s == NULL)
+        return;
+    void *ptrs[] = {s->root, s->cost, s->tangent_dep, s->user_ptr,
+                    s->user_idx, s->mark, s->body, s->order, s->stack,
+                    s->found, s->last, s->charge};
+    fxcut_free_each(ptrs, sizeof ptrs / sizeof ptrs[0]);
+    free(s);
+}
+
+int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
+                     fxcut_memsim **out, fxcut_error *err)
+{
+    *out = NULL;
+    fxcut_memsim *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                          "out of memory for the memory model");
+    int32_t n = g->n;
+    size_t m = (size_t)n + 1;
+    s->g = g;
+    s->num_fwd_outputs = opt->num_fwd_outputs;
+    s->flops = opt->flops;
+    s->root = malloc(m * sizeof *s->root);
+    s->cost = malloc(m * sizeof *s->cost);
+    s->tangent_dep = malloc(m);
+    s->mark = malloc(m);
+    s->body = malloc(m * sizeof *s->body);
+    s->order = malloc(m * sizeof *s->order);
+    s->stack = malloc(m * sizeof *s->stack);
+    s->found = malloc(m * sizeof *s->found);
+    s->last = malloc(m * sizeof *s->last);
+    s->charge = malloc(m * sizeof *s->charge);
+    if (s->root == NULL || s->cost == NULL || s->tangent_dep == NULL ||
+        s->mark == NULL || s->body == NULL || s->order == NULL ||
+        s->stack == NULL || s->found == NULL || s->last == NULL ||
+        s->charge == NULL) {
+        fxcut_memsim_free(s);
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                          "out of memory for the memory model of %d nodes",
+                          (int)n);
+    }
+    int rc = fxcut_graph_users(g, &s->user_ptr, &s->user_idx, err);
+    if (rc != FXCUT_OK) {
+        fxcut_memsim_free(s);
+        return rc;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t so = opt->storage_of != NULL ? opt->storage_of[i] : i;
+        s->root[i] = so < i ? s->root[so] : i;
+        uint32_t f = g->flags[i];
+        int64_t b = g->nbytes[i];
+        if (b < 0 || is_source(g, i) ||
+            ((f & FXCUT_F_NON_TENSOR) != 0 && (f & FXCUT_F_VAL_IS_SEQ) == 0))
+            b = 0;
+        s->cost[i] = b;
+        uint8_t dep = is_bw_input_placeholder(g, i) ? 1 : 0;
+        for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1] && !dep; e++)
+            dep = s->tangent_dep[g->in_idx[e]];
+        s->tangent_dep[i] = dep;
+    }
+    *out = s;
+    return FXCUT_OK;
+}
+
+/* Dead-code elimination of one extraction: of the nodes marked `valid`
+ * (computed ones, not inputs), keep those an output needs or that are
+ * IMPURE; mark them `kept`.  Inputs reached get M_NEEDED. */
+static void keep_needed(fxcut_memsim *s, int32_t first_out, int32_t end_out,
+                        uint8_t valid, uint8_t kept, uint8_t input)
+{
+    const fxcut_graph *g = s->g;
+    for (int32_t i = 0; i < g->n; i++)
+        s->mark[i] &= (uint8_t)~M_NEEDED;
+    for (int32_t k = first_out; k < end_out; k++)
+        if (g->outputs[k] >= 0)
+            s->mark[g->outputs[k]] |= M_NEEDED;
+    for (int32_t i = g->n - 1; i >= 0; i--) {
+        uint8_t mk = s->mark[i];
+        if ((mk & valid) == 0 || (mk & input) != 0 || is_source(g, i))
+            continue;
+        if ((mk & M_NEEDED) == 0 && (g->flags[i] & FXCUT_F_IMPURE) == 0)
+            continue;
+        s->mark[i] |= kept;
+        for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
+            s->mark[g->in_idx[e]] |= M_NEEDED;
+    }
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Emits node x of the backward after the not-yet-emitted kept nodes it
+ * needs, all in joint order. */
+static void pull(fxcut_memsim *s, int32_t x, int32_t *n_order)
+{
+    const fxcut_graph *g = s->g;
+    if ((s->mark[x] & M_EMITTED) != 0)
+        return;
+    int32_t sp = 0, nf = 0;
+    s->stack[sp++] = x;
+    s->mark[x] |= M_FOUND;
+    while (sp > 0) {
+        int32_t v = s->stack[--sp];
+        s->found[nf++] = v;
+        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
+            int32_t u = g->in_idx[e];
+            uint8_t mk = s->mark[u];
+            if ((mk & M_BW_KEPT) == 0 || (mk & (M_EMITTED | M_FOUND)) != 0)
+                continue;
+            s->mark[u] |= M_FOUND;
+            s->stack[sp++] = u;
+        }
+    }
+    qsort(s->found, (size_t)nf, sizeof *s->found, cmp_i32);
+    for (int32_t k = 0; k < nf; k++) {
+        int32_t v = s->found[k];
+        s->mark[v] = (uint8_t)((s->mark[v] & ~M_FOUND) | M_EMITTED);
+        s->order[(*n_order)++] = v;
+    }
+}
+
+/* s->order[0 .. n) with every getitem moved right after its producer (or to
+ * the front when its producer is a module input); written to s->body. */
+static int32_t raise_getitems(fxcut_memsim *s, int32_t n, uint8_t kept)
+{
+    const fxcut_graph *g = s->g;
+    int32_t k = 0;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t v = s->order[j];
+        if ((g->flags[v] & FXCUT_F_GETITEM) != 0 &&
+            g->in_ptr[v + 1] - g->in_ptr[v] == 1 &&
+            (s->mark[g->in_idx[g->in_ptr[v]]] & kept) == 0)
+            s->body[k++] = v;
+    }
+    for (int32_t j = 0; j < n; j++) {
+        int32_t v = s->order[j];
+        if ((g->flags[v] & FXCUT_F_GETITEM) != 0 &&
+            g->in_ptr[v + 1] - g->in_ptr[v] == 1)
+            continue;
+        s->body[k++] = v;
+        for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+            int32_t u = s->user_idx[e];
+            if ((s->mark[u] & kept) != 0 &&
+                (g->flags[u] & FXCUT_F_GETITEM) != 0 &&
+                g->in_ptr[u + 1] - g->in_ptr[u] == 1)
+                s->body[k++] = u;
+        }
+    }
+    return k;
+}
+
+/* What a node's step allocates: its storage's cost when it owns it, less
+ * (for a sequence) what its getitems in the module take over. */
+static int64_t step_alloc(const fxcut_memsim *s, int32_t v, uint8_t kept)
+{
+    const fxcut_graph *g = s->g;
+    if (s->root[v] != v)
+        return 0;
+    int64_t b = s->cost[v];
+    if ((g->flags[v] & FXCUT_F_VAL_IS_SEQ) != 0) {
+        for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+            int32_t u = s->user_idx[e];
+            if ((s->mark[u] & kept) != 0 && s->root[u] == u &&
+                (g->flags[u] & FXCUT_F_GETITEM) != 0)
+                b -= s->cost[u];
+        }
+        if (b < 0)
+            b = 0;
+    }
+    return b;
+}
+
+/* The liveness walk of one module whose steps are s->body[0 .. n_body).
+ * Values marked `held` are live at the start (the backward's saved
+ * values); outputs[first_out .. end_out) and values marked `pinned` live to
+ * the end.  Writes steps step0 .. step0 + n_body of the result's optional
+ * arrays and returns the module's peak (its step in *peak_step, -1 when
+ * there is no step). */
+static int64_t walk_module(fxcut_memsim *s, int32_t n_body, uint8_t kept,
+                           uint8_t held, uint8_t pinned, int32_t first_out,
+                           int32_t end_out, int32_t step0,
+                           fxcut_memory_result *res, int32_t *peak_step)
+{
+    const fxcut_graph *g = s->g;
+    const int32_t END = INT32_MAX;
+    int64_t live = 0, peak = 0;
+    *peak_step = -1;
+    for (int32_t i = 0; i < g->n; i++) {
+        s->last[i] = -1;
+        s->charge[i] = -1;
+    }
+    for (int32_t k = 0; k < n_body; k++) {
+        int32_t v = s->body[k];
+        if (s->last[s->root[v]] < k)
+            s->last[s->root[v]] = k;
+        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
+            int32_t u = s->root[g->in_idx[e]];
+            if (s->last[u] < k)
+                s->last[u] = k;
+        }
+    }
+    for (int32_t k = first_out; k < end_out; k++)
+        if (g->outputs[k] >= 0)
+            s->last[s->root[g->outputs[k]]] = END;
+    for (int32_t i = 0; i < g->n; i++) {
+        int32_t r = s->root[i];
+        if ((s->mark[i] & pinned) != 0)
+            s->last[r] = END;
+        if ((s->mark[i] & held) != 0 && s->charge[r] < 0) {
+            s->charge[r] = s->cost[r];
+            live += s->cost[r];
+        }
+    }
+    for (int32_t k = 0; k < n_body; k++) {
+        int32_t v = s->body[k];
+        int32_t r = s->root[v];
+        if (s->charge[r] < 0) {
+            s->charge[r] = r == v ? step_alloc(s, v, kept) : s->cost[r];
+            live += s->charge[r];
+        }
+        if (res->schedule != NULL)
+            res->schedule[step0 + k] = v;
+        if (res->live_bytes != NULL)
+            res->live_bytes[step0 + k] = live;
+        if (*peak_step < 0 || live > peak) {
+            peak = live;
+            *peak_step = step0 + k;
+        }
+        if (s->last[r] == k) {
+            live -= s->charge[r];
+            s->last[r] = -2;
+        }
+        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
+            int32_t u = s->root[g->in_idx[e]];
+            if (s->last[u] == k) {
+                live -= s->charge[u] > 0 ? s->charge[u] : 0;
+                s->last[u] = -2;
+            }
+        }
+    }
+    return peak;
+}
+
+int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
+                      fxcut_memory_result *res, fxcut_error *err)
+{
+    const fxcut_graph *g = s->g;
+    int32_t n = g->n, nfo = s->num_fwd_outputs, nout = g->n_outputs;
+
+    /* 1. the backward extraction: its inputs and what it can compute */
+    for (int32_t i = 0; i < n; i++) {
+        uint8_t mk = 0;
+        if (saved_mask[i] != 0)
+            mk = M_SAVED | M_BW_VALID;
+        else if (is_bw_input_placeholder(g, i))
+            mk = M_BW_VALID;
+        else if (is_computed_kind(g, i) && !forward_only(g, i)) {
+            mk = M_BW_VALID;
+            for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
+                if ((s->mark[g->in_idx[e]] & M_BW_VALID) == 0) {
+                    mk = 0;
+                    break;
+                }
+        }
+        s->mark[i] = mk;
+    }
+    for (int32_t k = nfo; k < nout; k++) {
+        int32_t o = g->outputs[k];
+        if (o >= 0 && (s->mark[o] & M_BW_VALID) == 0)
+            return fxcut_fail(err, FXCUT_E_INVALID, o,
+                              "the backward cannot compute output %d (node "
+                              "%d) from the saved values and tangents",
+                              (int)k, (int)o);
+    }
+    keep_needed(s, nfo, nout, M_BW_VALID, M_BW_KEPT, M_SAVED);
+    /* saved values the backward never reads are dropped */
+    for (int32_t i = 0; i < n; i++)
+        if ((s->mark[i] & M_SAVED) != 0 && (s->mark[i] & M_NEEDED) == 0)
+            s->mark[i] &= (uint8_t)~M_SAVED;
+
+    /* 2. the forward extraction */
+    for (int32_t i = 0; i < n; i++) {
+        uint8_t ok;
+        if (g->kind[i] == FXCUT_PLACEHOLDER)
+            ok = fxcut_is_input(g, i) ? 1 : 0;
+        else if (!is_computed_kind(g, i) ||
+                 (g->flags[i] & FXCUT_F_MUST_BE_IN_BW) != 0)
+            ok = 0;
+        else {
+            ok = 1;
+            for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
+                if ((s->mark[g->in_idx[e]] & M_FW_VALID) == 0) {
+                    ok = 0;
+                    break;
+                }
+        }
+        if (ok)
+            s->mark[i] |= M_FW_VALID;
+    }
+    for (int32_t k = 0; k < nfo; k++) {
+        int32_t o = g->outputs[k];
+        if (o >= 0 && (s->mark[o] & M_FW_VALID) == 0)
+            return fxcut_fail(err, FXCUT_E_INVALID, o,
+                              "the forward cannot compute forward output %d "
+                              "(node %d) from the primals", (int)k, (int)o);
+    }
+    for (int32_t i = 0; i < n; i++)
+        if ((s->mark[i] & M_SAVED) != 0 && (s->mark[i] & M_FW_VALID) == 0)
+            return fxcut_fail(err, FXCUT_E_INVALID, i,
+                              "saved node %d cannot be computed in the "
+                              "forward (it depends on a tangent or must be "
+                              "in the backward)", (int)i);
+    /* the saved values are forward outputs too */
+    for (int32_t i = 0; i < n; i++)
+        if ((s->mark[i] & M_SAVED) != 0)
+            s->mark[i] |= M_NEEDED;
+    {
+        /* keep_needed clears M_NEEDED first: seed it through a pass of our
+         * own instead */
+        for (int32_t k = 0; k < nfo; k++)
+            if (g->outputs[k] >= 0)
+                s->mark[g->outputs[k]] |= M_NEEDED;
+        for (int32_t i = n - 1; i >= 0; i--) {
+            uint8_t mk = s->mark[i];
+            if ((mk & M_FW_VALID) == 0 || is_source(g, i))
+                continue;
+            if ((mk & M_NEEDED) == 0 && (g->flags[i] & FXCUT_F_IMPURE) == 0)
+                continue;
+            s->mark[i] |= M_FW_KEPT;
+            for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
+                s->mark[g->in_idx[e]] |= M_NEEDED;
+        }
+    }
+
+    res->peak_bytes = 0;
+    res->peak_step = -1;
+    res->fw_peak_bytes = res->bw_peak_bytes = 0;
+    res->saved_bytes = 0;
+    res->recompute_flops = 0;
+    res->recompute_bytes = 0;
+    res->n_recomputed = 0;
+    res->n_fw_steps = 0;
+    res->n_steps = 0;
+
+    /* 3. the forward module's order, and its walk */
+    int32_t n_fw = 0;
+    for (int32_t i = 0; i < n; i++)
+        if ((s->mark[i] & M_FW_KEPT) != 0)
+            s->order[n_fw++] = i;
+    n_fw = raise_getitems(s, n_fw, M_FW_KEPT);
+    int32_t fw_step = -1, bw_step = -1;
+    res->fw_peak_bytes = walk_module(s, n_fw, M_FW_KEPT, 0, M_SAVED, 0, nfo,
+                                     0, res, &fw_step);
+
+    /* 4. the backward module's order (reordering_to_mimic_autograd_engine) */
+    int32_t n_body = 0;
+    for (int32_t i = 0; i < n; i++)
+        if ((s->mark[i] & M_BW_KEPT) != 0)
+            s->body[n_body++] = i;
+    /* the first kept user of a tangent, as a position in body (n_body: a
+     * tangent is an output itself; n_body + 1: no tangent is used) */
+    int32_t first = n_body + 1;
+    for (int32_t i = 0; i < n; i++) {
+        if (g->kind[i] != FXCUT_PLACEHOLDER ||
+            (g->flags[i] & FXCUT_F_TANGENT) == 0)
+            continue;
+        for (int32_t e = s->user_ptr[i]; e < s->user_ptr[i + 1]; e++)
+            if ((s->mark[s->user_idx[e]] & M_BW_KEPT) != 0) {
+                /* users are in joint order: the first kept one is it */
+                int32_t u = s->user_idx[e];
+                int32_t lo = 0, hi = n_body;
+                while (lo < hi) {
+                    int32_t mid = lo + (hi - lo) / 2;
+                    if (s->body[mid] < u)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                if (lo < first)
+                    first = lo;
+                break;
+            }
+        for (int32_t k = nfo; k < nout; k++)
+            if (g->outputs[k] == i && n_body < first)
+                first = n_body;
+    }
+    int32_t n_bw = 0;
+    if (first > n_body) {
+        memcpy(s->order, s->body, (size_t)n_body * sizeof *s->order);
+        n_bw = n_body;
+    } else {
+        for (int32_t k = 0; k < first; k++) {
+            int32_t v = s->body[k];
+            if (forward_only(g, v) || ((g->flags[v] & FXCUT_F_IMPURE) != 0 &&
+                                       (g->flags[v] & FXCUT_F_RANDOM) == 0))
+                pull(s, v, &n_bw);
+        }
+        for (int32_t k = first; k < n_body; k++)
+            pull(s, s->body[k], &n_bw);
+        for (int32_t k = nfo; k < nout; k++) {
+            int32_t o = g->outputs[k];
+            if (o >= 0 && (s->mark[o] & M_BW_KEPT) != 0)
+                pull(s, o, &n_bw);
+        }
+    }
+    /* nodes the reordering never reached are not in the module */
+    for (int32_t k = 0; k < n_body; k++) {
+        int32_t v = s->body[k];
+        if ((s->mark[v] & M_EMITTED) == 0 && first <= n_body)
+            s->mark[v] &= (uint8_t)~M_BW_KEPT;
+    }
+    n_bw = raise_getitems(s, n_bw, M_BW_KEPT);
+    res->bw_peak_bytes = walk_module(s, n_bw, M_BW_KEPT, M_SAVED, 0, nfo,
+                                     nout, n_fw, res, &bw_step);
+    res->n_fw_steps = n_fw;
+    res->n_steps = n_fw + n_bw;
+    if (fw_step >= 0 || bw_step >= 0) {
+        if (bw_step < 0 || (fw_step >= 0 &&
+                            res->fw_peak_bytes >= res->bw_peak_bytes)) {
+            res->peak_bytes = res->fw_peak_bytes;
+            res->peak_step = fw_step;
+        } else {
+            res->peak_bytes = res->bw_peak_bytes;
+            res->peak_step = bw_step;
+        }
+    }
+
+    /* 5. the saved bytes (storages once) and the recompute */
+    for (int32_t i = 0; i < n; i++)
+        s->last[i] = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if ((s->mark[i] & M_SAVED) == 0)
+            continue;
+        int32_t r = s->root[i];
+        if (s->last[r] == 0) {
+            s->last[r] = 1;
+            res->saved_bytes += s->cost[r];
+        }
+    }
+    if (res->recomputed != NULL && n > 0)
+        memset(res->recomputed, 0, (size_t)n);
+    for (int32_t i = 0; i < n; i++) {
+        if ((s->mark[i] & M_BW_KEPT) == 0 || s->tangent_dep[i])
+            continue;
+        res->n_recomputed++;
+        if (res->recomputed != NULL)
+            res->recomputed[i] = 1;
+        if (s->flops != NULL)
+            res->recompute_flops += s->flops[i];
+        if (s->root[i] == i)
+            res->recompute_bytes += s->cost[i];
+    }
+    return FXCUT_OK;
+}
+
+int fxcut_memory_simulate(const fxcut_graph *g, const fxcut_memory_options *opt,
+                          const int32_t *saved, int32_t n_saved,
+                          fxcut_memory_result *res, fxcut_error *err)
+{
+    int rc = fxcut_graph_validate(g, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    int32_t n = g->n;
+    if (opt->num_fwd_outputs < 0 || opt->num_fwd_outputs > g->n_outputs)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "num_fwd_outputs (%d) must be between 0 and the "
+                          "graph's %d outputs", (int)opt->num_fwd_outputs,
+                          (int)g->n_outputs);
+    if (opt->storage_of != NULL)
+        for (int32_t i = 0; i < n; i++) {
+            int32_t so = opt->storage_of[i];
+            if (so < 0 || so >= n)
+                return fxcut_fail(err, FXCUT_E_INDEX, i,
+                                  "storage_of[%d] = %d is outside [0, %d)",
+                                  (int)i, (int)so, (int)n);
+            if (so > i)
+                return fxcut_fail(err, FXCUT_E_INVALID, i,
+                                  "storage_of[%d] = %d names a later node "
+                                  "(a storage belongs to an earlier-or-equal "
+                                  "node)", (int)i, (int)so);
+        }
+    if (opt->flops != NULL)
+        for (int32_t i = 0; i < n; i++)
+            if (opt->flops[i] < 0)
+                return fxcut_fail(err, FXCUT_E_INVALID, i,
+                                  "flops[%d] = %lld is negative", (int)i,
+                                  (long long)opt->flops[i]);
+    if (n_saved < 0)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "saved count must be >= 0, got %d", (int)n_saved);
+    for (int32_t k = 0; k < n_saved; k++)
+        if (saved[k] < 0 || saved[k] >= n)
+            return fxcut_fail(err, FXCUT_E_INDEX, -1,
+                              "saved[%d] = %d is outside [0, %d)", (int)k,
+                              (int)saved[k], (int)n);
+    for (int32_t k = 0; k < n_saved; k++)
+        if (g->kind[saved[k]] == FXCUT_OUTPUT)
+            return fxcut_fail(err, FXCUT_E_INVALID, saved[k],
+                              "saved[%d] = node %d is the output node",
+                              (int)k, (int)saved[k]);
+    uint8_t *mask = calloc((size_t)n + 1, 1);
+    if (mask == NULL)
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                          "out of memory for the saved mask of %d nodes",
+                          (int)n);
+    for (int32_t k = 0; k < n_saved; k++)
+        mask[saved[k]] = 1;
+    fxcut_memsim *s = NULL;
+    rc = fxcut_memsim_new(g, opt, &s, err);
+    if (rc == FXCUT_OK)
+        rc = fxcut_memsim_eval(s, mask, res, err);
+    fxcut_memsim_free(s);
+    free(mask);
+    return rc;
+}
