@@ -552,5 +552,3 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
                                const fxcut_plan_options *opt,
                                fxcut_plan_frontier *res, fxcut_error *err);
 #endif /* FXCUT_H */
-
-#endif /* FXCUT_H */
