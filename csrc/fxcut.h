@@ -506,6 +506,10 @@ typedef struct {
     int32_t exact_max_free;
     double time_limit_s;          /* wall-clock limit of the search, > 0 */
     int32_t max_points;           /* capacity of the frontier, >= 1 */
+    /* 1: the peak and cost of every decision are the memory model's
+     * (fxcut_memsim_eval, memory.c); the planner's own walk still picks
+     * the values to toggle.  0: the planner's own simulator throughout. */
+    uint8_t use_memory_model;
 } fxcut_plan_options;
 
 /* One simulated decision. */

@@ -36,6 +36,7 @@
  * monotonic in the limit.
  */
 #include "fxcut_internal.h"
+#include "memory_internal.h"
 
 #include <string.h>
 #include <time.h>
@@ -61,14 +62,19 @@ typedef struct {
     int32_t *last_bw;     /* n, by root */
     int32_t *tmp;         /* n */
     int64_t n_evals;
+    fxcut_memory_options mopt;
+    fxcut_memsim *memsim; /* the memory model, or NULL */
+    uint8_t *saved_buf;   /* n: the saved mask handed to it */
 } plan_sim;
 
 static void sim_free(plan_sim *s)
 {
     void *p[] = {s->root, s->bytes, s->state, s->fwmark, s->pinned, s->live,
                  s->emitted, s->stack, s->sched, s->live_at, s->step_of,
-                 s->last_fw, s->last_bw, s->tmp};
+                 s->last_fw, s->last_bw, s->tmp, s->saved_buf};
     fxcut_free_each(p, sizeof p / sizeof p[0]);
+    if (s->memsim != NULL)
+        fxcut_memsim_free(s->memsim);
     memset(s, 0, sizeof *s);
 }
 
@@ -154,6 +160,20 @@ static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
         return fxcut_fail(err, FXCUT_E_NOMEM, -1,
                           "out of memory for the plan's simulator (%d nodes)",
                           (int)n);
+    }
+    if (opt->use_memory_model) {
+        s->mopt.num_fwd_outputs = opt->num_fwd_outputs;
+        s->mopt.storage_of = opt->storage_of;
+        s->mopt.flops = opt->flops;
+        s->saved_buf = malloc(un);
+        int rc = s->saved_buf == NULL
+                     ? fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                                  "out of memory for the plan's simulator")
+                     : fxcut_memsim_new(g, &s->mopt, &s->memsim, err);
+        if (rc != FXCUT_OK) {
+            sim_free(s);
+            return rc;
+        }
     }
     const uint32_t uncounted = FXCUT_F_VAL_IS_SEQ | FXCUT_F_NON_TENSOR |
                                FXCUT_F_SYM | FXCUT_F_FREE_OBJECT;
@@ -246,8 +266,10 @@ static int is_saved(const plan_sim *s, int32_t i)
             (s->g->flags[i] & (FXCUT_F_PRIMAL | FXCUT_F_FWD_SEED)) != 0);
 }
 
-/* Simulates mask; fills r (and s->state etc. for the search). */
-static void sim_eval(plan_sim *s, const uint8_t *mask, fxcut_plan_eval *r)
+/* Simulates mask; fills r (and s->state etc. for the search).  With the
+ * memory model, the objective (peaks, saved bytes, cost) is its. */
+static int sim_eval(plan_sim *s, const uint8_t *mask, fxcut_plan_eval *r,
+                    fxcut_error *err)
 {
     const fxcut_graph *g = s->g;
     const uint8_t *role = s->opt->role;
@@ -407,6 +429,24 @@ static void sim_eval(plan_sim *s, const uint8_t *mask, fxcut_plan_eval *r)
         memcpy(r->schedule, s->sched, (size_t)len * sizeof *s->sched);
     if (r->live_bytes != NULL)
         memcpy(r->live_bytes, s->live_at, (size_t)len * sizeof *s->live_at);
+    if (s->memsim == NULL)
+        return FXCUT_OK;
+    for (int32_t i = 0; i < n; i++)
+        s->saved_buf[i] = (uint8_t)is_saved(s, i);
+    fxcut_memory_result m;
+    memset(&m, 0, sizeof m);
+    int rc = fxcut_memsim_eval(s->memsim, s->saved_buf, &m, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    /* the toggles are picked at the planner's own peak step of the
+     * module where the model's peak is */
+    r->peak_step = m.fw_peak_bytes >= m.bw_peak_bytes ? fw_step : bw_step;
+    r->peak_bytes = m.peak_bytes;
+    r->fw_peak_bytes = m.fw_peak_bytes;
+    r->bw_peak_bytes = m.bw_peak_bytes;
+    r->saved_bytes = m.saved_bytes;
+    r->recompute_flops = m.recompute_flops;
+    return FXCUT_OK;
 }
 
 int fxcut_plan_simulate(const fxcut_graph *g, const fxcut_plan_options *opt,
@@ -424,9 +464,9 @@ int fxcut_plan_simulate(const fxcut_graph *g, const fxcut_plan_options *opt,
     rc = sim_new(g, opt, &s, err);
     if (rc != FXCUT_OK)
         return rc;
-    sim_eval(&s, saved_mask, res);
+    rc = sim_eval(&s, saved_mask, res, err);
     sim_free(&s);
-    return FXCUT_OK;
+    return rc;
 }
 
 /* ---- the frontier ------------------------------------------------------ */
@@ -522,6 +562,8 @@ typedef struct {
     struct timespec start;
     double limit;
     int timed_out;
+    int rc;               /* the first error of an evaluation */
+    fxcut_error *err;
 } search;
 
 static double elapsed(const search *q)
@@ -536,14 +578,21 @@ static int out_of_time(search *q)
 {
     if (!q->timed_out && (q->sim.n_evals & 15) == 0 && elapsed(q) > q->limit)
         q->timed_out = 1;
-    return q->timed_out;
+    return q->timed_out || q->rc != FXCUT_OK;
 }
 
 /* Evaluates q->mask, adds it to the frontier, returns (peak, cost). */
 static void evaluate(search *q, fxcut_plan_eval *r)
 {
     memset(r, 0, sizeof *r);
-    sim_eval(&q->sim, q->mask, r);
+    int rc = sim_eval(&q->sim, q->mask, r, q->err);
+    if (rc != FXCUT_OK) {
+        if (q->rc == FXCUT_OK)
+            q->rc = rc;
+        r->peak_bytes = INT64_MAX;
+        r->recompute_flops = INT64_MAX;
+        return;
+    }
     frontier_add(&q->front, &q->sim, r->peak_bytes, r->recompute_flops);
 }
 
@@ -643,7 +692,7 @@ static void descend_cost(search *q, const uint8_t *start, int64_t peak)
                 improved = 1;
             } else {
                 q->mask[v] = 0;
-                sim_eval(s, q->mask, &r); /* restore state for the next test */
+                evaluate(q, &r); /* restore state for the next test */
             }
         }
         if (!improved)
@@ -657,8 +706,7 @@ static int32_t reachable_free(search *q)
     plan_sim *s = &q->sim;
     memset(q->mask, 0, (size_t)s->n);
     fxcut_plan_eval r;
-    memset(&r, 0, sizeof r);
-    sim_eval(s, q->mask, &r);
+    evaluate(q, &r);
     int32_t m = 0;
     for (int32_t i = 0; i < s->n; i++)
         if (s->opt->role[i] == FXCUT_ROLE_FREE && s->state[i] == ST_RE)
@@ -694,6 +742,7 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
         return rc;
     search q;
     memset(&q, 0, sizeof q);
+    q.err = err;
     timespec_get(&q.start, TIME_UTC);
     q.limit = opt->time_limit_s;
     rc = sim_new(g, opt, &q.sim, err);
@@ -753,6 +802,10 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
                 j++;
             k = j - 1;
         }
+    }
+    if (q.rc != FXCUT_OK) {
+        rc = q.rc;
+        goto done;
     }
     res->n_points = q.front.len;
     for (int32_t k = 0; k < q.front.len; k++) {

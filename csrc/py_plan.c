@@ -15,19 +15,22 @@
 
 const char fxcut_py_plan_simulate_doc[] =
 "plan_simulate($module, arrays, /, *, num_fwd_outputs, role, saved,\n"
-"              storage_of=None, flops=None)\n--\n\n"
+"              storage_of=None, flops=None, use_memory_model=False)\n--\n\n"
 "Simulates the forward then backward modules of the decision `saved` (n\n"
 "bytes, nonzero = saved; read at FREE nodes).  role: n bytes of\n"
 "PLAN_ROLE_*; storage_of: None or int32 (n), the node whose storage each\n"
 "value shares; flops: None or int64 (n).  Returns (peak_bytes,\n"
 "fw_peak_bytes, bw_peak_bytes, saved_bytes, recompute_flops, peak_step,\n"
 "n_fw_steps, n_recomputed, saved (bytes, n), schedule (memoryview 'i'),\n"
-"live_bytes (memoryview 'q')).";
+"live_bytes (memoryview 'q')).  use_memory_model: the peaks, saved bytes\n"
+"and cost are the memory model's (memory.c); schedule and live_bytes stay\n"
+"the planner's own.";
 
 const char fxcut_py_plan_frontier_doc[] =
 "plan_frontier($module, arrays, /, *, num_fwd_outputs, role,\n"
 "              storage_of=None, flops=None, seeds=None, exact_max_free=16,\n"
-"              time_limit=1.0, max_points=1024)\n--\n\n"
+"              time_limit=1.0, max_points=1024, use_memory_model=False)\n"
+"--\n\n"
 "The Pareto frontier (peak, recompute flops) of the decisions the search\n"
 "finds from `seeds` (k * n bytes of saved masks), every decision when at\n"
 "most exact_max_free FREE nodes can reach the backward.  Returns\n"
@@ -113,12 +116,14 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
                                  PyObject *kwargs)
 {
     static char *keywords[] = {"", "num_fwd_outputs", "role", "saved",
-                               "storage_of", "flops", NULL};
+                               "storage_of", "flops", "use_memory_model",
+                               NULL};
+    int use_model = 0;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *saved = NULL,
                      *storage = Py_None, *flops = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOO:plan_simulate",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOp:plan_simulate",
                                      keywords, &graph, &num_fwd, &role,
-                                     &saved, &storage, &flops))
+                                     &saved, &storage, &flops, &use_model))
         return NULL;
     if (missing("plan_simulate", num_fwd, role, saved) < 0)
         return NULL;
@@ -129,6 +134,7 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
     PyObject *saved_out = NULL;
     if (load(&c, graph, num_fwd, role, storage, flops) < 0)
         goto out;
+    c.opt.use_memory_model = (uint8_t)use_model;
     Py_ssize_t n = c.gb.graph.n, len;
     if (fxcut_copy_buffer(saved, "saved", 1, n, 0, &c.saved, &len) < 0)
         goto out;
@@ -176,15 +182,17 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
 {
     static char *keywords[] = {"", "num_fwd_outputs", "role", "storage_of",
                                "flops", "seeds", "exact_max_free",
-                               "time_limit", "max_points", NULL};
+                               "time_limit", "max_points", "use_memory_model",
+                               NULL};
+    int use_model = 0;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *storage = Py_None,
                      *flops = Py_None, *seeds = Py_None, *exact_obj = NULL,
                      *points_obj = NULL;
     double time_limit = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOdO:plan_frontier",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOdOp:plan_frontier",
                                      keywords, &graph, &num_fwd, &role,
                                      &storage, &flops, &seeds, &exact_obj,
-                                     &time_limit, &points_obj))
+                                     &time_limit, &points_obj, &use_model))
         return NULL;
     if (missing("plan_frontier", num_fwd, role, Py_None) < 0)
         return NULL;
@@ -194,6 +202,7 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     PyObject *masks = NULL;
     if (load(&c, graph, num_fwd, role, storage, flops) < 0)
         goto out;
+    c.opt.use_memory_model = (uint8_t)use_model;
     c.opt.exact_max_free = 16;
     c.opt.max_points = 1024;
     c.opt.time_limit_s = time_limit;

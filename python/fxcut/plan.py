@@ -147,11 +147,13 @@ class PlanProblem:
     roles: bytes
     storage: array[int]
     flops: array[int]
+    use_memory_model: bool = True
 
     def simulate(self, saved: bytes | Sequence[int], roles: bytes | None = None) -> Simulation:
         mask = saved if isinstance(saved, bytes) else _mask(len(self.arrays), saved)
         out = _C.plan_simulate(self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
-                               saved=mask, storage_of=self.storage, flops=self.flops)
+                               saved=mask, storage_of=self.storage, flops=self.flops,
+                               use_memory_model=self.use_memory_model)
         return Simulation(*out)
 
     def frontier(self, seeds: Sequence[bytes], *, roles: bytes | None = None, exact_max_free: int = 16,
@@ -160,7 +162,7 @@ class PlanProblem:
         peaks, costs, masks, n_free, n_evals, exact, timed_out = _C.plan_frontier(
             self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
             storage_of=self.storage, flops=self.flops, seeds=b"".join(seeds), exact_max_free=exact_max_free,
-            time_limit=time_limit, max_points=max_points)
+            time_limit=time_limit, max_points=max_points, use_memory_model=self.use_memory_model)
         return Frontier(list(peaks), list(costs), [masks[k * n:(k + 1) * n] for k in range(len(peaks))],
                         n_free, n_evals, exact, timed_out)
 
