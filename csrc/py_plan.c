@@ -102,9 +102,11 @@ static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
                    &c->opt.num_fwd_outputs) < 0)
         return -1;
     if (fxcut_copy_buffer(role, "role", 1, n, 0, &c->role, &len) < 0 ||
-        fxcut_copy_buffer(storage, "storage_of", 4, n, 1, &c->storage,
-                          &len) < 0 ||
-        fxcut_copy_buffer(flops, "flops", 8, n, 1, &c->flops, &len) < 0)
+        (storage != Py_None &&
+         fxcut_copy_buffer(storage, "storage_of", 4, n, 0, &c->storage,
+                           &len) < 0) ||
+        (flops != Py_None &&
+         fxcut_copy_buffer(flops, "flops", 8, n, 0, &c->flops, &len) < 0))
         return -1;
     c->opt.role = c->role;
     c->opt.storage_of = storage == Py_None ? NULL : c->storage;
