@@ -372,3 +372,91 @@ def test_graph_left_untouched_on_error() -> None:
         partition_with_chooser(Boom(), gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs,
                                **cap.partition_kwargs)
     assert gm.code == before
+
+
+# --------------------------------------------------------------------------- the integrations
+
+
+@pytest.fixture
+def fresh_compile() -> Any:
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        yield
+    torch._dynamo.reset()
+
+
+def _compiled_matches_eager(backend: Any, name: str = "gpt2", **cfg: Any) -> None:
+    from fxcut.models import build_model
+
+    model, make_inputs, loss_fn = build_model(name, **cfg)
+    inputs = make_inputs()
+    ref = loss_fn(model(*inputs), inputs)
+    ref.backward()
+    ref_grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    compiled = torch.compile(model, backend=backend)
+    loss = loss_fn(compiled(*inputs), inputs)
+    loss.backward()
+    torch.testing.assert_close(loss, ref, rtol=1e-4, atol=1e-5)
+    for k, p in model.named_parameters():
+        if k in ref_grads:
+            torch.testing.assert_close(p.grad, ref_grads[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_aot_backend_memory_budget_plans(fresh_compile: Any, monkeypatch: Any) -> None:
+    import fxcut.plan as plan_mod
+
+    planned: list[float] = []
+    plan = plan_mod.PeakPlanner.plan
+
+    def spy(self: Any, *a: Any, **k: Any) -> Any:
+        planned.append(self.memory_budget)
+        return plan(self, *a, **k)
+
+    monkeypatch.setattr(plan_mod.PeakPlanner, "plan", spy)
+    _compiled_matches_eager(fxcut.aot_backend(memory_budget=0.3), layers=1)
+    assert planned == [0.3]
+
+
+def test_inductor_backend_memory_budget_option() -> None:
+    from fxcut.integrations.torch_compile import InductorPartitioner
+
+    p = InductorPartitioner([], None, 0.25)
+    assert p.memory_budget == 0.25 and p.uuid()[-1] == 0.25
+    with pytest.raises(ValueError, match="memory_budget"):
+        fxcut.inductor_backend(memory_budget=2)
+    with pytest.raises(ValueError, match="memory_budget"):
+        fxcut.aot_backend(memory_budget="low")
+    with pytest.raises(ValueError, match="verify"):
+        fxcut.aot_backend(memory_budget=0.5, verify=True)
+
+
+def test_cli_plan_budget(capsys: Any) -> None:
+    from fxcut import cli
+
+    assert cli.main(["partition", "--model", "gpt2", "--layers", "1", "--plan-budget", "0", "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["extra"]["plan_budget"] == 0.0 if "extra" in out else True
+    assert cli.main(["partition", "--model", "mlp", "--plan-budget", "3"]) == 2
+
+
+def test_deepspeed_install_memory_budget() -> None:
+    pytest.importorskip("deepspeed.compile.backend")
+    import deepspeed.compile.backend as ds_backend
+
+    import fxcut.integrations.deepspeed as fxds
+
+    with pytest.raises(ValueError, match="memory_budget"):
+        fxds.install(memory_budget=-1)
+    assert not fxds.installed()
+    fxds.install(memory_budget=0.5)
+    try:
+        fn = ds_backend.min_cut_rematerialization_partition
+        assert fn.planner.memory_budget == 0.5  # type: ignore[attr-defined]
+        fxds.install()  # back to torch's decision
+        assert ds_backend.min_cut_rematerialization_partition is fxcut.min_cut_rematerialization_partition
+    finally:
+        fxds.uninstall()

@@ -58,16 +58,25 @@ _RECOMPUTE_TAGS = (_C.TAG_MUST_RECOMPUTE, _C.TAG_PREFER_RECOMPUTE)
 
 def plan_roles(decision: Decision) -> bytes:
     """What the plan may do with each node (``_C.PLAN_ROLE_*``), from the
-    default decision's classification and its tags after torch's passes."""
+    default decision's classification and its tags after torch's passes.
+    A node the backward alone can compute (it depends on a tangent or a
+    backward seed) is BACKWARD; every other non-input node may run in the
+    forward (torch's required-forward and unclaimed nodes alike)."""
     arrays = decision.arrays
     kind, flags = arrays.kind, arrays.flags
     cls, tag, ban = decision.node_class, decision.tag, decision.ban_reason
     roles = bytearray(len(arrays))
+    in_ptr, in_idx = arrays.in_ptr, arrays.in_idx
+    backward_only = _C.F_TANGENT | _C.F_BWD_SEED
+    needs_backward = bytearray(len(arrays))  # depends on a tangent or a backward seed
     for i in range(len(arrays)):
         k = kind[i]
+        needs_backward[i] = bool(
+            (k == _C.KIND_PLACEHOLDER and flags[i] & backward_only) or k == _C.KIND_OUTPUT
+            or cls[i] & _C.C_TANGENTS_CLOSURE or any(needs_backward[u] for u in in_idx[in_ptr[i]:in_ptr[i + 1]]))
         if k in (_C.KIND_PLACEHOLDER, _C.KIND_GET_ATTR):
             roles[i] = _C.PLAN_ROLE_INPUT
-        elif not cls[i] & _C.C_REQUIRED_FW:
+        elif needs_backward[i]:
             roles[i] = _C.PLAN_ROLE_BACKWARD
         elif cls[i] & _C.C_MUST_RECOMPUTE or tag[i] in _RECOMPUTE_TAGS or flags[i] & _C.F_MUST_BE_IN_BW:
             roles[i] = _C.PLAN_ROLE_RECOMPUTE
@@ -76,6 +85,16 @@ def plan_roles(decision: Decision) -> bytes:
             roles[i] = _C.PLAN_ROLE_SAVE
         else:
             roles[i] = _C.PLAN_ROLE_FREE
+    # A sequence value (a multi-output op) is never saved itself: its
+    # getitems are.  Recomputable, it is recomputed when a recomputed getitem
+    # needs it; not, its getitems are saved.
+    arg_ptr, arg_idx = arrays.arg_ptr, arrays.arg_idx
+    for i in range(len(arrays)):
+        if flags[i] & _C.F_VAL_IS_SEQ and roles[i] == _C.PLAN_ROLE_FREE:
+            roles[i] = _C.PLAN_ROLE_RECOMPUTE
+        if (flags[i] & _C.F_GETITEM and roles[i] != _C.PLAN_ROLE_BACKWARD and arg_ptr[i] < arg_ptr[i + 1]
+                and roles[arg_idx[arg_ptr[i]]] == _C.PLAN_ROLE_SAVE):
+            roles[i] = _C.PLAN_ROLE_SAVE
     return bytes(roles)
 
 
