@@ -529,7 +529,10 @@ typedef struct {
                                      to the backward (the forward inputs
                                      it reads included: 0 bytes) */
     int32_t *schedule;            /* 2n: node run at each step */
-    int64_t *live_bytes;          /* 2n: live bytes while that step runs */
+    int64_t *live_bytes;          /* 2n: live bytes while that step runs
+                                     (with use_memory_model, both given:
+                                     the model's timeline, peak_step and
+                                     n_fw_steps) */
 } fxcut_plan_eval;
 
 /* Validates g and opt, simulates the decision saved_mask (n bytes). */

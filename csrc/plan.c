@@ -435,9 +435,23 @@ static int sim_eval(plan_sim *s, const uint8_t *mask, fxcut_plan_eval *r,
         s->saved_buf[i] = (uint8_t)is_saved(s, i);
     fxcut_memory_result m;
     memset(&m, 0, sizeof m);
+    /* a caller asking for the timeline gets the model's */
+    m.schedule = r->schedule;
+    m.live_bytes = r->live_bytes;
     int rc = fxcut_memsim_eval(s->memsim, s->saved_buf, &m, err);
     if (rc != FXCUT_OK)
         return rc;
+    if (r->schedule != NULL && r->live_bytes != NULL) {
+        r->n_steps = m.n_steps;
+        r->n_fw_steps = m.n_fw_steps;
+        r->peak_step = m.peak_step;
+        r->peak_bytes = m.peak_bytes;
+        r->fw_peak_bytes = m.fw_peak_bytes;
+        r->bw_peak_bytes = m.bw_peak_bytes;
+        r->saved_bytes = m.saved_bytes;
+        r->recompute_flops = m.recompute_flops;
+        return FXCUT_OK;
+    }
     /* the toggles are picked at the planner's own peak step of the
      * module where the model's peak is */
     r->peak_step = m.fw_peak_bytes >= m.bw_peak_bytes ? fw_step : bw_step;

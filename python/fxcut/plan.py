@@ -222,6 +222,8 @@ class PlanChoice:
     exact: bool
     seconds: float
     regions: dict[float, int] = field(default_factory=dict)
+    #: torch's decision at each seed budget: (simulated peak, recompute flops)
+    torch_points: dict[float, tuple[int, int]] = field(default_factory=dict)
 
 
 def _check_number(name: str, value: object, lo: float, hi: float, *, integer: bool = False) -> None:
@@ -258,6 +260,8 @@ class PeakPlanner:
         self.time_limit = float(time_limit)
         self.seed_budgets = sorted(set(seeds) | {1.0})
         self.last: PlanChoice | None = None
+        self.last_problem: PlanProblem | None = None
+        self.last_frontier: Frontier | None = None
 
     def __repr__(self) -> str:
         return (f"PeakPlanner(memory_budget={self.memory_budget!r}, exact_max_candidates="
@@ -300,7 +304,12 @@ class PeakPlanner:
         seeds = self.torch_seeds(joint_module.graph, chosen, num_fwd_outputs, static_lifetime_input_indices,
                                  estimates)
         seed_masks = [_mask(n, s) for s in seeds.values()]
+        torch_points = {}
+        for b, m in zip(seeds, seed_masks):
+            sim = prob.simulate(m)
+            torch_points[b] = (sim.peak_bytes, sim.recompute_flops)
         torch_sim = prob.simulate(seed_masks[0])
+        self.last_problem = prob
         groups = _region_groups(prob, self.memory_budget)
         current = seed_masks[0]
         lowest, points, exact = torch_sim.peak_bytes, 0, True
@@ -317,11 +326,12 @@ class PeakPlanner:
             points += len(front.peak_bytes)
             exact = exact and front.exact
             per_region[budget] = front.peak_bytes[k]
+            self.last_frontier = front
         final = prob.simulate(current)
         saved = [i for i in range(n) if current[i]]
         self.last = PlanChoice(saved, final.peak_bytes, final.recompute_flops, torch_sim.peak_bytes,
                                torch_sim.recompute_flops, lowest, points, exact, time.perf_counter() - t0,
-                               per_region)
+                               per_region, torch_points)
         log.info("plan: budget %g, peak %d (torch %d, lowest %d), recompute %d flops (torch %d), %d points, %.1f ms",
                  self.memory_budget, final.peak_bytes, torch_sim.peak_bytes, lowest, final.recompute_flops,
                  torch_sim.recompute_flops, points, self.last.seconds * 1e3)
