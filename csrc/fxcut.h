@@ -398,21 +398,21 @@ void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
  *  - Saved values the backward never reads are dropped first, as torch's
  *    extraction drops them (they cost nothing).
  *  - Backward module: the nodes computable from the saved values, tangents
- *    and backward seeds (never an IMPURE, non-random node without the
- *    is_backward / must_be_in_backward marks: torch keeps mutations in the
- *    forward), kept when a gradient needs them or they are IMPURE; ordered
- *    as reordering_to_mimic_autograd_engine orders them: when a tangent is
+ *    and backward seeds (never a FXCUT_X_MUST_FW node), kept when a
+ *    gradient needs them or they are IMPURE; ordered as
+ *    reordering_to_mimic_autograd_engine orders them: when a tangent is
  *    used, from the first tangent user on each node is preceded by the
  *    not-yet-emitted nodes it needs, in joint order; before it only the
- *    IMPURE non-random nodes (torch: copy_) are pulled; then raise_getitems.
+ *    FXCUT_X_COPY nodes are pulled; then raise_getitems.
  *  - Bytes: a value's storage is storage_of's root (storage_of[i] < i is
  *    followed to a node that is its own storage); a storage costs the
  *    nbytes of its root, once, while any value on it is live.  Storages of
  *    placeholders (primals, parameters, tangents, seeds) cost nothing; so
  *    do values of unknown size and non-tensor values other than sequences.
- *    A sequence-valued node (a multi-output op) owning its storage costs
- *    its nbytes minus those of its getitems in the same module that own
- *    theirs: they are allocated by the op and handed to the getitems.
+ *    A sequence-valued node (a multi-output op) owning its storage
+ *    allocates its whole nbytes at its step; the part its getitems in the
+ *    same module own (storage_of == themselves) lives as long as those
+ *    getitems, the rest as long as the sequence node.
  *  - A value is allocated at its step and freed after the last step of its
  *    module that reads a value on its storage; module outputs (forward
  *    outputs and saved values in the forward, gradients in the backward)
@@ -425,6 +425,17 @@ void fxcut_budget_aggressive_options(const fxcut_partition_options *opt,
  *  - Recomputed: a backward node that depends on no tangent or backward
  *    seed.  recompute_bytes sums the bytes those nodes' own storages cost.
  */
+/* Per-node marks of fxcut_memory_options.marks. */
+enum fxcut_extract_mark {
+    /* torch's _must_be_in_forward: a mutable op not tagged for the
+     * backward, or partitioner_tag "must_be_in_forward": never in the
+     * backward module */
+    FXCUT_X_MUST_FW = 1u << 0,
+    /* aten.copy_: reordering_to_mimic_autograd_engine emits it (and what it
+     * needs) even before the first tangent user */
+    FXCUT_X_COPY = 1u << 1
+};
+
 typedef struct {
     int32_t num_fwd_outputs;
     /* n entries, or NULL (every value its own storage): storage_of[i] is
@@ -434,6 +445,9 @@ typedef struct {
     /* n entries, or NULL (all 0): the cost of running node i once (torch's
      * flop counter, as its knapsack's "flops" estimator); >= 0. */
     const int64_t *flops;
+    /* n entries, or NULL (all 0): enum fxcut_extract_mark bits, what torch's
+     * extraction knows of a node beyond the graph array. */
+    const uint8_t *marks;
 } fxcut_memory_options;
 
 typedef struct {

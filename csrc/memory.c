@@ -23,6 +23,7 @@ struct fxcut_memsim {
     const fxcut_graph *g;
     int32_t num_fwd_outputs;
     const int64_t *flops;
+    const uint8_t *marks;
     int32_t *root;          /* storage root of every node */
     int64_t *cost;          /* bytes a root's storage costs (0: not counted) */
     uint8_t *tangent_dep;   /* depends on a tangent / backward seed */
@@ -49,14 +50,14 @@ static int is_bw_input_placeholder(const fxcut_graph *g, int32_t i)
            (g->flags[i] & (FXCUT_F_TANGENT | FXCUT_F_BWD_SEED)) != 0;
 }
 
-/* An op torch's extraction keeps out of the backward: a mutation not marked
- * for the backward (IMPURE and not random stands for "mutable op"). */
-static int forward_only(const fxcut_graph *g, int32_t i)
+static int forward_only(const fxcut_memsim *s, int32_t i)
 {
-    uint32_t f = g->flags[i];
-    return (f & FXCUT_F_IMPURE) != 0 &&
-           (f & (FXCUT_F_RANDOM | FXCUT_F_IS_BACKWARD_TAG |
-                 FXCUT_F_MUST_BE_IN_BW)) == 0;
+    return s->marks != NULL && (s->marks[i] & FXCUT_X_MUST_FW) != 0;
+}
+
+static int is_copy(const fxcut_memsim *s, int32_t i)
+{
+    return s->marks != NULL && (s->marks[i] & FXCUT_X_COPY) != 0;
 }
 
 static int is_computed_kind(const fxcut_graph *g, int32_t i)
@@ -89,6 +90,7 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
     s->g = g;
     s->num_fwd_outputs = opt->num_fwd_outputs;
     s->flops = opt->flops;
+    s->marks = opt->marks;
     s->root = malloc(m * sizeof *s->root);
     s->cost = malloc(m * sizeof *s->cost);
     s->tangent_dep = malloc(m);
@@ -126,6 +128,20 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
         for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1] && !dep; e++)
             dep = s->tangent_dep[g->in_idx[e]];
         s->tangent_dep[i] = dep;
+    }
+    /* every total the evaluations form is at most these sums */
+    fxcut_wide bytes = 0, work = 0;
+    for (int32_t i = 0; i < n; i++) {
+        bytes += s->cost[i];
+        if (opt->flops != NULL)
+            work += opt->flops[i];
+    }
+    if (bytes > (fxcut_wide)INT64_MAX || work > (fxcut_wide)INT64_MAX) {
+        fxcut_memsim_free(s);
+        return fxcut_fail(err, FXCUT_E_OVERFLOW, -1,
+                          "the graph's %s sum past 2^63 - 1",
+                          bytes > (fxcut_wide)INT64_MAX ? "sizes (nbytes)"
+                                                         : "flops");
     }
     *out = s;
     return FXCUT_OK;
@@ -221,8 +237,9 @@ static int32_t raise_getitems(fxcut_memsim *s, int32_t n, uint8_t kept)
     return k;
 }
 
-/* What a node's step allocates: its storage's cost when it owns it, less
- * (for a sequence) what its getitems in the module take over. */
+/* What a node's own storage costs while it lives: its cost, less (for a
+ * sequence) what its getitems in the module own (born with it, but freed
+ * when they die). */
 static int64_t step_alloc(const fxcut_memsim *s, int32_t v, uint8_t kept)
 {
     const fxcut_graph *g = s->g;
@@ -238,6 +255,24 @@ static int64_t step_alloc(const fxcut_memsim *s, int32_t v, uint8_t kept)
         }
         if (b < 0)
             b = 0;
+    }
+    return b;
+}
+
+/* A multi-output op allocates all its outputs at once: the storages its
+ * getitems in the module own are born with it (charged to them, freed when
+ * they die).  Returns the bytes so born. */
+static int64_t prepay_getitems(fxcut_memsim *s, int32_t v, uint8_t kept)
+{
+    const fxcut_graph *g = s->g;
+    int64_t b = 0;
+    for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+        int32_t u = s->user_idx[e];
+        if ((s->mark[u] & kept) != 0 && s->root[u] == u &&
+            (g->flags[u] & FXCUT_F_GETITEM) != 0 && s->charge[u] < 0) {
+            s->charge[u] = s->cost[u];
+            b += s->cost[u];
+        }
     }
     return b;
 }
@@ -289,6 +324,8 @@ static int64_t walk_module(fxcut_memsim *s, int32_t n_body, uint8_t kept,
         if (s->charge[r] < 0) {
             s->charge[r] = r == v ? step_alloc(s, v, kept) : s->cost[r];
             live += s->charge[r];
+            if (r == v && (g->flags[v] & FXCUT_F_VAL_IS_SEQ) != 0)
+                live += prepay_getitems(s, v, kept);
         }
         if (res->schedule != NULL)
             res->schedule[step0 + k] = v;
@@ -326,7 +363,7 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
             mk = M_SAVED | M_BW_VALID;
         else if (is_bw_input_placeholder(g, i))
             mk = M_BW_VALID;
-        else if (is_computed_kind(g, i) && !forward_only(g, i)) {
+        else if (is_computed_kind(g, i) && !forward_only(s, i)) {
             mk = M_BW_VALID;
             for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
                 if ((s->mark[g->in_idx[e]] & M_BW_VALID) == 0) {
@@ -382,13 +419,15 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
                               "saved node %d cannot be computed in the "
                               "forward (it depends on a tangent or must be "
                               "in the backward)", (int)i);
-    /* the saved values are forward outputs too */
-    for (int32_t i = 0; i < n; i++)
+    /* the forward's dead-code elimination: its outputs are the forward
+     * outputs and the saved values */
+    for (int32_t i = 0; i < n; i++) {
         if ((s->mark[i] & M_SAVED) != 0)
             s->mark[i] |= M_NEEDED;
+        else
+            s->mark[i] &= (uint8_t)~M_NEEDED;
+    }
     {
-        /* keep_needed clears M_NEEDED first: seed it through a pass of our
-         * own instead */
         for (int32_t k = 0; k < nfo; k++)
             if (g->outputs[k] >= 0)
                 s->mark[g->outputs[k]] |= M_NEEDED;
@@ -463,8 +502,7 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
     } else {
         for (int32_t k = 0; k < first; k++) {
             int32_t v = s->body[k];
-            if (forward_only(g, v) || ((g->flags[v] & FXCUT_F_IMPURE) != 0 &&
-                                       (g->flags[v] & FXCUT_F_RANDOM) == 0))
+            if (is_copy(s, v))
                 pull(s, v, &n_bw);
         }
         for (int32_t k = first; k < n_body; k++)

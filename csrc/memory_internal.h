@@ -14,7 +14,8 @@ typedef struct fxcut_memsim fxcut_memsim;
 
 /* g validated by the caller (fxcut_graph_validate), opt->storage_of in
  * [0, i] and opt->flops >= 0, num_fwd_outputs in [0, n_outputs]: checked
- * by fxcut_memory_simulate, not here.  g's and opt's arrays must outlive
+ * by fxcut_memory_simulate, not here.  FXCUT_E_OVERFLOW when the sizes or
+ * the flops of all nodes sum past INT64_MAX (no total can overflow then).  g's and opt's arrays must outlive
  * the simulator (they are read again by every evaluation). */
 int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
                      fxcut_memsim **out, fxcut_error *err);

@@ -502,6 +502,7 @@ static const struct {
     C(BAN_, LONG_FUSIBLE_CHAIN),
     C(, WEIGHT_INF), C(, WEIGHT_NONE), C(, SIZE_UNKNOWN), C(, CAP_INF),
     C(KEEP_, NONE), C(KEEP_, NETWORK), C(KEEP_, BUILD_ONLY),
+    C(X_, MUST_FW), C(X_, COPY),
     C(MAXFLOW_, DEFAULT), C(MAXFLOW_, PUSH_RELABEL), C(MAXFLOW_, DINIC),
     C(STAGE_, NO_BACKWARD), C(STAGE_, INPUTS), C(STAGE_, MIN_CUT),
     C(STAGE_, MORE_AGGRESSIVE), C(STAGE_, AGGRESSIVE),
@@ -552,6 +553,10 @@ static int module_exec(PyObject *module)
                                         "KnapsackResult");
     if (st->knapsack_type == NULL)
         return -1;
+    st->memory_type = new_result_type(module, &fxcut_memory_desc,
+                                      "MemoryResult");
+    if (st->memory_type == NULL)
+        return -1;
     for (size_t k = 0; k < sizeof constants / sizeof constants[0]; k++) {
         PyObject *v = PyLong_FromLongLong(constants[k].value);
         if (v == NULL || PyModule_AddObjectRef(module, constants[k].name,
@@ -584,7 +589,8 @@ static int state_refs(PyObject *module, visitproc visit, void *arg)
     PyObject **refs[] = {&st->infinite_cut_error,
                          (PyObject **)&st->decision_type,
                          (PyObject **)&st->plan_type,
-                         (PyObject **)&st->knapsack_type};
+                         (PyObject **)&st->knapsack_type,
+                         (PyObject **)&st->memory_type};
     for (size_t k = 0; k < sizeof refs / sizeof refs[0]; k++) {
         if (visit != NULL)
             Py_VISIT(*refs[k]);

@@ -44,6 +44,7 @@ typedef struct {
     PyTypeObject *decision_type;  /* fxcut._C.Decision */
     PyTypeObject *plan_type;      /* fxcut._C.BudgetPlan */
     PyTypeObject *knapsack_type;  /* fxcut._C.KnapsackResult */
+    PyTypeObject *memory_type;    /* fxcut._C.MemoryResult */
 } fxcut_module_state;
 
 fxcut_module_state *fxcut_state(PyObject *module);
@@ -93,14 +94,16 @@ PyObject *fxcut_typed_view(const void *p, Py_ssize_t count, const char *format,
     extern const char fxcut_py_##name##_doc[];
 FXCUT_ENTRY(min_cut) FXCUT_ENTRY(partition_decide)
 FXCUT_ENTRY(budget_plan) FXCUT_ENTRY(knapsack)
+FXCUT_ENTRY(memory_simulate)
 FXCUT_ENTRY(plan_simulate) FXCUT_ENTRY(plan_frontier)
 #undef FXCUT_ENTRY
 
-/* The result types py_decide.c and py_knapsack.c fill (module.c makes
+/* The result types py_decide.c, py_knapsack.c and py_memory.c fill (module.c makes
  * them in module_exec). */
 extern PyStructSequence_Desc fxcut_decision_desc;
 extern PyStructSequence_Desc fxcut_plan_desc;
 extern PyStructSequence_Desc fxcut_knapsack_desc;
+extern PyStructSequence_Desc fxcut_memory_desc;
 
 #define FXCUT_KW_METHOD(name)                                                 \
     {#name, (PyCFunction)(void (*)(void))fxcut_py_##name,                     \
@@ -108,7 +111,8 @@ extern PyStructSequence_Desc fxcut_knapsack_desc;
 
 #define FXCUT_EXTRA_METHODS                                                   \
     FXCUT_KW_METHOD(min_cut), FXCUT_KW_METHOD(partition_decide),              \
-    FXCUT_KW_METHOD(budget_plan), FXCUT_KW_METHOD(knapsack),                \
+    FXCUT_KW_METHOD(budget_plan), FXCUT_KW_METHOD(knapsack),                  \
+    FXCUT_KW_METHOD(memory_simulate),                                         \
     FXCUT_KW_METHOD(plan_simulate), FXCUT_KW_METHOD(plan_frontier),
 
 #endif /* FXCUT_PY_BINDING_H */

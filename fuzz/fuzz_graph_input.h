@@ -276,7 +276,7 @@ static void check_error(int rc, const fxcut_error *err)
 
 /* The result arrays, each at exactly the size the core asks for
  * (fxcut_result_sizes_for, the rule the binding allocates by too). */
-static void result_alloc(fxcut_partition_result *r, int32_t n)
+static inline void result_alloc(fxcut_partition_result *r, int32_t n)
 {
     fxcut_result_sizes z = fxcut_result_sizes_for(n);
     memset(r, 0, sizeof *r);
@@ -289,7 +289,7 @@ static void result_alloc(fxcut_partition_result *r, int32_t n)
     r->chain = xmalloc(z.chain * sizeof *r->chain);
 }
 
-static void result_free(fxcut_partition_result *r)
+static inline void result_free(fxcut_partition_result *r)
 {
     fxcut_partition_result_release(r);
     free(r->tag);
@@ -301,7 +301,7 @@ static void result_free(fxcut_partition_result *r)
     free(r->chain);
 }
 
-static void check_decision(const fxcut_graph *g,
+static inline void check_decision(const fxcut_graph *g,
                            const fxcut_partition_options *o,
                            const fxcut_partition_result *r)
 {

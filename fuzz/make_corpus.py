@@ -143,6 +143,19 @@ def budget_seeds(graphs: dict[str, bytes]) -> dict[str, bytes]:
     return seeds
 
 
+def memory_seeds(graphs: dict[str, bytes]) -> dict[str, bytes]:
+    """The graph seeds followed by fuzz/fuzz_memory.c's trailer: mode, then
+    per node a storage byte (0: its own), a saved bit with extraction marks,
+    and a flops byte."""
+    seeds: dict[str, bytes] = {}
+    for k, (name, data) in enumerate(sorted(graphs.items())):
+        n = data[0]
+        per_node = bytes(b for i in range(n) for b in ((i % 4 == 3), i % 2 | (2 * (i % 11 == 5)), i % 7))
+        seeds[f"{name}_save_all"] = data + bytes([16 | 8 | 3]) + per_node
+        seeds[f"{name}_mask"] = data + bytes([k % 4]) + per_node
+    return seeds
+
+
 def encode_knapsack(capacity: float, items: list[tuple[float, float]], *, mode: int = 0, solver: int = 0) -> bytes:
     """In fuzz/fuzz_knapsack.c's format: memory code = memory * 8192,
     runtime code = runtime * 16 (signed), capacity code = capacity * 65536."""
@@ -172,7 +185,8 @@ def knapsack_seeds() -> dict[str, bytes]:
 def main() -> None:
     graphs = graph_seeds()
     for target, seeds in (("fuzz_graph", graphs), ("fuzz_maxflow", network_seeds()),
-                          ("fuzz_budget", budget_seeds(graphs)), ("fuzz_knapsack", knapsack_seeds())):
+                          ("fuzz_budget", budget_seeds(graphs)), ("fuzz_knapsack", knapsack_seeds()),
+                          ("fuzz_memory", memory_seeds(graphs))):
         d = OUT / target
         d.mkdir(parents=True, exist_ok=True)
         for name, data in seeds.items():

@@ -152,6 +152,10 @@ def _cases() -> list[Case]:
     dp = _C.partition_decide
     bp = _C.budget_plan
     kn = _C.knapsack
+    ms = _C.memory_simulate
+    mem_ok = {"num_fwd_outputs": 1, "saved": array("i", [0, 4])}
+    mem_full = {**mem_ok, "storage_of": array("i", range(8)), "flops": array("q", [0, 0, 0, 64, 16, 16, 64, 0]),
+                "timeline": True}
     return [
         ("validate", _C.validate, (ok,), {}, None),
         ("validate/bad index", _C.validate, (bad_index,), {}, IndexError),
@@ -186,6 +190,15 @@ def _cases() -> list[Case]:
         ("budget_plan/bad mask", bp, (ok, OPTIONS), {**plan, "input_storage": bytes(3)}, ValueError),
         ("budget_plan/bad graph", bp, (bad_index, OPTIONS), plan, IndexError),
         ("budget_plan/missing budget", bp, (ok, OPTIONS), nfwd, TypeError),
+        ("memory_simulate", ms, (ok,), mem_ok, None),
+        ("memory_simulate/timeline", ms, (ok,), mem_full, None),
+        ("memory_simulate/saved out of range", ms, (ok,), {**mem_ok, "saved": array("i", [0, 99])}, IndexError),
+        ("memory_simulate/storage forward", ms, (ok,), {**mem_full, "storage_of": array("i", [0, 1, 2, 4, 4, 5, 6, 7])},
+         ValueError),
+        ("memory_simulate/storage length", ms, (ok,), {**mem_ok, "storage_of": array("i", [0])}, ValueError),
+        ("memory_simulate/not realisable", ms, (ok,), {**mem_ok, "saved": array("i", [])}, ValueError),
+        ("memory_simulate/bad graph", ms, (bad_index,), mem_ok, IndexError),
+        ("memory_simulate/missing saved", ms, (ok,), nfwd, TypeError),
         ("knapsack/dp", kn, (mem, rt, 0.5, "dp"), {}, None),
         ("knapsack/dp_lean", kn, (mem, rt, 0.5, "dp_lean"), {}, None),
         ("knapsack/greedy", kn, (mem, rt, 0.5, "greedy"), {}, None),

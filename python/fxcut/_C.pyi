@@ -107,6 +107,8 @@ TAG_PREFER_RECOMPUTE: int
 TAG_PREFER_SAVE: int
 WEIGHT_INF: int
 WEIGHT_NONE: int
+X_COPY: int
+X_MUST_FW: int
 
 class Decision(tuple[Any, ...]):
     """What partition_decide decided, by node index (a struct sequence)."""
@@ -164,7 +166,46 @@ class KnapsackResult(tuple[Any, ...]):
     @property
     def peak_bytes(self) -> int: ...
 
+class MemoryResult(tuple[Any, ...]):
+    """What memory_simulate simulated (a struct sequence)."""
+
+    @property
+    def peak_bytes(self) -> int: ...
+    @property
+    def peak_step(self) -> int: ...  # -1 when there is no step
+    @property
+    def fw_peak_bytes(self) -> int: ...
+    @property
+    def bw_peak_bytes(self) -> int: ...
+    @property
+    def saved_bytes(self) -> int: ...
+    @property
+    def recompute_flops(self) -> int: ...
+    @property
+    def recompute_bytes(self) -> int: ...
+    @property
+    def n_recomputed(self) -> int: ...
+    @property
+    def n_fw_steps(self) -> int: ...
+    @property
+    def recomputed(self) -> memoryview: ...  # uint8, n entries
+    @property
+    def schedule(self) -> memoryview | None: ...  # int32, with timeline
+    @property
+    def live_bytes(self) -> memoryview | None: ...  # int64, with timeline
+
 def validate(graph: GraphArrays, /) -> None: ...
+def memory_simulate(
+    graph: GraphArrays,
+    /,
+    *,
+    num_fwd_outputs: int,
+    saved: Buffer,
+    storage_of: Buffer | None = None,
+    flops: Buffer | None = None,
+    marks: Buffer | None = None,
+    timeline: bool = False,
+) -> MemoryResult: ...
 def partition_decide(
     graph: GraphArrays,
     options: Any,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -319,6 +319,28 @@ def decide(
     out = call_core(_C.partition_decide, arrays, opts, keep_network=keep_network, dont_ban=dont_ban_mask, **args)
     t2 = time.perf_counter()
     return Decision.from_core(arrays, out, {"lower": t1 - t0, "core": t2 - t1})
+
+
+def memory_simulate(
+    arrays: GraphArrays,
+    saved: Sequence[int],
+    *,
+    num_fwd_outputs: int,
+    storage_of: array[int] | None = None,
+    flops: array[int] | None = None,
+    marks: bytes | None = None,
+    timeline: bool = False,
+) -> _C.MemoryResult:
+    """The C memory model (``fxcut._C.memory_simulate``) over ``arrays`` for
+    the decision that saves node indices ``saved``; errors name the node."""
+    try:
+        return _C.memory_simulate(arrays, num_fwd_outputs=num_fwd_outputs, saved=array("i", saved),
+                                  storage_of=storage_of, flops=flops, marks=marks, timeline=timeline)
+    except (ValueError, IndexError, OverflowError, SystemError, MemoryError) as e:
+        node = getattr(e, "node", -1)
+        if isinstance(node, int) and 0 <= node < len(arrays):
+            e.args = (f"{e} [node {node} is {arrays.nodes[node].name!r}]",)
+        raise
 
 
 def _explain_conflict(err: _C.InfiniteCutError, arrays: GraphArrays) -> None:

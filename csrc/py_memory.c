@@ -1,0 +1,177 @@
+/*
+ * py_memory.c -- binding of fxcut_memory_simulate: fxcut._C.memory_simulate.
+ * The signature and the result are in the docstring.
+ */
+#include "py_binding.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char fxcut_py_memory_simulate_doc[] =
+"memory_simulate($module, graph, /, *, num_fwd_outputs, saved,\n"
+"                storage_of=None, flops=None, marks=None, timeline=False)\n"
+"--\n\n"
+"The live activation bytes of the forward and backward modules the\n"
+"decision `saved` produces (the semantics: csrc/fxcut.h, above\n"
+"fxcut_memory_options).\n\n"
+"graph: a graph arrays object (fxcut.GraphArrays).  num_fwd_outputs: how\n"
+"many of graph.outputs are forward outputs.  saved: int32 node indices.\n"
+"storage_of: None or n int32, the node whose storage node i's value shares\n"
+"(<= i).  flops: None or n int64, the cost of running each node once.\n"
+"marks: None or n bytes of X_* bits (X_MUST_FW, X_COPY).\n"
+"timeline: also return the schedule and the live bytes at each step.\n"
+"Returns a MemoryResult: peak_bytes, peak_step, fw_peak_bytes,\n"
+"bw_peak_bytes, saved_bytes, recompute_flops, recompute_bytes,\n"
+"n_recomputed, n_fw_steps, recomputed (memoryview 'B', n entries),\n"
+"schedule ('i') and live_bytes ('q') (None without timeline).  Errors name\n"
+"the node in the exception's `node`.\n";
+
+static PyStructSequence_Field memory_fields[] = {
+    {"peak_bytes", "max live activation bytes over forward then backward"},
+    {"peak_step", "the schedule step of the peak, -1 when no step"},
+    {"fw_peak_bytes", "the forward module's peak"},
+    {"bw_peak_bytes", "the backward module's peak"},
+    {"saved_bytes", "bytes of the saved values, storages counted once"},
+    {"recompute_flops", "flops of the nodes the backward recomputes"},
+    {"recompute_bytes", "bytes those nodes write"},
+    {"n_recomputed", "how many nodes the backward recomputes"},
+    {"n_fw_steps", "schedule[:n_fw_steps] is the forward"},
+    {"recomputed", "1 where the backward recomputes the node (uint8)"},
+    {"schedule", "None, or the node run at each step (int32)"},
+    {"live_bytes", "None, or the bytes live while each step runs (int64)"},
+    {NULL, NULL}
+};
+
+PyStructSequence_Desc fxcut_memory_desc = {
+    "fxcut._C.MemoryResult", "What memory_simulate simulated.",
+    memory_fields, 12
+};
+
+static int set_item(PyObject *seq, Py_ssize_t k, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    PyStructSequence_SetItem(seq, k, value);
+    return 0;
+}
+
+static PyObject *build_result(PyObject *module, const fxcut_memory_result *r,
+                              int32_t n, int timeline)
+{
+    PyObject *d = PyStructSequence_New(fxcut_state(module)->memory_type);
+    if (d == NULL)
+        return NULL;
+    PyObject *schedule = Py_None, *live = Py_None;
+    if (timeline) {
+        schedule = fxcut_typed_view(r->schedule, r->n_steps, "i", 4);
+        live = fxcut_typed_view(r->live_bytes, r->n_steps, "q", 8);
+    } else {
+        Py_INCREF(schedule);
+        Py_INCREF(live);
+    }
+    if (set_item(d, 10, schedule) < 0 || set_item(d, 11, live) < 0 ||
+        set_item(d, 0, PyLong_FromLongLong(r->peak_bytes)) < 0 ||
+        set_item(d, 1, PyLong_FromLong(r->peak_step)) < 0 ||
+        set_item(d, 2, PyLong_FromLongLong(r->fw_peak_bytes)) < 0 ||
+        set_item(d, 3, PyLong_FromLongLong(r->bw_peak_bytes)) < 0 ||
+        set_item(d, 4, PyLong_FromLongLong(r->saved_bytes)) < 0 ||
+        set_item(d, 5, PyLong_FromLongLong(r->recompute_flops)) < 0 ||
+        set_item(d, 6, PyLong_FromLongLong(r->recompute_bytes)) < 0 ||
+        set_item(d, 7, PyLong_FromLong(r->n_recomputed)) < 0 ||
+        set_item(d, 8, PyLong_FromLong(r->n_fw_steps)) < 0 ||
+        set_item(d, 9, fxcut_typed_view(r->recomputed, n, "B", 1)) < 0) {
+        /* a slot left unset after a failed one holds NULL: dealloc skips it */
+        if (schedule == NULL)
+            Py_XDECREF(live);
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
+                                   PyObject *kwargs)
+{
+    static char *keywords[] = {"", "num_fwd_outputs", "saved", "storage_of",
+                               "flops", "marks", "timeline", NULL};
+    PyObject *graph = NULL, *num_fwd = NULL, *saved_obj = NULL;
+    PyObject *storage_obj = Py_None, *flops_obj = Py_None;
+    PyObject *marks_obj = Py_None;
+    int timeline = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOp:memory_simulate",
+                                     keywords, &graph, &num_fwd, &saved_obj,
+                                     &storage_obj, &flops_obj, &marks_obj,
+                                     &timeline))
+        return NULL;
+    if (num_fwd == NULL || saved_obj == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "memory_simulate() missing required keyword-only "
+                     "argument: '%s'",
+                     num_fwd == NULL ? "num_fwd_outputs" : "saved");
+        return NULL;
+    }
+    Py_ssize_t nfwd = PyNumber_AsSsize_t(num_fwd, PyExc_OverflowError);
+    if (nfwd == -1 && PyErr_Occurred())
+        return NULL;
+    if (nfwd < 0 || nfwd > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError,
+                     "num_fwd_outputs (%zd) must be between 0 and %d", nfwd,
+                     (int)INT32_MAX);
+        return NULL;
+    }
+
+    fxcut_graph_buffers gb;
+    if (fxcut_load_graph(graph, &gb) < 0)
+        return NULL;
+    const int32_t n = gb.graph.n;
+    PyObject *result = NULL;
+    void *saved = NULL, *storage = NULL, *flops = NULL, *marks = NULL;
+    void *block = NULL;
+    Py_ssize_t n_saved = 0, len = 0;
+    if (fxcut_copy_buffer(saved_obj, "saved", 4, -1, 0, &saved,
+                          &n_saved) < 0 ||
+        (storage_obj != Py_None &&
+         fxcut_copy_buffer(storage_obj, "storage_of", 4, n, 0, &storage,
+                           &len) < 0) ||
+        (flops_obj != Py_None &&
+         fxcut_copy_buffer(flops_obj, "flops", 8, n, 0, &flops, &len) < 0) ||
+        (marks_obj != Py_None &&
+         fxcut_copy_buffer(marks_obj, "marks", 1, n, 0, &marks, &len) < 0))
+        goto out;
+    if (n_saved > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "saved must have fewer than 2^31 entries");
+        goto out;
+    }
+    /* recomputed (n), schedule (2n int32), live_bytes (2n int64) */
+    size_t m = (size_t)n + 1;
+    block = malloc(m * (2 * 8 + 2 * 4 + 1));
+    if (block == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    fxcut_memory_result r;
+    memset(&r, 0, sizeof r);
+    r.live_bytes = (int64_t *)block;
+    r.schedule = (int32_t *)(r.live_bytes + 2 * m);
+    r.recomputed = (uint8_t *)(r.schedule + 2 * m);
+    fxcut_memory_options opt = {(int32_t)nfwd, storage, flops, marks};
+    fxcut_error err = {0, -1, {0}};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fxcut_memory_simulate(&gb.graph, &opt, saved, (int32_t)n_saved, &r,
+                               &err);
+    Py_END_ALLOW_THREADS
+    if (rc != FXCUT_OK) {
+        fxcut_raise(module, &err, NULL, NULL);
+        goto out;
+    }
+    result = build_result(module, &r, n, timeline);
+out:
+    {
+        void *const owned[] = {saved, storage, flops, marks, block};
+        fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
+    }
+    fxcut_release_graph(&gb);
+    return result;
+}

@@ -1,0 +1,171 @@
+"""The memory model: peak activation bytes of the modules a decision produces.
+
+The C core (``csrc/memory.c``, semantics stated in ``csrc/fxcut.h`` above
+``fxcut_memory_options``) emulates torch's module extraction on the graph
+array and walks the forward then the backward module, freeing each value
+after its last use.  This module supplies what it reads besides the graph
+array -- which values share a storage (:func:`storage_of`) and what running
+each node costs (:func:`node_flops`) -- and wraps the answer
+(:func:`simulate` -> :class:`MemoryEstimate`).
+"""
+
+from __future__ import annotations
+
+import operator
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from . import _C, core
+from .budget import RuntimeEstimates
+from .lower import GraphArrays
+
+
+def _storages(val: Any) -> list[StorageWeakRef] | None:
+    """The storages a value holds: one for a tensor, one per tensor of a
+    sequence; None for anything else (or a tensor without a storage)."""
+    try:
+        if isinstance(val, torch.Tensor):
+            return [StorageWeakRef(val.untyped_storage())]
+        if isinstance(val, (list, tuple)):
+            return [StorageWeakRef(x.untyped_storage()) for x in val if isinstance(x, torch.Tensor)]
+    except (NotImplementedError, RuntimeError):  # sparse / nested / functional wrappers
+        return None
+    return None
+
+
+def storage_of(arrays: GraphArrays) -> array[int]:
+    """Per node, the earliest node whose value's storage it shares (``meta["val"]``
+    storages compared, as torch's partitioner compares them), itself when its
+    storage is its own.  A sequence (a multi-output op) shares a storage only
+    when all its tensors live on one earlier storage (``split`` of a value);
+    otherwise it owns, and its getitems own their tensors' storages."""
+    owner: dict[StorageWeakRef, int] = {}
+    out = array("i", range(len(arrays)))
+    for i, node in enumerate(arrays.nodes):
+        val = node.meta.get("val")
+        refs = _storages(val)
+        if not refs:
+            continue
+        if isinstance(val, torch.Tensor):
+            j = owner.setdefault(refs[0], i)
+            out[i] = j
+            continue
+        owners = {owner.get(r) for r in refs}
+        if len(owners) == 1 and None not in owners:
+            j = owners.pop()
+            assert j is not None
+            out[i] = j
+    return out
+
+
+def node_flops(arrays: GraphArrays, estimates: RuntimeEstimates | None = None) -> array[int]:
+    """Per node, the cost torch's knapsack gives running it once under its
+    ``"flops"`` estimator (``torch.utils.flop_counter``; at least 1 for an
+    op, as torch counts it), through :class:`fxcut.budget.RuntimeEstimates`
+    (memoised per op signature); 0 for placeholders, get_attr, getitems, the
+    output, and an op the estimator cannot replay on its fake values (its
+    exception swallowed: torch's knapsack never asks those)."""
+    from torch._functorch import config
+
+    est = estimates if estimates is not None else RuntimeEstimates()
+    out = array("q", bytes(8 * len(arrays)))
+    with config.patch(activation_memory_budget_runtime_estimator="flops"):
+        for i, node in enumerate(arrays.nodes):
+            if node.op != "call_function" or node.target is operator.getitem:
+                continue
+            try:
+                (value,) = est([node])
+            except Exception:  # an op the flop counter cannot replay (torch's knapsack never asks it)
+                value = 0
+            out[i] = max(0, int(value))
+    return out
+
+
+def extraction_marks(arrays: GraphArrays) -> bytes:
+    """Per node, what torch's module extraction knows beyond the graph array
+    (``_C.X_*`` bits): ``X_MUST_FW`` for ``_must_be_in_forward`` (a mutable
+    op not tagged for the backward, or ``partitioner_tag ==
+    "must_be_in_forward"``), ``X_COPY`` for ``aten.copy_`` (which the
+    backward's reordering emits early)."""
+    from .extract import _placement
+
+    must_fw, _ = _placement(arrays.nodes)
+    copy_ = torch.ops.aten.copy_.default
+    return bytes((_C.X_MUST_FW if must_fw[n] else 0) | (_C.X_COPY if n.target is copy_ else 0)
+                 for n in arrays.nodes)
+
+
+@dataclass(frozen=True)
+class TimelineStep:
+    node: str
+    phase: str  # "forward" or "backward"
+    live_bytes: int
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """What :func:`simulate` found for one decision."""
+
+    peak_bytes: int
+    fw_peak_bytes: int
+    bw_peak_bytes: int
+    saved_bytes: int
+    recompute_flops: int
+    recompute_bytes: int
+    recomputed: list[fx.Node]
+    peak_node: str | None
+    peak_phase: str | None
+    timeline: list[TimelineStep] | None
+
+
+def simulate(graph_arrays: GraphArrays, saved: Sequence[int | fx.Node], num_fwd_outputs: int, *,
+             storage: array[int] | None = None, flops: array[int] | None = None,
+             marks: bytes | None = None, timeline: bool = False) -> MemoryEstimate:
+    """The memory model of the decision saving ``saved`` (node indices or
+    nodes of ``graph_arrays``).  ``storage`` (:func:`storage_of`) and
+    ``flops`` (:func:`node_flops`) and ``marks`` (:func:`extraction_marks`)
+    are computed when not given; pass them to evaluate several decisions
+    over one graph."""
+    index = graph_arrays.index
+    idx = []
+    for x in saved:
+        if isinstance(x, fx.Node):
+            if x not in index:
+                raise ValueError(f"saved node {x.name!r} is not a node of the graph array")
+            idx.append(index[x])
+        else:
+            idx.append(x)
+    if storage is None:
+        storage = storage_of(graph_arrays)
+    if flops is None:
+        flops = node_flops(graph_arrays)
+    if marks is None:
+        marks = extraction_marks(graph_arrays)
+    r = core.memory_simulate(graph_arrays, idx, num_fwd_outputs=num_fwd_outputs, storage_of=storage,
+                             flops=flops, marks=marks, timeline=timeline)
+    nodes = graph_arrays.nodes
+    steps: list[TimelineStep] | None = None
+    peak_node = peak_phase = None
+    if r.schedule is not None and r.live_bytes is not None:
+        steps = [TimelineStep(nodes[v].name, "forward" if k < r.n_fw_steps else "backward", int(b))
+                 for k, (v, b) in enumerate(zip(r.schedule, r.live_bytes))]
+        if r.peak_step >= 0:
+            peak_node = steps[r.peak_step].node
+            peak_phase = steps[r.peak_step].phase
+    elif r.peak_step >= 0:
+        peak_phase = "forward" if r.peak_step < r.n_fw_steps else "backward"
+    return MemoryEstimate(
+        peak_bytes=r.peak_bytes, fw_peak_bytes=r.fw_peak_bytes, bw_peak_bytes=r.bw_peak_bytes,
+        saved_bytes=r.saved_bytes, recompute_flops=r.recompute_flops, recompute_bytes=r.recompute_bytes,
+        recomputed=[nodes[i] for i, m in enumerate(r.recomputed) if m],
+        peak_node=peak_node, peak_phase=peak_phase, timeline=steps,
+    )
+
+
+__all__ = ["MemoryEstimate", "TimelineStep", "extraction_marks", "node_flops", "simulate", "storage_of"]

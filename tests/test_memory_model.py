@@ -1,0 +1,250 @@
+"""The C memory model (fxcut._C.memory_simulate / fxcut.memory.simulate)
+against an independent reference (tests/memory_reference.py) that walks the
+forward and backward GraphModules torch's own extraction passes build for the
+same decision: equal bytes, on every zoo model for torch's decision and
+other valid decisions, and on random joint graphs.  Then bad input, and the
+hand-computed semantics of a four-node graph.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+from array import array
+
+import pytest
+import torch
+import torch.fx as fx
+from torch.utils._ordered_set import OrderedSet
+
+import zoo
+from fxcut import _C, extract, memory, partition
+from fxcut.budget import decide_with_budget
+from fxcut.lower import GraphArrays, lower_for_partition
+from fxcut.ops import default_facts
+from memory_reference import reference_peaks, reference_saved_bytes
+from random_joint import random_joint
+
+aten = torch.ops.aten
+
+
+def _torch_modules(gm: fx.GraphModule, saved: list[fx.Node], nfo: int) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """torch's own extraction passes (not fxcut's builder) for ``saved``."""
+    return partition._torch_build_modules(gm, extract.split_saved(saved), nfo, OrderedSet(), False, False)
+
+
+def _tangent_dependent(arrays: GraphArrays) -> list[bool]:
+    dep = []
+    for i in range(len(arrays)):
+        d = arrays.kind[i] == _C.KIND_PLACEHOLDER and bool(arrays.flags[i] & (_C.F_TANGENT | _C.F_BWD_SEED))
+        d = d or any(dep[arrays.in_idx[e]] for e in range(arrays.in_ptr[i], arrays.in_ptr[i + 1]))
+        dep.append(d)
+    return dep
+
+
+def _save_everything(arrays: GraphArrays) -> list[int]:
+    """A valid decision that recomputes nothing: every tangent-free value a
+    tangent-dependent node reads (tensors and symbols; never a sequence)."""
+    dep = _tangent_dependent(arrays)
+    out: set[int] = set()
+    for i in range(len(arrays)):
+        if not dep[i] or arrays.kind[i] == _C.KIND_OUTPUT:
+            continue
+        for e in range(arrays.in_ptr[i], arrays.in_ptr[i + 1]):
+            j = arrays.in_idx[e]
+            if not dep[j] and not arrays.flags[j] & _C.F_VAL_IS_SEQ:
+                out.add(j)
+    return sorted(out)
+
+
+def _check(gm: fx.GraphModule, arrays: GraphArrays, saved: list[int], nfo: int, storage: array) -> None:
+    nodes = [arrays.nodes[i] for i in saved]
+    fw, bw = _torch_modules(gm, nodes, nfo)
+    est = memory.simulate(arrays, saved, nfo, storage=storage, flops=array("q", bytes(8 * len(arrays))))
+    ref_fw, ref_bw = reference_peaks(gm, fw, bw)
+    assert (est.fw_peak_bytes, est.bw_peak_bytes) == (ref_fw, ref_bw)
+    assert est.peak_bytes == max(ref_fw, ref_bw)
+    assert est.saved_bytes == reference_saved_bytes(gm, bw)
+
+
+@pytest.mark.parametrize("name", list(zoo.CASES))
+def test_zoo_model_equals_the_reference_on_the_built_modules(name: str) -> None:
+    cap = zoo.capture(name)
+    gm = cap.fresh()
+    nfo = cap.num_fwd_outputs
+    statics = cap.partition_kwargs.get("static_lifetime_input_indices")
+    plan = partition.plan_partition(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
+    partition.apply_partition(gm, plan, num_fwd_outputs=nfo, joint_inputs=cap.joint_inputs)
+    arrays = plan.chosen.decision.arrays
+    storage = memory.storage_of(arrays)
+    torch_saved = list(plan.chosen.saved)
+    decisions = {"torch": torch_saved, "save everything": _save_everything(arrays)}
+    # torch's decision plus every other value it recomputes, saved instead
+    recomputed = memory.simulate(arrays, torch_saved, nfo, storage=storage,
+                                 flops=array("q", bytes(8 * len(arrays)))).recomputed
+    extra = [arrays.index[n] for n in recomputed[::2] if not arrays.flags[arrays.index[n]] & _C.F_NON_TENSOR]
+    decisions["torch + half its recompute saved"] = sorted(set(torch_saved) | set(extra))
+    budget0 = decide_with_budget(gm.graph, 0.0, num_fwd_outputs=nfo, static_lifetime_input_indices=statics,
+                                 arrays=arrays)
+    decisions["budget 0"] = list(budget0.saved)
+    assert len({tuple(d) for d in decisions.values()}) >= 2, "the decisions should differ"
+    for label, saved in decisions.items():
+        try:
+            _check(gm, arrays, saved, nfo, storage)
+        except AssertionError as e:
+            raise AssertionError(f"{name}, decision {label!r}: {e}") from None
+
+
+def _consistent_getitems(gm: fx.GraphModule) -> None:
+    """random_joint draws a getitem's value apart from its tuple's: make it
+    the tuple's element, as tracing does."""
+    for node in gm.graph.nodes:
+        if node.target is operator.getitem:
+            node.meta["val"] = node.args[0].meta["val"][node.args[1]]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_graph_equals_the_reference(seed: int) -> None:
+    rj = random_joint(seed)
+    gm = rj.module
+    _consistent_getitems(gm)
+    nfo = rj.num_fwd_outputs
+    try:
+        plan = partition.plan_partition(gm, num_fwd_outputs=nfo,
+                                        static_lifetime_input_indices=rj.static_lifetime_input_indices)
+    except _C.InfiniteCutError:
+        pytest.skip("conflicting tags: no decision to simulate")  # about 1 seed in 10
+    partition.apply_partition(gm, plan, num_fwd_outputs=nfo, joint_inputs=None)
+    arrays = plan.chosen.decision.arrays
+    storage = memory.storage_of(arrays)
+    _check(gm, arrays, list(plan.chosen.saved), nfo, storage)
+    _check(gm, arrays, _save_everything(arrays), nfo, storage)
+    rng = random.Random(seed)
+    # torch's decision with random tangent-free extra values saved
+    dep = _tangent_dependent(arrays)
+    pool = [i for i in range(len(arrays)) if not dep[i] and arrays.kind[i] == _C.KIND_CALL_FUNCTION
+            and not arrays.flags[i] & _C.F_NON_TENSOR]
+    extra = rng.sample(pool, k=min(len(pool), 3))
+    _check(gm, arrays, sorted(set(plan.chosen.saved) | set(extra)), nfo, storage)
+
+
+# --------------------------------------------------------------------------- the semantics by hand
+
+
+def _small() -> tuple[fx.Graph, GraphArrays]:
+    """x @ w -> relu (forward output); threshold_backward(t, relu); x^T-ish mm: 64-byte values."""
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    w = g.placeholder("primals_2")
+    t = g.placeholder("tangents_1")
+    mm = g.call_function(aten.mm.default, (x, w))
+    relu = g.call_function(aten.relu.default, (mm,))
+    grad = g.call_function(aten.threshold_backward.default, (t, relu, 0))
+    gw = g.call_function(aten.mm.default, (x, grad))
+    g.output((relu, None, gw))
+    for n in g.nodes:
+        if n.op != "output":
+            n.meta["val"] = torch.empty((4, 4), device="meta")
+    return g, lower_for_partition(g, default_facts(), impure_random=True)
+
+
+def test_hand_computed_saving_relu() -> None:
+    _, arrays = _small()
+    flops = array("q", [0, 0, 0, 128, 16, 16, 128, 0])
+    r = _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 4]), flops=flops, timeline=True)
+    assert list(r.schedule) == [3, 4, 5, 6]
+    # mm; relu with mm live; (mm freed) grad with saved relu live; (relu freed) gw with grad live
+    assert list(r.live_bytes) == [64, 128, 128, 128]
+    assert (r.fw_peak_bytes, r.bw_peak_bytes, r.peak_bytes, r.peak_step) == (128, 128, 128, 1)
+    assert (r.saved_bytes, r.n_recomputed, r.recompute_flops, r.recompute_bytes, r.n_fw_steps) == (64, 0, 0, 0, 2)
+
+
+def test_hand_computed_recomputing_relu() -> None:
+    _, arrays = _small()
+    flops = array("q", [0, 0, 0, 128, 16, 16, 128, 0])
+    r = _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 1]), flops=flops, timeline=True)
+    # forward: mm, relu; backward: mm, relu recomputed, then grad, gw
+    assert list(r.schedule) == [3, 4, 3, 4, 5, 6]
+    assert list(r.live_bytes) == [64, 128, 64, 128, 128, 128]
+    assert (r.saved_bytes, r.n_recomputed, r.recompute_flops, r.recompute_bytes) == (0, 2, 144, 128)
+    assert list(r.recomputed) == [0, 0, 0, 1, 1, 0, 0, 0]
+
+
+def test_views_share_their_base_storage() -> None:
+    g, arrays = _small()
+    # relu (4) declared a view of mm (3): one storage, alive until relu's last use
+    storage = array("i", [0, 1, 2, 3, 3, 5, 6, 7])
+    r = _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 4]), storage_of=storage, timeline=True)
+    assert list(r.live_bytes) == [64, 64, 128, 128]
+    assert r.saved_bytes == 64
+
+
+def test_node_flops_counts_matmuls() -> None:
+    _, arrays = _small()
+    f = memory.node_flops(arrays)
+    assert f[3] == f[6] == 2 * 4 * 4 * 4
+    assert f[0] == f[7] == 0
+
+
+def test_simulate_names_the_peak() -> None:
+    _, arrays = _small()
+    est = memory.simulate(arrays, [arrays.nodes[0], arrays.nodes[1]], 1, timeline=True)
+    assert est.peak_bytes == 128 and est.peak_phase == "forward" and est.peak_node == "relu_default"
+    assert [n.name for n in est.recomputed] == ["mm_default", "relu_default"]
+    assert est.recompute_flops == 2 * 64 + memory.node_flops(arrays)[4]
+    assert est.timeline is not None and [s.phase for s in est.timeline].count("backward") == 4
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _before(arrays: GraphArrays) -> list[bytes]:
+    return [bytes(getattr(arrays, f)) for f in ("kind", "flags", "nbytes", "in_ptr", "in_idx", "outputs")]
+
+
+def test_saved_index_out_of_range_is_named() -> None:
+    _, arrays = _small()
+    before = _before(arrays)
+    with pytest.raises(IndexError, match=r"saved\[1\] = 99 is outside \[0, 8\)"):
+        _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 99]))
+    with pytest.raises(IndexError, match=r"saved\[0\] = -1"):
+        memory.simulate(arrays, [-1], 1, flops=array("q", bytes(64)))
+    assert _before(arrays) == before
+
+
+def test_storage_of_pointing_forward_is_named() -> None:
+    _, arrays = _small()
+    with pytest.raises(ValueError, match=r"storage_of\[3\] = 4 names a later node") as e:
+        _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 4]),
+                           storage_of=array("i", [0, 1, 2, 4, 4, 5, 6, 7]))
+    assert e.value.node == 3  # type: ignore[attr-defined]
+    with pytest.raises(IndexError, match=r"storage_of\[5\] = 8 is outside"):
+        _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 4]),
+                           storage_of=array("i", [0, 1, 2, 3, 4, 8, 6, 7]))
+
+
+def test_wrong_lengths_and_types_are_named() -> None:
+    _, arrays = _small()
+    saved = array("i", [0, 4])
+    with pytest.raises(ValueError, match="storage_of"):
+        _C.memory_simulate(arrays, num_fwd_outputs=1, saved=saved, storage_of=array("i", [0, 1]))
+    with pytest.raises(ValueError, match="flops"):
+        _C.memory_simulate(arrays, num_fwd_outputs=1, saved=saved, flops=array("q", [0] * 9))
+    with pytest.raises(TypeError, match="saved"):
+        _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("q", [0, 4]))
+    with pytest.raises(ValueError, match=r"flops\[2\] = -5 is negative"):
+        _C.memory_simulate(arrays, num_fwd_outputs=1, saved=saved, flops=array("q", [0, 0, -5, 0, 0, 0, 0, 0]))
+    with pytest.raises(ValueError, match=r"num_fwd_outputs \(4\)"):
+        _C.memory_simulate(arrays, num_fwd_outputs=4, saved=saved)
+    with pytest.raises(TypeError, match="num_fwd_outputs"):
+        _C.memory_simulate(arrays, saved=saved)  # type: ignore[call-arg]
+
+
+def test_unrealisable_decision_names_the_node() -> None:
+    _, arrays = _small()
+    # saving nothing: the backward can compute neither grad (needs relu) nor gw (needs x)
+    with pytest.raises(ValueError, match=r"cannot compute output 2 \(node 6\).*'mm_default_1'"):
+        memory.simulate(arrays, [], 1, flops=array("q", bytes(64)))
+    # saving a tangent-dependent value
+    with pytest.raises(ValueError, match=r"saved node 5 cannot be computed in the forward.*'threshold_backward_default'"):
+        memory.simulate(arrays, [0, 4, 5], 1, flops=array("q", bytes(64)))
