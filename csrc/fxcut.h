@@ -524,6 +524,9 @@ typedef struct {
      * (fxcut_memsim_eval, memory.c); the planner's own walk still picks
      * the values to toggle.  0: the planner's own simulator throughout. */
     uint8_t use_memory_model;
+    /* n entries or NULL: the memory model's extraction marks
+     * (enum fxcut_extract_mark), handed to it as they are */
+    const uint8_t *marks;
 } fxcut_plan_options;
 
 /* One simulated decision. */

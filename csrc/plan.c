@@ -165,6 +165,7 @@ static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
         s->mopt.num_fwd_outputs = opt->num_fwd_outputs;
         s->mopt.storage_of = opt->storage_of;
         s->mopt.flops = opt->flops;
+        s->mopt.marks = opt->marks;
         s->saved_buf = malloc(un);
         int rc = s->saved_buf == NULL
                      ? fxcut_fail(err, FXCUT_E_NOMEM, -1,

@@ -15,7 +15,8 @@
 
 const char fxcut_py_plan_simulate_doc[] =
 "plan_simulate($module, arrays, /, *, num_fwd_outputs, role, saved,\n"
-"              storage_of=None, flops=None, use_memory_model=False)\n--\n\n"
+"              storage_of=None, flops=None, use_memory_model=False,\n"
+"              marks=None)\n--\n\n"
 "Simulates the forward then backward modules of the decision `saved` (n\n"
 "bytes, nonzero = saved; read at FREE nodes).  role: n bytes of\n"
 "PLAN_ROLE_*; storage_of: None or int32 (n), the node whose storage each\n"
@@ -29,7 +30,8 @@ const char fxcut_py_plan_simulate_doc[] =
 const char fxcut_py_plan_frontier_doc[] =
 "plan_frontier($module, arrays, /, *, num_fwd_outputs, role,\n"
 "              storage_of=None, flops=None, seeds=None, exact_max_free=16,\n"
-"              time_limit=1.0, max_points=1024, use_memory_model=False)\n"
+"              time_limit=1.0, max_points=1024, use_memory_model=False,\n"
+"              marks=None)\n"
 "--\n\n"
 "The Pareto frontier (peak, recompute flops) of the decisions the search\n"
 "finds from `seeds` (k * n bytes of saved masks), every decision when at\n"
@@ -42,12 +44,13 @@ typedef struct {
     fxcut_graph_buffers gb;
     int loaded;
     fxcut_plan_options opt;
-    void *role, *storage, *flops, *seeds, *saved;
+    void *role, *storage, *flops, *seeds, *saved, *marks;
 } plan_call;
 
 static void plan_call_free(plan_call *c)
 {
-    void *p[] = {c->role, c->storage, c->flops, c->seeds, c->saved};
+    void *p[] = {c->role, c->storage, c->flops, c->seeds, c->saved,
+                 c->marks};
     fxcut_free_each(p, sizeof p / sizeof p[0]);
     if (c->loaded)
         fxcut_release_graph(&c->gb);
@@ -91,7 +94,8 @@ static int missing(const char *fn, PyObject *num_fwd, PyObject *role,
 }
 
 static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
-                PyObject *role, PyObject *storage, PyObject *flops)
+                PyObject *role, PyObject *storage, PyObject *flops,
+                PyObject *marks)
 {
     memset(c, 0, sizeof *c);
     if (fxcut_load_graph(graph, &c->gb) < 0)
@@ -106,8 +110,11 @@ static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
          fxcut_copy_buffer(storage, "storage_of", 4, n, 0, &c->storage,
                            &len) < 0) ||
         (flops != Py_None &&
-         fxcut_copy_buffer(flops, "flops", 8, n, 0, &c->flops, &len) < 0))
+         fxcut_copy_buffer(flops, "flops", 8, n, 0, &c->flops, &len) < 0) ||
+        (marks != Py_None &&
+         fxcut_copy_buffer(marks, "marks", 1, n, 0, &c->marks, &len) < 0))
         return -1;
+    c->opt.marks = marks == Py_None ? NULL : c->marks;
     c->opt.role = c->role;
     c->opt.storage_of = storage == Py_None ? NULL : c->storage;
     c->opt.flops = flops == Py_None ? NULL : c->flops;
@@ -119,13 +126,15 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
 {
     static char *keywords[] = {"", "num_fwd_outputs", "role", "saved",
                                "storage_of", "flops", "use_memory_model",
-                               NULL};
+                               "marks", NULL};
     int use_model = 0;
+    PyObject *marks = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *saved = NULL,
                      *storage = Py_None, *flops = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOp:plan_simulate",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOpO:plan_simulate",
                                      keywords, &graph, &num_fwd, &role,
-                                     &saved, &storage, &flops, &use_model))
+                                     &saved, &storage, &flops, &use_model,
+                                     &marks))
         return NULL;
     if (missing("plan_simulate", num_fwd, role, saved) < 0)
         return NULL;
@@ -134,7 +143,7 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
     int32_t *sched = NULL;
     int64_t *live = NULL;
     PyObject *saved_out = NULL;
-    if (load(&c, graph, num_fwd, role, storage, flops) < 0)
+    if (load(&c, graph, num_fwd, role, storage, flops, marks) < 0)
         goto out;
     c.opt.use_memory_model = (uint8_t)use_model;
     Py_ssize_t n = c.gb.graph.n, len;
@@ -185,16 +194,18 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     static char *keywords[] = {"", "num_fwd_outputs", "role", "storage_of",
                                "flops", "seeds", "exact_max_free",
                                "time_limit", "max_points", "use_memory_model",
-                               NULL};
+                               "marks", NULL};
     int use_model = 0;
+    PyObject *marks = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *storage = Py_None,
                      *flops = Py_None, *seeds = Py_None, *exact_obj = NULL,
                      *points_obj = NULL;
     double time_limit = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOdOp:plan_frontier",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOdOpO:plan_frontier",
                                      keywords, &graph, &num_fwd, &role,
                                      &storage, &flops, &seeds, &exact_obj,
-                                     &time_limit, &points_obj, &use_model))
+                                     &time_limit, &points_obj, &use_model,
+                                     &marks))
         return NULL;
     if (missing("plan_frontier", num_fwd, role, Py_None) < 0)
         return NULL;
@@ -202,7 +213,7 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     PyObject *result = NULL;
     int64_t *peaks = NULL, *costs = NULL;
     PyObject *masks = NULL;
-    if (load(&c, graph, num_fwd, role, storage, flops) < 0)
+    if (load(&c, graph, num_fwd, role, storage, flops, marks) < 0)
         goto out;
     c.opt.use_memory_model = (uint8_t)use_model;
     c.opt.exact_max_free = 16;

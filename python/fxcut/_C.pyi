@@ -249,6 +249,7 @@ def plan_simulate(
     storage_of: Buffer | None = None,
     flops: Buffer | None = None,
     use_memory_model: bool = False,
+    marks: Buffer | None = None,
 ) -> tuple[int, int, int, int, int, int, int, int, bytes, memoryview, memoryview]: ...
 def plan_frontier(
     graph: GraphArrays,
@@ -263,4 +264,5 @@ def plan_frontier(
     time_limit: float = 1.0,
     max_points: int = 1024,
     use_memory_model: bool = False,
+    marks: Buffer | None = None,
 ) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool]: ...

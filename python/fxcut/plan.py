@@ -167,12 +167,13 @@ class PlanProblem:
     storage: array[int]
     flops: array[int]
     use_memory_model: bool = True
+    marks: bytes | None = None
 
     def simulate(self, saved: bytes | Sequence[int], roles: bytes | None = None) -> Simulation:
         mask = saved if isinstance(saved, bytes) else _mask(len(self.arrays), saved)
         out = _C.plan_simulate(self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
                                saved=mask, storage_of=self.storage, flops=self.flops,
-                               use_memory_model=self.use_memory_model)
+                               use_memory_model=self.use_memory_model, marks=self.marks)
         return Simulation(*out)
 
     def frontier(self, seeds: Sequence[bytes], *, roles: bytes | None = None, exact_max_free: int = 16,
@@ -181,7 +182,8 @@ class PlanProblem:
         peaks, costs, masks, n_free, n_evals, exact, timed_out = _C.plan_frontier(
             self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
             storage_of=self.storage, flops=self.flops, seeds=b"".join(seeds), exact_max_free=exact_max_free,
-            time_limit=time_limit, max_points=max_points, use_memory_model=self.use_memory_model)
+            time_limit=time_limit, max_points=max_points, use_memory_model=self.use_memory_model,
+            marks=self.marks)
         return Frontier(list(peaks), list(costs), [masks[k * n:(k + 1) * n] for k in range(len(peaks))],
                         n_free, n_evals, exact, timed_out)
 
@@ -277,9 +279,13 @@ class PeakPlanner:
 
     def problem(self, chosen: BudgetDecision, num_fwd_outputs: int,
                 estimates: RuntimeEstimates | None = None) -> PlanProblem:
+        from . import memory
+
         arrays = chosen.decision.arrays
         roles = plan_roles(chosen.decision)
-        return PlanProblem(arrays, num_fwd_outputs, roles, storage_of(arrays), node_flops(arrays, roles, estimates))
+        # the memory model's own facts: its storages, its op costs (torch's knapsack estimator), its marks
+        return PlanProblem(arrays, num_fwd_outputs, roles, memory.storage_of(arrays),
+                           memory.node_flops(arrays, estimates), marks=memory.extraction_marks(arrays))
 
     def torch_seeds(self, graph: fx.Graph, chosen: BudgetDecision, num_fwd_outputs: int,
                     static_lifetime_input_indices: list[int] | None,
