@@ -460,3 +460,21 @@ def test_deepspeed_install_memory_budget() -> None:
         assert ds_backend.min_cut_rematerialization_partition is fxcut.min_cut_rematerialization_partition
     finally:
         fxds.uninstall()
+
+
+def test_zero3_walk_values_are_recomputed_not_saved() -> None:
+    from fxcut.zero3 import recompute_param_aliases
+
+    cap = zoo.capture("llama_bf16")
+    gm = cap.fresh()
+    tagged = {n.name for n in recompute_param_aliases(gm.graph, cap.param_indices)}
+    assert tagged
+    fn = fxcut.planned_partitioner(0.5)
+    fw, bw = fn(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    saved = {n.name for n in bw.graph.nodes if n.op == "placeholder"}
+    assert not (saved & tagged)  # the walk's casts / aliases are recomputed in the backward
+    assert {n.name for n in bw.graph.nodes if n.op == "call_function"} & tagged
+
+
+def test_aot_backend_zero3_with_memory_budget_matches_eager(fresh_compile: Any) -> None:
+    _compiled_matches_eager(fxcut.aot_backend(zero3_params=True, memory_budget=0.0), "llama", layers=1)
