@@ -672,8 +672,24 @@ static void descend_peak(search *q)
             }
             q->mask[v] ^= 1;
         }
+        /* stuck: toggle two of the largest candidates at once */
+        int32_t top = m < 12 ? m : 12;
+        for (int32_t a = 0; a < top && !improved && !out_of_time(q); a++)
+            for (int32_t b = a + 1; b < top && !improved && !out_of_time(q); b++) {
+                int32_t u = q->cand[a], v = q->cand[b];
+                q->mask[u] ^= 1;
+                q->mask[v] ^= 1;
+                evaluate(q, &r);
+                if (better(&r, &cur)) {
+                    cur = r;
+                    improved = 1;
+                } else {
+                    q->mask[u] ^= 1;
+                    q->mask[v] ^= 1;
+                }
+            }
         if (!improved)
-            break;
+            break; /* else the last evaluation was the accepted decision's */
     }
 }
 
