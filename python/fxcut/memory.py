@@ -26,14 +26,18 @@ from .budget import RuntimeEstimates
 from .lower import GraphArrays
 
 
+def _ref(t: torch.Tensor) -> StorageWeakRef:
+    return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]
+
+
 def _storages(val: Any) -> list[StorageWeakRef] | None:
     """The storages a value holds: one for a tensor, one per tensor of a
     sequence; None for anything else (or a tensor without a storage)."""
     try:
         if isinstance(val, torch.Tensor):
-            return [StorageWeakRef(val.untyped_storage())]
+            return [_ref(val)]
         if isinstance(val, (list, tuple)):
-            return [StorageWeakRef(x.untyped_storage()) for x in val if isinstance(x, torch.Tensor)]
+            return [_ref(x) for x in val if isinstance(x, torch.Tensor)]
     except (NotImplementedError, RuntimeError):  # sparse / nested / functional wrappers
         return None
     return None
@@ -56,11 +60,9 @@ def storage_of(arrays: GraphArrays) -> array[int]:
             j = owner.setdefault(refs[0], i)
             out[i] = j
             continue
-        owners = {owner.get(r) for r in refs}
-        if len(owners) == 1 and None not in owners:
-            j = owners.pop()
-            assert j is not None
-            out[i] = j
+        owners = {owner.get(r, -1) for r in refs}
+        if len(owners) == 1 and -1 not in owners:
+            out[i] = owners.pop()
     return out
 
 

@@ -1,0 +1,141 @@
+"""What torch's min-cut recomputes under ZeRO-3 beyond what ZeRO-3 requires.
+
+    PYTHONPATH=python:tests python bench/zero3_recompute.py [--table docs/zero3_table.md] [case ...]
+
+For every zoo model: DeepCompile's walk (fxcut.recompute_param_aliases) tags
+the alias/cast closure of the parameters MUST_RECOMPUTE -- the nodes ZeRO-3
+requires to be recomputed, so that no gathered parameter stays alive through
+a saved view or cast.  Then torch's min-cut decision on the walked graph
+(fxcut's exact reproduction) and the memory model (fxcut.memory) over it:
+which nodes the backward recomputes, and how many of them lie outside the
+closure, with their FLOPs (torch's flop counter, the knapsack's estimator).
+
+For comparison, the "closure only" decision: save every tangent-free value
+the backward reads, except the closure's nodes, which are recomputed from the
+parameters (the least recompute ZeRO-3 allows).  Its saved bytes and peak
+say what the extra recompute buys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT / "python", ROOT / "tests"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+
+def _tangent_dependent(arrays: Any) -> list[bool]:
+    from fxcut import _C
+
+    dep: list[bool] = []
+    for i in range(len(arrays)):
+        d = arrays.kind[i] == _C.KIND_PLACEHOLDER and bool(arrays.flags[i] & (_C.F_TANGENT | _C.F_BWD_SEED))
+        d = d or any(dep[arrays.in_idx[e]] for e in range(arrays.in_ptr[i], arrays.in_ptr[i + 1]))
+        dep.append(d)
+    return dep
+
+
+def closure_only(arrays: Any, closure: set[int]) -> list[int]:
+    """Save every tangent-free value a tangent-dependent node (or a
+    recomputed closure node) reads, the closure's nodes excepted."""
+    from fxcut import _C
+
+    dep = _tangent_dependent(arrays)
+    saved: set[int] = set()
+    stack = [i for i in range(len(arrays)) if dep[i] and arrays.kind[i] != _C.KIND_OUTPUT]
+    seen: set[int] = set()
+    while stack:
+        i = stack.pop()
+        for e in range(arrays.in_ptr[i], arrays.in_ptr[i + 1]):
+            j = arrays.in_idx[e]
+            if dep[j]:
+                continue
+            if j in closure:
+                if j not in seen:
+                    seen.add(j)
+                    stack.append(j)
+            else:
+                saved.add(j)
+    return sorted(saved)
+
+
+def row(name: str) -> dict[str, Any]:
+    import zoo
+    from fxcut import _C, memory, partition, recompute_param_aliases
+
+    cap = zoo.capture(name)
+    gm = cap.fresh()
+    nfo = cap.num_fwd_outputs
+    tagged = recompute_param_aliases(gm.graph, cap.param_indices)
+    statics = cap.partition_kwargs.get("static_lifetime_input_indices")
+    plan = partition.plan_partition(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
+    arrays = plan.chosen.decision.arrays
+    closure = {arrays.index[n] for n in tagged if n in arrays.index}
+    storage = memory.storage_of(arrays)
+    flops = memory.node_flops(arrays)
+    marks = memory.extraction_marks(arrays)
+    est = memory.simulate(arrays, list(plan.chosen.saved), nfo, storage=storage, flops=flops, marks=marks)
+    recomputed = {arrays.index[n] for n in est.recomputed}
+    beyond = recomputed - closure
+    minimal = memory.simulate(arrays, closure_only(arrays, closure), nfo, storage=storage, flops=flops, marks=marks)
+    total_flops = sum(flops)
+    return {
+        "name": name, "nodes": len(arrays), "closure": len(closure),
+        "closure_recomputed": len(recomputed & closure), "recomputed": len(recomputed), "beyond": len(beyond),
+        "beyond_flops": sum(flops[i] for i in beyond), "recompute_flops": est.recompute_flops,
+        "beyond_bytes": sum(max(0, arrays.nbytes[i]) for i in beyond
+                            if storage[i] == i and not arrays.flags[i] & _C.F_NON_TENSOR),
+        "total_flops": total_flops, "saved": est.saved_bytes, "peak": est.peak_bytes,
+        "min_saved": minimal.saved_bytes, "min_peak": minimal.peak_bytes,
+        "min_recompute_flops": minimal.recompute_flops,
+        "beyond_ops": sorted({str(arrays.nodes[i].target).split(".")[-2] if "." in str(arrays.nodes[i].target)
+                              else str(arrays.nodes[i].target) for i in beyond}),
+    }
+
+
+def markdown(rows: list[dict[str, Any]], command: str) -> str:
+    lines = [
+        "| model | closure nodes | recomputed (in closure / beyond) | FLOPs beyond closure | share of graph FLOPs "
+        "| bytes written beyond | saved B: torch / closure-only | peak B: torch / closure-only "
+        "| ops recomputed beyond |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        share = r["beyond_flops"] / r["total_flops"] if r["total_flops"] else 0.0
+        ops = ", ".join(r["beyond_ops"][:8]) + (" ..." if len(r["beyond_ops"]) > 8 else "")
+        lines.append(
+            f"| {r['name']} | {r['closure']} | {r['closure_recomputed']} / {r['beyond']} | {r['beyond_flops']:,} "
+            f"| {share:.2%} | {r['beyond_bytes']:,} | {r['saved']:,} / {r['min_saved']:,} | {r['peak']:,} / {r['min_peak']:,} | {ops} |")
+    return "\n".join(lines) + f"\n\nCommand: `{command}`\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import zoo
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("cases", nargs="*")
+    ap.add_argument("--table", type=Path)
+    args = ap.parse_args(argv)
+    rows = []
+    for name in args.cases or list(zoo.CASES):
+        r = row(name)
+        rows.append(r)
+        print(f"{name:14s} closure {r['closure']:4d} recomputed {r['recomputed']:4d} beyond {r['beyond']:4d} "
+              f"flops beyond {r['beyond_flops']:,} saved {r['saved']:,} vs {r['min_saved']:,} "
+              f"peak {r['peak']:,} vs {r['min_peak']:,}", flush=True)
+    command = "PYTHONPATH=python:tests python bench/zero3_recompute.py" + (
+        f" --table {args.table}" if args.table else "") + "".join(f" {c}" for c in args.cases)
+    table = markdown(rows, command)
+    if args.table:
+        args.table.write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
