@@ -37,6 +37,7 @@ import fxcut
 from fxcut.zero3 import recompute_param_aliases
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from training import capture_model  # noqa: E402  (tests/: the zoo's models, captured)
 
 MODELS: dict[str, dict[str, Any]] = {
@@ -66,21 +67,48 @@ def _fresh(cap: Any, zero3: bool) -> torch.fx.GraphModule:
     return gm
 
 
-def _torch_seconds(cap: Any, zero3: bool, budget: float) -> float:
+def _torch_partition(cap: Any, zero3: bool, budget: float) -> tuple[float, Any]:
     gm = _fresh(cap, zero3)
     t = time.perf_counter()
     with config.patch(activation_memory_budget=budget):
-        tp.min_cut_rematerialization_partition(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs,
-                                               **cap.partition_kwargs)
-    return time.perf_counter() - t
+        modules = tp.min_cut_rematerialization_partition(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs,
+                                                         **cap.partition_kwargs)
+    return time.perf_counter() - t, modules
 
 
-def _plan(cap: Any, zero3: bool, budget: float) -> tuple[Any, Any, float]:
+def _torch_seconds(cap: Any, zero3: bool, budget: float) -> float:
+    return _torch_partition(cap, zero3, budget)[0]
+
+
+def _plan_modules(cap: Any, zero3: bool, budget: float) -> tuple[Any, Any, float, Any]:
     fn = fxcut.planned_partitioner(budget)
     gm = _fresh(cap, zero3)
     t = time.perf_counter()
-    fn(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
-    return fn.planner.last, fn.planner, time.perf_counter() - t
+    modules = fn(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    return fn.planner.last, fn.planner, time.perf_counter() - t, modules
+
+
+def _plan(cap: Any, zero3: bool, budget: float) -> tuple[Any, Any, float]:
+    return _plan_modules(cap, zero3, budget)[:3]
+
+
+def _measured(modules: Any) -> int | None:
+    """The measured peak (bench/measure_memory.py, branch memory): the
+    forward then the boxed backward on real CPU tensors, allocator events."""
+    from measure_memory import materialize, measured_peak
+
+    fw, bw = modules
+    gen = torch.Generator().manual_seed(0)
+    try:
+        fw_args = [materialize(n.meta.get("val"), gen) for n in fw.graph.nodes if n.op == "placeholder"]
+        tangents = [materialize(n.meta.get("val"), gen) for n in bw.graph.nodes
+                    if n.op == "placeholder" and n.name.startswith("tangents")]
+        with torch.no_grad():
+            peak, _ = measured_peak(fw, bw, fw_args, tangents)
+    except Exception as e:  # reported as n/a with the reason on stderr
+        print(f"measure failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+    return int(peak)
 
 
 def _kib(n: int) -> str:
@@ -94,12 +122,13 @@ def run_model(key: str, budgets: list[float]) -> dict[str, Any]:
     rows = []
     front = None
     for b in budgets:
-        choice, planner, total = _plan(cap, zero3, b)
+        choice, planner, total, modules = _plan_modules(cap, zero3, b)
         tpeak, tflops = choice.torch_points.get(b, (None, None))
+        torch_s, torch_modules = _torch_partition(cap, zero3, b)
         rows.append(dict(budget=b, torch_peak=tpeak, torch_flops=tflops, peak=choice.peak_bytes,
                          flops=choice.recompute_flops, plan_s=choice.seconds, fxcut_s=total,
-                         torch_s=_torch_seconds(cap, zero3, b), exact=choice.exact,
-                         points=choice.frontier_points))
+                         torch_s=torch_s, exact=choice.exact, points=choice.frontier_points,
+                         torch_measured=_measured(torch_modules), measured=_measured(modules)))
         front = planner.last_frontier
     # dominance: every torch point (all seed budgets) against the frontier
     dominated = []
@@ -118,18 +147,26 @@ def markdown(results: list[dict[str, Any]], big: dict[str, Any] | None, command:
            "and backward modules each decision produces (graph inputs and parameters not counted). FLOPs: "
            "recomputed forward ops, torch's knapsack estimator (pointwise ops count 0). Times in seconds: "
            "torch's whole partition_fn; fxcut's planner alone and its whole partition_fn.", "",
-           "Measured (allocator) peaks: not in this table -- the measuring harness "
-           "(bench/measure_memory.py, branch `memory`) was not available to this branch when it ran.", ""]
+           "Measured peaks (\"meas.\"): the forward, then the boxed backward, of the modules each partition_fn "
+           "built, run on real CPU tensors, every allocation read from the torch profiler "
+           "(bench/measure_memory.py's measured_peak, branch `memory`); they include op-internal workspace "
+           "the model leaves out.", "",
+           "b means different things on the two sides: torch's activation_memory_budget limits the summed "
+           "bytes saved (as a fraction of the min-cut's); fxcut's memory_budget places the peak between the "
+           "lowest found (b=0) and torch's default partition's (b=1). Same-b columns are therefore not a "
+           "like-for-like comparison at 0 < b < 1; the targets below are.", ""]
     targets = {"monotonic": [], "dominated": [], "budget0": []}
     for r in results:
         out += [f"## {r['key']} ({r['nodes']} joint nodes; lowest peak found {_kib(r['lowest'])} KiB)", "",
-                "| b | torch peak | torch FLOPs | fxcut peak | fxcut FLOPs | peak fxcut/torch | torch s | plan s | "
-                "fxcut s |", "|---|---|---|---|---|---|---|---|---|"]
+                "| b | torch peak | torch meas. | torch FLOPs | fxcut peak | fxcut meas. | fxcut FLOPs | "
+                "peak fxcut/torch | torch s | plan s | fxcut s |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         for row in r["rows"]:
             ratio = row["peak"] / row["torch_peak"] if row["torch_peak"] else float("nan")
-            out.append(f"| {row['budget']:g} | {_kib(row['torch_peak'])} | {row['torch_flops']} | {_kib(row['peak'])} "
-                       f"| {row['flops']} | {ratio:.2f} | {row['torch_s']:.3f} | {row['plan_s']:.3f} | "
-                       f"{row['fxcut_s']:.3f} |")
+            tm = _kib(row["torch_measured"]) if row["torch_measured"] is not None else "n/a"
+            fm = _kib(row["measured"]) if row["measured"] is not None else "n/a"
+            out.append(f"| {row['budget']:g} | {_kib(row['torch_peak'])} | {tm} | {row['torch_flops']} | "
+                       f"{_kib(row['peak'])} | {fm} | {row['flops']} | {ratio:.2f} | {row['torch_s']:.3f} | "
+                       f"{row['plan_s']:.3f} | {row['fxcut_s']:.3f} |")
         peaks = [row["peak"] for row in r["rows"]]
         targets["monotonic"].append((r["key"], peaks == sorted(peaks)))
         targets["dominated"].append((r["key"], all(ok for _, ok in r["dominated"])))
@@ -138,6 +175,14 @@ def markdown(results: list[dict[str, Any]], big: dict[str, Any] | None, command:
         cut = 1 - b0["peak"] / b0["torch_peak"]
         targets["budget0"].append((r["key"], above, cut))
         out.append("")
+    out += ["## ZeRO-3: recompute only what the walk requires plus what the plan chooses", "",
+            "In the `_z3` rows DeepCompile's walk (fxcut.zero3) tags the parameter aliases and casts "
+            "MUST_RECOMPUTE first; the plan recomputes exactly those (role RECOMPUTE) plus the values its "
+            "search chooses, and saves every other value the backward needs. At b=1 that is the least "
+            "recompute with a peak no higher than torch's min-cut: compare the FLOPs columns at b=1 (torch's "
+            "min-cut recomputes more). It is reached with `fxcut.integrations.deepspeed.install(memory_budget=b)` "
+            "or `fxcut.aot_backend(zero3_params=..., memory_budget=b)` / `inductor_backend(...)`. How much the "
+            "min-cut recomputes beyond the closure on each model: docs/zero3_recompute.md (branch `memory`).", ""]
     out += ["## Targets", ""]
     mono = [k for k, ok in targets["monotonic"] if not ok]
     out.append(f"- fxcut's peak monotonic in b: {'met' if not mono else 'MISSED on ' + ', '.join(mono)} "

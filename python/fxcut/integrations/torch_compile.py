@@ -90,7 +90,7 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
 #: The files whose code can change a partition (the decision path: what
 #: InductorPartitioner runs, and every fxcut module that imports), relative to
 #: the package.  tests/test_package_shape.py checks it against the imports.
-DECISION_FILES = ("budget.py", "core.py", "explain.py", "extract.py", "guard.py", "knapsack.py", "lower.py",
+DECISION_FILES = ("budget.py", "core.py", "explain.py", "extract.py", "guard.py", "knapsack.py", "lower.py", "memory.py",
                   "ops.py", "outpath.py", "partition.py", "plan.py", "prepare.py", "report.py", "snapshot.py", "versions.py",
                   "zero3.py", os.path.join("integrations", "torch_compile.py"))
 
