@@ -150,7 +150,8 @@ def markdown(results: list[dict[str, Any]], big: dict[str, Any] | None, command:
            "Measured peaks (\"meas.\"): the forward, then the boxed backward, of the modules each partition_fn "
            "built, run on real CPU tensors, every allocation read from the torch profiler "
            "(bench/measure_memory.py's measured_peak, branch `memory`); they include op-internal workspace "
-           "the model leaves out.", "",
+           "the model leaves out. \"torch peak\" simulates fxcut's exact-torch decision at b (equal to torch's by "
+           "the fidelity suite); \"torch meas.\" measures the modules torch's own partition_fn built.", "",
            "b means different things on the two sides: torch's activation_memory_budget limits the summed "
            "bytes saved (as a fraction of the min-cut's); fxcut's memory_budget places the peak between the "
            "lowest found (b=0) and torch's default partition's (b=1). Same-b columns are therefore not a "

@@ -602,7 +602,9 @@ static void evaluate(search *q, fxcut_plan_eval *r)
     memset(r, 0, sizeof *r);
     int rc = sim_eval(&q->sim, q->mask, r, q->err);
     if (rc != FXCUT_OK) {
-        if (q->rc == FXCUT_OK)
+        /* a decision the memory model finds unrealisable is no candidate;
+         * any other error ends the search */
+        if (rc != FXCUT_E_INVALID && q->rc == FXCUT_OK)
             q->rc = rc;
         r->peak_bytes = INT64_MAX;
         r->recompute_flops = INT64_MAX;

@@ -56,12 +56,14 @@ _RECOMPUTE_TAGS = (_C.TAG_MUST_RECOMPUTE, _C.TAG_PREFER_RECOMPUTE)
 # --------------------------------------------------------------------------- per-node facts
 
 
-def plan_roles(decision: Decision) -> bytes:
+def plan_roles(decision: Decision, marks: bytes | None = None) -> bytes:
     """What the plan may do with each node (``_C.PLAN_ROLE_*``), from the
     default decision's classification and its tags after torch's passes.
     A node the backward alone can compute (it depends on a tangent or a
     backward seed) is BACKWARD; every other non-input node may run in the
-    forward (torch's required-forward and unclaimed nodes alike)."""
+    forward (torch's required-forward and unclaimed nodes alike).
+    ``marks``: the memory model's extraction marks; a node torch's
+    extraction keeps in the forward (``X_MUST_FW``) is never recomputed."""
     arrays = decision.arrays
     kind, flags = arrays.kind, arrays.flags
     cls, tag, ban = decision.node_class, decision.tag, decision.ban_reason
@@ -69,6 +71,7 @@ def plan_roles(decision: Decision) -> bytes:
     in_ptr, in_idx = arrays.in_ptr, arrays.in_idx
     backward_only = _C.F_TANGENT | _C.F_BWD_SEED
     needs_backward = bytearray(len(arrays))  # depends on a tangent or a backward seed
+    must_fw = _C.X_MUST_FW
     for i in range(len(arrays)):
         k = kind[i]
         needs_backward[i] = bool(
@@ -81,7 +84,7 @@ def plan_roles(decision: Decision) -> bytes:
         elif cls[i] & _C.C_MUST_RECOMPUTE or tag[i] in _RECOMPUTE_TAGS or flags[i] & _C.F_MUST_BE_IN_BW:
             roles[i] = _C.PLAN_ROLE_RECOMPUTE
         elif (k != _C.KIND_CALL_FUNCTION or cls[i] & _C.C_INPUT or tag[i] == _C.TAG_MUST_SAVE
-              or flags[i] & _NEVER_RECOMPUTE or ban[i] in _SAVE_BANS):
+              or flags[i] & _NEVER_RECOMPUTE or ban[i] in _SAVE_BANS or (marks is not None and marks[i] & must_fw)):
             roles[i] = _C.PLAN_ROLE_SAVE
         else:
             roles[i] = _C.PLAN_ROLE_FREE
@@ -282,10 +285,11 @@ class PeakPlanner:
         from . import memory
 
         arrays = chosen.decision.arrays
-        roles = plan_roles(chosen.decision)
+        marks = memory.extraction_marks(arrays)
+        roles = plan_roles(chosen.decision, marks)
         # the memory model's own facts: its storages, its op costs (torch's knapsack estimator), its marks
         return PlanProblem(arrays, num_fwd_outputs, roles, memory.storage_of(arrays),
-                           memory.node_flops(arrays, estimates), marks=memory.extraction_marks(arrays))
+                           memory.node_flops(arrays, estimates), marks=marks)
 
     def torch_seeds(self, graph: fx.Graph, chosen: BudgetDecision, num_fwd_outputs: int,
                     static_lifetime_input_indices: list[int] | None,
