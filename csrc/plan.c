@@ -695,6 +695,33 @@ static void descend_peak(search *q)
     }
 }
 
+/* Iterated local search: from the lowest-peak point, toggle a few random
+ * peak candidates and descend again; restarts from whatever is lowest.
+ * A fixed-seed xorshift: the same graph gives the same restarts (the time
+ * limit aside). */
+static void perturb_and_descend(search *q, int32_t restarts)
+{
+    plan_sim *s = &q->sim;
+    uint64_t x = 0x9E3779B97F4A7C15u;
+    fxcut_plan_eval r;
+    for (int32_t k = 0; k < restarts && !out_of_time(q) && q->front.len > 0; k++) {
+        memcpy(q->mask, q->front.masks + (size_t)q->front.slot[0] * (size_t)s->n,
+               (size_t)s->n);
+        evaluate(q, &r);
+        int32_t m = peak_candidates(q, &r);
+        if (m == 0)
+            return;
+        int32_t kicks = 2 + (int32_t)(k % 3);
+        for (int32_t j = 0; j < kicks; j++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            q->mask[q->cand[(int32_t)(x % (uint64_t)m)]] ^= 1;
+        }
+        descend_peak(q);
+    }
+}
+
 /* From a frontier point: save recomputed FREE values, most flops first,
  * while the peak stays at or under the point's. */
 static void descend_cost(search *q, const uint8_t *start, int64_t peak)
@@ -823,6 +850,7 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
                 q.mask[i] = seed[i] != 0;
             descend_peak(&q);
         }
+        perturb_and_descend(&q, 48);
         /* tighten: each frontier point's cost at its own peak */
         for (int32_t k = 0; k < q.front.len && !out_of_time(&q); k++) {
             int64_t peak = q.front.peak[k];
