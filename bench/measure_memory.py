@@ -194,9 +194,12 @@ def materialize(val: Any, gen: torch.Generator) -> Any:
     return out
 
 
-def zoo_row(name: str) -> dict[str, Any]:
+def zoo_row(name: str, budget: float | None = None) -> dict[str, Any]:
+    """Simulated and measured peak of one zoo case: torch's decision, or
+    (``budget``) torch's decision at that activation memory budget."""
     import zoo
     from fxcut import memory, partition
+    from fxcut.budget import decide_with_budget
 
     cap = zoo.capture(name)
     gm = cap.fresh()
@@ -205,7 +208,13 @@ def zoo_row(name: str) -> dict[str, Any]:
     plan = partition.plan_partition(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
     fw, bw = partition.apply_partition(gm, plan, num_fwd_outputs=nfo, joint_inputs=cap.joint_inputs)
     arrays = plan.chosen.decision.arrays
-    est = memory.simulate(arrays, list(plan.chosen.saved), nfo, timeline=True)
+    saved = list(plan.chosen.saved)
+    if budget is not None:
+        chosen = decide_with_budget(gm.graph, budget, num_fwd_outputs=nfo, static_lifetime_input_indices=statics,
+                                    arrays=arrays)
+        saved = list(chosen.saved)
+        fw, bw = partition._build_modules(gm, [arrays.nodes[i] for i in saved], nfo, [], False, False)
+    est = memory.simulate(arrays, saved, nfo, timeline=True)
     gen = torch.Generator().manual_seed(0)
     fw_args = [materialize(n.meta.get("val"), gen) for n in fw.graph.nodes if n.op == "placeholder"]
     tangents = [materialize(n.meta.get("val"), gen) for n in bw.graph.nodes
@@ -248,18 +257,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="*", help="zoo cases (default: all)")
     ap.add_argument("--table", type=Path, help="write the markdown table here")
+    ap.add_argument("--budget", type=float, help="torch's decision at this activation memory budget")
     args = ap.parse_args(argv)
     names = args.cases or list(zoo.CASES)
     rows = []
     for name in names:
-        row = zoo_row(name)
+        row = zoo_row(name, args.budget)
         rows.append(row)
         ratio = row["simulated"] / row["measured"] if row["measured"] else float("nan")
         print(f"{name:14s} sim {row['simulated']:>10,}  measured {row['measured']:>10,} "
               f"(again {row['repeat']:,})  ratio {ratio:.3f}  no-workspace {row['lasting']:,}  sim fw/bw {row['sim_fw']:,}/{row['sim_bw']:,} "
               f"measured fw {row['measured_fw']:,}", flush=True)
-    command = "PYTHONPATH=python:tests python bench/measure_memory.py " + " ".join(
-        [f"--table {args.table}"] if args.table else []) + " ".join(args.cases)
+    command = "PYTHONPATH=python:tests python bench/measure_memory.py" + (
+        f" --table {args.table}" if args.table else "") + (
+        f" --budget {args.budget}" if args.budget is not None else "") + "".join(f" {c}" for c in args.cases)
     table = _markdown(rows, command.strip())
     if args.table:
         args.table.write_text(table)

@@ -10,7 +10,8 @@ a saved view or cast.  Then torch's min-cut decision on the walked graph
 which nodes the backward recomputes, and how many of them lie outside the
 closure, with their FLOPs (torch's flop counter, the knapsack's estimator).
 
-For comparison, the "closure only" decision: save every tangent-free value
+For comparison, torch's decision on the same graph without the walk (what
+the min-cut recomputes on its own), and the "closure only" decision: save every tangent-free value
 the backward reads, except the closure's nodes, which are recomputed from the
 parameters (the least recompute ZeRO-3 allows).  Its saved bytes and peak
 say what the extra recompute buys.
@@ -64,6 +65,11 @@ def closure_only(arrays: Any, closure: set[int]) -> list[int]:
     return sorted(saved)
 
 
+def _op_name(target: Any) -> str:
+    name = getattr(target, "__name__", str(target))
+    return str(name).split(".")[0]
+
+
 def row(name: str) -> dict[str, Any]:
     import zoo
     from fxcut import _C, memory, partition, recompute_param_aliases
@@ -82,35 +88,49 @@ def row(name: str) -> dict[str, Any]:
     est = memory.simulate(arrays, list(plan.chosen.saved), nfo, storage=storage, flops=flops, marks=marks)
     recomputed = {arrays.index[n] for n in est.recomputed}
     beyond = recomputed - closure
+    # of those, what the user's checkpointing asks for (recompute tags the walk did not set)
+    user_tagged = {i for i in beyond if arrays.tag[i] in (_C.TAG_MUST_RECOMPUTE, _C.TAG_PREFER_RECOMPUTE)}
+    free_choice = beyond - user_tagged
     minimal = memory.simulate(arrays, closure_only(arrays, closure), nfo, storage=storage, flops=flops, marks=marks)
     total_flops = sum(flops)
+    # the same decision without the walk: what the min-cut recomputes on its own
+    plain_gm = cap.fresh()
+    plain = partition.plan_partition(plain_gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
+    plain_est = memory.simulate(plain.chosen.decision.arrays, list(plain.chosen.saved), nfo)
+    same_as_plain = sorted(n.name for n in est.recomputed) == sorted(n.name for n in plain_est.recomputed)
     return {
+        "plain_recomputed": len(plain_est.recomputed), "plain_saved": plain_est.saved_bytes,
+        "plain_peak": plain_est.peak_bytes, "same_as_plain": same_as_plain,
         "name": name, "nodes": len(arrays), "closure": len(closure),
         "closure_recomputed": len(recomputed & closure), "recomputed": len(recomputed), "beyond": len(beyond),
         "beyond_flops": sum(flops[i] for i in beyond), "recompute_flops": est.recompute_flops,
+        "user_tagged": len(user_tagged), "free_flops": sum(flops[i] for i in free_choice),
         "beyond_bytes": sum(max(0, arrays.nbytes[i]) for i in beyond
                             if storage[i] == i and not arrays.flags[i] & _C.F_NON_TENSOR),
         "total_flops": total_flops, "saved": est.saved_bytes, "peak": est.peak_bytes,
         "min_saved": minimal.saved_bytes, "min_peak": minimal.peak_bytes,
         "min_recompute_flops": minimal.recompute_flops,
-        "beyond_ops": sorted({str(arrays.nodes[i].target).split(".")[-2] if "." in str(arrays.nodes[i].target)
-                              else str(arrays.nodes[i].target) for i in beyond}),
+        "beyond_ops": sorted({_op_name(arrays.nodes[i].target) for i in free_choice}),
     }
 
 
 def markdown(rows: list[dict[str, Any]], command: str) -> str:
     lines = [
-        "| model | closure nodes | recomputed (in closure / beyond) | FLOPs beyond closure | share of graph FLOPs "
+        "| model | closure nodes | recomputed: in closure / beyond (of which checkpoint-tagged) "
+        "| FLOPs beyond closure (untagged only) | share of graph FLOPs "
         "| bytes written beyond | saved B: torch / closure-only | peak B: torch / closure-only "
-        "| ops recomputed beyond |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| without ZeRO-3: recomputed, saved B, peak B | untagged ops recomputed beyond |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         share = r["beyond_flops"] / r["total_flops"] if r["total_flops"] else 0.0
         ops = ", ".join(r["beyond_ops"][:8]) + (" ..." if len(r["beyond_ops"]) > 8 else "")
         lines.append(
-            f"| {r['name']} | {r['closure']} | {r['closure_recomputed']} / {r['beyond']} | {r['beyond_flops']:,} "
-            f"| {share:.2%} | {r['beyond_bytes']:,} | {r['saved']:,} / {r['min_saved']:,} | {r['peak']:,} / {r['min_peak']:,} | {ops} |")
+            f"| {r['name']} | {r['closure']} | {r['closure_recomputed']} / {r['beyond']} ({r['user_tagged']}) "
+            f"| {r['beyond_flops']:,} ({r['free_flops']:,}) "
+            f"| {share:.2%} | {r['beyond_bytes']:,} | {r['saved']:,} / {r['min_saved']:,} | {r['peak']:,} / {r['min_peak']:,} "
+            f"| {r['plain_recomputed']}, {r['plain_saved']:,}, {r['plain_peak']:,}"
+            f"{' (same recompute set)' if r['same_as_plain'] else ''} | {ops} |")
     return "\n".join(lines) + f"\n\nCommand: `{command}`\n"
 
 

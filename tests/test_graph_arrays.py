@@ -412,6 +412,8 @@ SIGNATURES = {
     "budget_plan": "(graph, options, /, *, num_fwd_outputs, memory_budget, static_lifetime=None, "
                    "input_storage=None, force_save=None, fuse_a=None, fuse_b=None)",
     "knapsack": "(memory, runtime, max_memory, solver, /)",
+    "memory_simulate": "(graph, /, *, num_fwd_outputs, saved, storage_of=None, flops=None, marks=None, "
+                       "timeline=False)",
 }
 
 

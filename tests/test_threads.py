@@ -95,8 +95,14 @@ def _min_cut_call(n: int) -> Callable[[], Any]:
     return lambda: _C.min_cut(n, tail, head, cap, 0, n - 1, 1)
 
 
-@pytest.mark.parametrize("make, size", [(_decide_call, 4000), (_min_cut_call, 200_000)],
-                         ids=["partition_decide", "min_cut"])
+def _memory_call(layers: int) -> Callable[[], Any]:
+    arrays = synthetic_arrays.build(layers)
+    saved = synthetic_arrays.decide(arrays).saved
+    return lambda: _C.memory_simulate(arrays, num_fwd_outputs=arrays.num_fwd_outputs, saved=saved, timeline=True)
+
+
+@pytest.mark.parametrize("make, size", [(_decide_call, 4000), (_min_cut_call, 200_000), (_memory_call, 4000)],
+                         ids=["partition_decide", "min_cut", "memory_simulate"])
 def test_the_gil_is_released_during_the_c_call(make, size, switch_interval) -> None:
     call = _long_enough(make, size)
     duration, covered = _covered_by_python(call)
