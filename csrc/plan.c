@@ -25,6 +25,8 @@
  *     storages) and non-tensor values.
  *   - the live bytes of a step count the step's output with its inputs,
  *     before the inputs that die there are freed; the peak is the largest.
+ *   - a size or cost above INT64_MAX / (n + 1) counts as that bound, so no
+ *     sum overflows.
  *
  * The search: the Pareto frontier of (peak, recompute flops) over the
  * decisions it simulates: the seeds (torch's own decisions), a descent on
@@ -64,6 +66,7 @@ typedef struct {
     int64_t n_evals;
     fxcut_memory_options mopt;
     fxcut_memsim *memsim; /* the memory model, or NULL */
+    int64_t cap;          /* the clamp of one size or cost */
     uint8_t *saved_buf;   /* n: the saved mask handed to it */
 } plan_sim;
 
@@ -176,6 +179,9 @@ static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
             return rc;
         }
     }
+    /* no sum of n sizes (or costs) overflows: each clamped to this (a
+     * bound no real graph comes near) */
+    s->cap = INT64_MAX / ((int64_t)n + 1);
     const uint32_t uncounted = FXCUT_F_VAL_IS_SEQ | FXCUT_F_NON_TENSOR |
                                FXCUT_F_SYM | FXCUT_F_FREE_OBJECT;
     for (int32_t i = 0; i < n; i++) {
@@ -183,7 +189,7 @@ static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
         s->root[i] = r == i ? i : s->root[r];
         if (s->root[i] == i && opt->role[i] != FXCUT_ROLE_INPUT &&
             !(g->flags[i] & uncounted) && g->nbytes[i] > 0)
-            s->bytes[i] = g->nbytes[i];
+            s->bytes[i] = g->nbytes[i] < s->cap ? g->nbytes[i] : s->cap;
     }
     return FXCUT_OK;
 }
@@ -302,7 +308,7 @@ static int sim_eval(plan_sim *s, const uint8_t *mask, fxcut_plan_eval *r,
         if (st == ST_RE) {
             n_re++;
             if (s->opt->flops != NULL)
-                cost += s->opt->flops[x];
+                cost += s->opt->flops[x] < s->cap ? s->opt->flops[x] : s->cap;
         }
         if (st != ST_BW && st != ST_RE)
             continue;
@@ -866,6 +872,15 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
     }
     if (q.rc != FXCUT_OK) {
         rc = q.rc;
+        goto done;
+    }
+    if (q.front.len == 0) {
+        /* the memory model rejected every decision tried: err holds its
+         * last reason */
+        rc = err->code == FXCUT_E_INVALID
+                 ? FXCUT_E_INVALID
+                 : fxcut_fail(err, FXCUT_E_INVALID, -1,
+                              "no decision the search tried is realisable");
         goto done;
     }
     res->n_points = q.front.len;
