@@ -8,7 +8,7 @@
   activation memory budget included.
 - :func:`memory_pareto`: the memory/recompute trade-off over a budget sweep.
 - :func:`planned_partitioner`, :class:`PeakPlanner`: a partition_fn whose
-  budget is on the simulated peak of activation memory (:mod:`fxcut.plan`).
+  budget is on the simulated peak of activation memory (:mod:`fxcut.planner`).
 - :class:`PartitionMismatch`, :func:`partition_counts`, the fallback
   warnings: :mod:`fxcut.guard` (untested torch, verify mode).
 """
@@ -22,7 +22,7 @@ from .guard import FallbackWarning, PartitionMismatch, UntestedTorchWarning, Ver
 from .lower import GraphArrays, LoweringError
 from .ops import get_no_copy_ops, is_cast_op
 from .partition import min_cut_rematerialization_partition
-from .plan import PeakPlanner, planned_partitioner
+from .planner import PeakPlanner, planned_partitioner
 from .zero3 import get_wrapped_partitioner, recompute_param_aliases
 
 if TYPE_CHECKING:  # their real types for type checkers; at run time see __getattr__

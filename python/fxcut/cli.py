@@ -275,7 +275,7 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
     if plan_budget is not None:
         if not 0 <= plan_budget <= 1:
             raise UsageError(f"--plan-budget {plan_budget} must be between 0 and 1")
-        from .plan import planned_partitioner
+        from .planner import planned_partitioner
 
         fxcut_partition = planned_partitioner(plan_budget)
     if captured is None:

@@ -114,7 +114,7 @@ class _UseTorch(Exception):
 
 
 class SavedChooser(Protocol):
-    """Replaces WHICH values the default path saves (fxcut.plan.PeakPlanner):
+    """Replaces WHICH values the default path saves (fxcut.planner.PeakPlanner):
     given the graph's budget-1 decision, the saved node indices."""
 
     def choose_saved(self, joint_module: fx.GraphModule, chosen: BudgetDecision, *, num_fwd_outputs: int,

@@ -91,7 +91,7 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
 #: InductorPartitioner runs, and every fxcut module that imports), relative to
 #: the package.  tests/test_package_shape.py checks it against the imports.
 DECISION_FILES = ("budget.py", "core.py", "explain.py", "extract.py", "guard.py", "knapsack.py", "lower.py", "memory.py",
-                  "ops.py", "outpath.py", "partition.py", "plan.py", "prepare.py", "report.py", "snapshot.py", "versions.py",
+                  "ops.py", "outpath.py", "partition.py", "planner.py", "prepare.py", "report.py", "snapshot.py", "versions.py",
                   "zero3.py", os.path.join("integrations", "torch_compile.py"))
 
 
@@ -158,7 +158,7 @@ def _fxcut_partition(verify: Any, memory_budget: float | None = None) -> Any:
     from .. import partition
 
     if memory_budget is not None:
-        from ..plan import planned_partitioner
+        from ..planner import planned_partitioner
 
         return planned_partitioner(memory_budget)
     if verify is None:

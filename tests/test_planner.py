@@ -24,7 +24,7 @@ import torch
 import fxcut
 from fxcut import _C
 from fxcut.partition import plan_partition
-from fxcut.plan import PeakPlanner, PlanProblem, _mask, pick
+from fxcut.planner import PeakPlanner, PlanProblem, _mask, pick
 
 sys.path.insert(0, str(Path(__file__).parent))
 import zoo  # noqa: E402
@@ -405,7 +405,7 @@ def _compiled_matches_eager(backend: Any, name: str = "gpt2", **cfg: Any) -> Non
 
 
 def test_aot_backend_memory_budget_plans(fresh_compile: Any, monkeypatch: Any) -> None:
-    import fxcut.plan as plan_mod
+    import fxcut.planner as plan_mod
 
     planned: list[float] = []
     plan = plan_mod.PeakPlanner.plan
