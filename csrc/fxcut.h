@@ -478,5 +478,102 @@ typedef struct {
 int fxcut_memory_simulate(const fxcut_graph *g, const fxcut_memory_options *opt,
                           const int32_t *saved, int32_t n_saved,
                           fxcut_memory_result *res, fxcut_error *err);
+/* ---- the peak-aware memory plan (plan.c) ------------------------------- */
 
+/*
+ * What the planner may do with each node (role[i]):
+ *   BACKWARD   not a forward node: computed by the backward when needed
+ *   INPUT      a placeholder / get_attr: available to both modules, never
+ *              counted (graph inputs and parameters are not activations)
+ *   SAVE       a forward node that cannot be recomputed (banned for
+ *              correctness, MUST_SAVE, random, mutating, collective...):
+ *              saved whenever the backward needs it
+ *   FREE       a forward node the plan may save or recompute
+ *   RECOMPUTE  a forward node that must not be saved (MUST_RECOMPUTE /
+ *              PREFER_RECOMPUTE tags, ZeRO-3's walk, must be in backward):
+ *              recomputed whenever the backward needs it
+ * A decision is a saved mask over the FREE nodes; every mask is valid: the
+ * backward walk from the gradients saves the SAVE and saved FREE nodes it
+ * meets and recomputes the RECOMPUTE and unsaved FREE ones.
+ */
+enum fxcut_plan_role {
+    FXCUT_ROLE_BACKWARD = 0,
+    FXCUT_ROLE_INPUT = 1,
+    FXCUT_ROLE_SAVE = 2,
+    FXCUT_ROLE_FREE = 3,
+    FXCUT_ROLE_RECOMPUTE = 4,
+    FXCUT_ROLE_MAX = 4
+};
+
+typedef struct {
+    int32_t num_fwd_outputs;
+    const uint8_t *role;          /* n entries, enum fxcut_plan_role */
+    /* n entries or NULL: the node whose storage node i's value shares
+     * (<= i; i for its own storage).  Bytes count once per storage. */
+    const int32_t *storage_of;
+    /* n entries or NULL: the cost of running node i once (FLOPs), >= 0 */
+    const int64_t *flops;
+    /* n_seeds * n bytes: saved masks to start from (nonzero = saved) */
+    const uint8_t *seeds;
+    int32_t n_seeds;
+    /* enumerate every decision when at most this many FREE nodes can
+     * reach the backward (0: never); else local search */
+    int32_t exact_max_free;
+    double time_limit_s;          /* wall-clock limit of the search, > 0 */
+    int32_t max_points;           /* capacity of the frontier, >= 1 */
+    /* 1: the peak and cost of every decision are the memory model's
+     * (fxcut_memsim_eval, memory.c); the planner's own walk still picks
+     * the values to toggle.  0: the planner's own simulator throughout. */
+    uint8_t use_memory_model;
+    /* n entries or NULL: the memory model's extraction marks
+     * (enum fxcut_extract_mark), handed to it as they are */
+    const uint8_t *marks;
+} fxcut_plan_options;
+
+/* One simulated decision. */
+typedef struct {
+    int64_t peak_bytes;
+    int64_t fw_peak_bytes;
+    int64_t bw_peak_bytes;
+    int64_t saved_bytes;          /* storages of the saved values, once */
+    int64_t recompute_flops;      /* flops of the recomputed nodes */
+    int32_t peak_step;            /* step of the peak in the schedule */
+    int32_t n_fw_steps;           /* schedule[0 .. n_fw_steps) is the
+                                     forward, the rest the backward */
+    int32_t n_steps;
+    int32_t n_recomputed;
+    /* optional, caller-allocated (NULL: not filled): */
+    uint8_t *saved;               /* n: 1 where the forward hands node i
+                                     to the backward (the forward inputs
+                                     it reads included: 0 bytes) */
+    int32_t *schedule;            /* 2n: node run at each step */
+    int64_t *live_bytes;          /* 2n: live bytes while that step runs
+                                     (with use_memory_model, both given:
+                                     the model's timeline, peak_step and
+                                     n_fw_steps) */
+} fxcut_plan_eval;
+
+/* Validates g and opt, simulates the decision saved_mask (n bytes). */
+int fxcut_plan_simulate(const fxcut_graph *g, const fxcut_plan_options *opt,
+                        const uint8_t *saved_mask, fxcut_plan_eval *res,
+                        fxcut_error *err);
+
+/* The Pareto frontier (peak, recompute flops) of the decisions found:
+ * points sorted by peak ascending, cost strictly descending.  Arrays
+ * caller-allocated with opt->max_points entries (masks: max_points * n
+ * bytes, each the normalised saved set of the point). */
+typedef struct {
+    int64_t *peak_bytes;
+    int64_t *recompute_flops;
+    uint8_t *masks;
+    int32_t n_points;
+    int32_t n_free;               /* FREE nodes that can reach the backward */
+    int64_t n_evals;              /* decisions simulated */
+    uint8_t exact;                /* 1: every decision was enumerated */
+    uint8_t timed_out;            /* 1: the time limit stopped the search */
+} fxcut_plan_frontier;
+
+int fxcut_plan_frontier_search(const fxcut_graph *g,
+                               const fxcut_plan_options *opt,
+                               fxcut_plan_frontier *res, fxcut_error *err);
 #endif /* FXCUT_H */

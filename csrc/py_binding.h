@@ -96,6 +96,7 @@ FXCUT_ENTRY(min_cut) FXCUT_ENTRY(partition_decide)
 FXCUT_ENTRY(budget_plan) FXCUT_ENTRY(knapsack)
 FXCUT_ENTRY(aggressive_options)
 FXCUT_ENTRY(memory_simulate)
+FXCUT_ENTRY(plan_simulate) FXCUT_ENTRY(plan_frontier)
 #undef FXCUT_ENTRY
 
 /* The result types py_decide.c, py_knapsack.c and py_memory.c fill (module.c makes
@@ -112,6 +113,7 @@ extern PyStructSequence_Desc fxcut_memory_desc;
 #define FXCUT_EXTRA_METHODS                                                   \
     FXCUT_KW_METHOD(min_cut), FXCUT_KW_METHOD(partition_decide),              \
     FXCUT_KW_METHOD(budget_plan), FXCUT_KW_METHOD(knapsack),                  \
-    FXCUT_KW_METHOD(aggressive_options), FXCUT_KW_METHOD(memory_simulate),
+    FXCUT_KW_METHOD(aggressive_options), FXCUT_KW_METHOD(memory_simulate),      \
+    FXCUT_KW_METHOD(plan_simulate), FXCUT_KW_METHOD(plan_frontier),
 
 #endif /* FXCUT_PY_BINDING_H */

@@ -156,6 +156,18 @@ def memory_seeds(graphs: dict[str, bytes]) -> dict[str, bytes]:
     return seeds
 
 
+def plan_seeds(graphs: dict[str, bytes]) -> dict[str, bytes]:
+    """The graph seeds followed by fuzz/fuzz_plan.c's trailer: mode, then per
+    node a role byte, a storage byte (0: its own), a flops byte, a seed bit."""
+    seeds: dict[str, bytes] = {}
+    for k, (name, data) in enumerate(sorted(graphs.items())):
+        n = data[0]
+        per_node = bytes(b for i in range(n) for b in (2 if i % 3 else 1, (i % 4 == 3), i % 7, i % 2))
+        seeds[f"{name}_model"] = data + bytes([0xE0 | 16 | 8 | 3]) + per_node
+        seeds[f"{name}_own"] = data + bytes([0x60 | 16 | (k % 4)]) + per_node
+    return seeds
+
+
 def encode_knapsack(capacity: float, items: list[tuple[float, float]], *, mode: int = 0, solver: int = 0) -> bytes:
     """In fuzz/fuzz_knapsack.c's format: memory code = memory * 8192,
     runtime code = runtime * 16 (signed), capacity code = capacity * 65536."""
@@ -186,7 +198,7 @@ def main() -> None:
     graphs = graph_seeds()
     for target, seeds in (("fuzz_graph", graphs), ("fuzz_maxflow", network_seeds()),
                           ("fuzz_budget", budget_seeds(graphs)), ("fuzz_knapsack", knapsack_seeds()),
-                          ("fuzz_memory", memory_seeds(graphs))):
+                          ("fuzz_memory", memory_seeds(graphs)), ("fuzz_plan", plan_seeds(graphs))):
         d = OUT / target
         d.mkdir(parents=True, exist_ok=True)
         for name, data in seeds.items():

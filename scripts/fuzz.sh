@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ (fuzz_graph, fuzz_budget, fuzz_maxflow,
-# fuzz_knapsack, fuzz_memory: every entry point of the C core) over the core (no Python) with
+# fuzz_knapsack, fuzz_memory, fuzz_plan: every entry point of the C core) over the core (no Python) with
 # -fsanitize=fuzzer,address,undefined and runs each for a bounded time,
 # starting from the seed corpus in tests/fuzz_corpus/<target>/.  Fails on
 # any crash, sanitizer report, failed check, leak, or timeout.

@@ -156,7 +156,33 @@ def _cases() -> list[Case]:
     mem_ok = {"num_fwd_outputs": 1, "saved": array("i", [0, 4])}
     mem_full = {**mem_ok, "storage_of": array("i", range(8)), "flops": array("q", [0, 0, 0, 64, 16, 16, 64, 0]),
                 "timeline": True}
-    return [
+    ps, pf = _C.plan_simulate, _C.plan_frontier
+    inputs = (_C.KIND_PLACEHOLDER, _C.KIND_GET_ATTR)
+    dep = [False] * len(ok.kind)  # depends on a tangent: the backward's
+    for i in range(len(ok.kind)):
+        dep[i] = bool(ok.flags[i] & _C.F_TANGENT) or ok.kind[i] == _C.KIND_OUTPUT or any(
+            dep[u] for u in ok.in_idx[ok.in_ptr[i]:ok.in_ptr[i + 1]])
+    roles = bytes(_C.PLAN_ROLE_INPUT if ok.kind[i] in inputs else _C.PLAN_ROLE_BACKWARD if dep[i]
+                  else _C.PLAN_ROLE_FREE for i in range(len(ok.kind)))
+    n = len(roles)
+    plan_ok = {"num_fwd_outputs": 1, "role": roles}
+    plan_full = {**plan_ok, "storage_of": array("i", range(n)), "flops": array("q", [7] * n)}
+    plan_cases: list[Case] = [
+        ("plan_simulate", ps, (ok,), {**plan_ok, "saved": bytes(n)}, None),
+        ("plan_simulate/model", ps, (ok,), {**plan_full, "saved": bytes([1] * n), "use_memory_model": True}, None),
+        ("plan_simulate/bad role", ps, (ok,), {**plan_ok, "role": bytes([9] * n), "saved": bytes(n)}, ValueError),
+        ("plan_simulate/storage length", ps, (ok,), {**plan_ok, "saved": bytes(n), "storage_of": array("i", [0])},
+         ValueError),
+        ("plan_simulate/bad graph", ps, (bad_index,), {**plan_ok, "saved": bytes(n)}, IndexError),
+        ("plan_simulate/missing role", ps, (ok,), {"num_fwd_outputs": 1, "saved": bytes(n)}, TypeError),
+        ("plan_frontier", pf, (ok,), {**plan_full, "seeds": bytes(2 * n)}, None),
+        ("plan_frontier/model", pf, (ok,), {**plan_full, "use_memory_model": True, "exact_max_free": 0}, None),
+        ("plan_frontier/seeds length", pf, (ok,), {**plan_ok, "seeds": bytes(n + 1)}, ValueError),
+        ("plan_frontier/time limit", pf, (ok,), {**plan_ok, "time_limit": 0.0}, ValueError),
+        ("plan_frontier/exact_max_free", pf, (ok,), {**plan_ok, "exact_max_free": 99}, ValueError),
+        ("plan_frontier/bad graph", pf, (bad_index,), plan_ok, IndexError),
+    ]
+    return plan_cases + [
         ("validate", _C.validate, (ok,), {}, None),
         ("validate/bad index", _C.validate, (bad_index,), {}, IndexError),
         ("validate/not arrays", _C.validate, (object(),), {}, TypeError),

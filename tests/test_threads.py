@@ -101,8 +101,23 @@ def _memory_call(layers: int) -> Callable[[], Any]:
     return lambda: _C.memory_simulate(arrays, num_fwd_outputs=arrays.num_fwd_outputs, saved=saved, timeline=True)
 
 
-@pytest.mark.parametrize("make, size", [(_decide_call, 4000), (_min_cut_call, 200_000), (_memory_call, 4000)],
-                         ids=["partition_decide", "min_cut", "memory_simulate"])
+def _plan_call(layers: int) -> Callable[[], Any]:
+    arrays = synthetic_arrays.build(layers)
+    kind, flags, in_ptr, in_idx = arrays.kind, arrays.flags, arrays.in_ptr, arrays.in_idx
+    dep = [False] * len(kind)
+    roles = bytearray(len(kind))
+    for i in range(len(kind)):
+        dep[i] = bool(flags[i] & _C.F_TANGENT) or kind[i] == _C.KIND_OUTPUT or any(
+            dep[u] for u in in_idx[in_ptr[i]:in_ptr[i + 1]])
+        roles[i] = (_C.PLAN_ROLE_INPUT if kind[i] in (_C.KIND_PLACEHOLDER, _C.KIND_GET_ATTR)
+                    else _C.PLAN_ROLE_BACKWARD if dep[i] else _C.PLAN_ROLE_FREE)
+    return lambda: _C.plan_frontier(arrays, num_fwd_outputs=arrays.num_fwd_outputs, role=bytes(roles),
+                                    exact_max_free=0, time_limit=30.0, max_points=64)
+
+
+@pytest.mark.parametrize("make, size", [(_decide_call, 4000), (_min_cut_call, 200_000), (_memory_call, 4000),
+                                        (_plan_call, 8)],
+                         ids=["partition_decide", "min_cut", "memory_simulate", "plan_frontier"])
 def test_the_gil_is_released_during_the_c_call(make, size, switch_interval) -> None:
     call = _long_enough(make, size)
     duration, covered = _covered_by_python(call)

@@ -82,6 +82,11 @@ SIZE_UNKNOWN: int
 STAGE_AGGRESSIVE: int
 STAGE_INPUTS: int
 STAGE_KNAPSACK: int
+PLAN_ROLE_BACKWARD: int
+PLAN_ROLE_INPUT: int
+PLAN_ROLE_SAVE: int
+PLAN_ROLE_FREE: int
+PLAN_ROLE_RECOMPUTE: int
 STAGE_MIN_CUT: int
 STAGE_MORE_AGGRESSIVE: int
 STAGE_NO_BACKWARD: int
@@ -235,3 +240,30 @@ def min_cut(
 ) -> tuple[int, bytes]: ...
 def param_alias_walk(graph: GraphArrays, params: Buffer, /) -> bytes: ...
 def aggressive_options(options: Any, /) -> dict[str, bool]: ...
+def plan_simulate(
+    graph: GraphArrays,
+    /,
+    *,
+    num_fwd_outputs: int,
+    role: Buffer,
+    saved: Buffer,
+    storage_of: Buffer | None = None,
+    flops: Buffer | None = None,
+    use_memory_model: bool = False,
+    marks: Buffer | None = None,
+) -> tuple[int, int, int, int, int, int, int, int, bytes, memoryview, memoryview]: ...
+def plan_frontier(
+    graph: GraphArrays,
+    /,
+    *,
+    num_fwd_outputs: int,
+    role: Buffer,
+    storage_of: Buffer | None = None,
+    flops: Buffer | None = None,
+    seeds: Buffer | None = None,
+    exact_max_free: int = 16,
+    time_limit: float = 1.0,
+    max_points: int = 1024,
+    use_memory_model: bool = False,
+    marks: Buffer | None = None,
+) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool]: ...

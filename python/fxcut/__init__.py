@@ -10,6 +10,8 @@
 - :class:`Plan`, :func:`make_plan`, :class:`Objective`: one partition call
   planned (rules, options, budget, DCE/CSE, objective), as the partition,
   explain, the HTML page and the Pareto sweep read it.
+- :func:`planned_partitioner`, :class:`PeakPlanner`: a partition_fn whose
+  budget is on the simulated peak of activation memory (:mod:`fxcut.planner`).
 - :class:`PartitionMismatch`, :func:`partition_counts`, the fallback
   warnings: :mod:`fxcut.guard` (untested torch, verify mode).
 """
@@ -24,6 +26,7 @@ from .ops import get_no_copy_ops, is_cast_op
 from .pareto import ParetoPoint, memory_pareto
 from .partition import min_cut_rematerialization_partition
 from .plan import Objective, Plan, make_plan
+from .planner import PeakPlanner, planned_partitioner
 from .zero3 import get_wrapped_partitioner, recompute_param_aliases
 
 if TYPE_CHECKING:  # their real types for type checkers; at run time see __getattr__
@@ -51,6 +54,8 @@ __all__ = [
     "is_cast_op",
     "memory_pareto",
     "min_cut_rematerialization_partition",
+    "PeakPlanner",
+    "planned_partitioner",
     "recompute_param_aliases",
 ]
 

@@ -375,6 +375,18 @@ def memory_simulate(
         raise
 
 
+def plan_simulate(arrays: GraphArrays, **kwargs: Any) -> Any:
+    """The planner's simulation of one decision in the core
+    (``fxcut._C.plan_simulate``; keyword arguments as there)."""
+    return _C.plan_simulate(arrays, **kwargs)
+
+
+def plan_frontier(arrays: GraphArrays, **kwargs: Any) -> Any:
+    """The planner's (peak, recompute) frontier search in the core
+    (``fxcut._C.plan_frontier``; keyword arguments as there)."""
+    return _C.plan_frontier(arrays, **kwargs)
+
+
 def _explain_conflict(err: _C.InfiniteCutError, arrays: GraphArrays) -> None:
     """Rewrite the core's InfiniteCutError in place to name the chain of
     nodes that joins source and sink by infinite edges, with what pins each

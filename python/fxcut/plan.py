@@ -116,6 +116,10 @@ def make_plan(
     if rules.config("enable_activation_offloading"):
         offloading_pass()  # an import that fails, fails before any write
     resolved, regions, unannotated = resolve_budget(joint_module)
+    if objective is not None:
+        # The objective owns the budget (region budgets included): the core
+        # makes torch's default decision, which the objective starts from.
+        resolved, regions, unannotated = 1.0, [], []
     resolved = check_budget(resolved if budget is None else budget)
     solver = rules.config("activation_memory_budget_solver") if solver is None else solver
     if 0.0 < resolved < 1.0:

@@ -52,6 +52,13 @@ from ..zero3 import ParamIndex, PartitionFn
 _saved: dict[tuple[str, str], Any] = {}
 #: Held by install() and uninstall() for their whole read-check-write.
 _lock = threading.Lock()
+#: install(memory_budget=b): the planned partitioner DeepCompile cuts with (empty: torch's decision).
+_planned: dict[str, PartitionFn] = {}
+
+
+def _partition() -> PartitionFn:
+    """What DeepCompile cuts with: fxcut's default path, or the plan install() was given."""
+    return _planned.get("fn", fxcut_partition)
 
 
 def _modules() -> dict[str, Any]:
@@ -84,7 +91,7 @@ def _fxcut_in_place_of(partition_fn: PartitionFn | None) -> PartitionFn:
     from torch._functorch import partitioners
 
     if partition_fn is None or partition_fn is partitioners.min_cut_rematerialization_partition:
-        return fxcut_partition
+        return _partition()
     try:
         from torch._inductor import compile_fx
     except ImportError:  # pragma: no cover - torch without inductor
@@ -98,7 +105,7 @@ def _inductor_partition(inductor_partition_fn: PartitionFn, *args: Any, **kwargs
     from torch._inductor import config
 
     if config.custom_partitioner_fn is None:
-        kwargs["partitioner_fn_override"] = fxcut_partition
+        kwargs["partitioner_fn_override"] = _partition()
     return inductor_partition_fn(*args, **kwargs)
 
 
@@ -129,7 +136,7 @@ def _replacements() -> dict[tuple[str, str], Callable[..., Any]]:
         ("partitioner", "get_wrapped_partitioner"): get_wrapped_partitioner,
         ("backend", "get_wrapped_partitioner"): get_wrapped_partitioner,
         ("inductor", "get_wrapped_partitioner"): get_wrapped_partitioner,
-        ("backend", "min_cut_rematerialization_partition"): fxcut_partition,
+        ("backend", "min_cut_rematerialization_partition"): _partition(),
     }
 
 
@@ -138,13 +145,27 @@ def installed() -> bool:
         return bool(_saved)
 
 
-def install() -> None:
+def install(memory_budget: float | None = None) -> None:
     """Make DeepCompile use fxcut (idempotent, atomic).  Raises ImportError
     when DeepSpeed's compile package does not import, AttributeError when it
     lacks a name this module replaces (an incompatible DeepSpeed); then
-    nothing is patched."""
+    nothing is patched.  ``memory_budget``: cut with
+    :func:`fxcut.planned_partitioner` (the budget on the simulated peak; under
+    ZeRO-3 the plan recomputes what the walk requires plus what it chooses)
+    instead of torch's decision; None: torch's decision.  A later install()
+    sets it again."""
+    if memory_budget is not None:
+        from ..planner import planned_partitioner
+
+        planned = planned_partitioner(memory_budget)  # ValueError naming memory_budget
     with _lock:
-        if _saved:
+        if memory_budget is None:
+            _planned.clear()
+        else:
+            _planned["fn"] = planned
+        if _saved:  # installed: the budget is read at partition time, the backend's name rebound
+            if ("backend", "min_cut_rematerialization_partition") in _saved:
+                setattr(_modules()["backend"], "min_cut_rematerialization_partition", _partition())
             return
         modules = _modules()
         replacements = _replacements()
@@ -169,6 +190,7 @@ def uninstall() -> None:
         for (mod_name, attr), old in _saved.items():
             setattr(modules[mod_name], attr, old)
         _saved.clear()
+        _planned.clear()
 
 
 __all__ = ["get_wrapped_partitioner", "install", "installed", "recompute_param_aliases", "uninstall"]

@@ -90,8 +90,9 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
 #: InductorPartitioner runs, and every fxcut module that imports), relative to
 #: the package.  tests/test_package_shape.py checks it against the imports.
 DECISION_FILES = ("budget.py", "build.py", "core.py", "explain.py", "extract.py", "guard.py", "knapsack.py",
-                  "lower.py", "ops.py", "outpath.py", "partition.py", "plan.py", "prepare.py",
-                  "snapshot.py", "versions.py", "zero3.py", os.path.join("integrations", "torch_compile.py"))
+                  "lower.py", "memory.py", "ops.py", "outpath.py", "partition.py", "plan.py", "planner.py",
+                  "prepare.py", "snapshot.py", "versions.py", "zero3.py",
+                  os.path.join("integrations", "torch_compile.py"))
 
 
 @functools.cache
@@ -112,33 +113,54 @@ class InductorPartitioner(CustomPartitionerFn):
     when not empty the ZeRO-3 walk runs before the cut.
     """
 
-    def __init__(self, param_indices: Iterable[ParamIndex] = (), verify: Any = None) -> None:
+    def __init__(self, param_indices: Iterable[ParamIndex] = (), verify: Any = None,
+                 memory_budget: float | None = None) -> None:
         # Only plain data here: inductor pickles its config, this object
         # included, into its cache key.
         self.param_indices: list[ParamIndex] = [(int(e[0]), int(e[1]), e[2]) for e in param_indices]
         # "raise", "warn", "off" (explicitly off), or None (FXCUT_VERIFY decides)
         self.verify = (verify_mode(verify) or "off") if verify is not None else None
+        _check_plan_options(memory_budget, self.verify)
+        # None: torch's decision; a number: fxcut.planned_partitioner's budget on the peak
+        self.memory_budget = None if memory_budget is None else float(memory_budget)
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
                  ) -> tuple[fx.GraphModule, fx.GraphModule]:
         partition = get_wrapped_partitioner(bool(self.param_indices), self.param_indices,
-                                            _fxcut_partition(self.verify))
+                                            _fxcut_partition(self.verify, self.memory_budget))
         return partition(gm, joint_inputs, **kwargs)
 
     def uuid(self) -> Any:
         # verify mode re-decides with torch: a graph cached without it is
         # not a verified one.
-        return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify))
+        return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify), self.memory_budget)
 
     def __repr__(self) -> str:
-        return f"InductorPartitioner(param_indices={self.param_indices!r}, verify={self.verify!r})"
+        return (f"InductorPartitioner(param_indices={self.param_indices!r}, verify={self.verify!r}, "
+                f"memory_budget={self.memory_budget!r})")
 
 
-def _fxcut_partition(verify: Any) -> Any:
+def _check_plan_options(memory_budget: Any, verify: Any) -> None:
+    """``memory_budget`` in [0, 1] or None; verify mode is the default path's only."""
+    if memory_budget is None:
+        return
+    if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, float)) or not 0 <= memory_budget <= 1:
+        raise ValueError(f"memory_budget must be None or a number in [0, 1], got {memory_budget!r}")
+    if verify not in (None, "off"):
+        raise ValueError("verify compares with torch's decision: it applies to the default path only, "
+                         "not with memory_budget (a plan differs from torch's decision by design)")
+
+
+def _fxcut_partition(verify: Any, memory_budget: float | None = None) -> Any:
     """fxcut's public partition function, with ``verify`` when given (else
-    ``FXCUT_VERIFY`` decides at call time)."""
+    ``FXCUT_VERIFY`` decides at call time), or the planned partitioner when
+    ``memory_budget`` is given."""
     from .. import partition
 
+    if memory_budget is not None:
+        from ..planner import planned_partitioner
+
+        return planned_partitioner(memory_budget)
     if verify is None:
         return None  # get_wrapped_partitioner's default: fxcut's partition
     return functools.partial(partition.min_cut_rematerialization_partition, verify=verify)
@@ -153,7 +175,8 @@ def _check_inductor_options(options: dict[str, Any]) -> None:
         raise ValueError("inductor_backend sets custom_partitioner_fn itself")
 
 
-def inductor_backend(zero3_params: Any = None, verify: Any = None, **inductor_options: Any) -> Backend:
+def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget: float | None = None,
+                     **inductor_options: Any) -> Backend:
     """A ``torch.compile`` backend: inductor, with fxcut's partitioner.
 
     ``inductor_options`` are inductor config options, as ``torch.compile``'s
@@ -161,39 +184,45 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, **inductor_op
     docstring for ``zero3_params``.  ``verify``: True/``"raise"`` or
     ``"warn"`` decides every graph with torch's partitioner too and compares
     (:mod:`fxcut.guard`); None leaves it to ``FXCUT_VERIFY``.
+    ``memory_budget``: partition with :func:`fxcut.planned_partitioner`
+    (the budget on the simulated peak) instead of torch's decision.
     """
     options = {k.replace("-", "_"): v for k, v in inductor_options.items()}
     _check_inductor_options(options)
     if verify is not None:
         verify = verify_mode(verify) or "off"
+    _check_plan_options(memory_budget, verify)
 
     def fxcut_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
-        partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params), verify)
+        partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params), verify,
+                                          memory_budget)
         return compile_fx(gm, example_inputs, config_patches={**options, "custom_partitioner_fn": partitioner})
 
     return fxcut_inductor
 
 
 def aot_backend(fw_compiler: Callable[..., Any] | None = None, bw_compiler: Callable[..., Any] | None = None,
-                zero3_params: Any = None, verify: Any = None, **aot_kwargs: Any) -> Backend:
+                zero3_params: Any = None, verify: Any = None, memory_budget: float | None = None,
+                **aot_kwargs: Any) -> Backend:
     """A ``torch.compile`` backend: AOT Autograd with fxcut's partitioner.
 
     ``fw_compiler`` defaults to torch's no-op compiler (eager kernels),
     ``bw_compiler`` to ``fw_compiler``; ``aot_kwargs`` go to
     ``torch._dynamo.backends.common.aot_autograd`` (e.g. ``decompositions``).
     See the module docstring for ``zero3_params``; ``verify`` as for
-    :func:`inductor_backend`.
+    :func:`inductor_backend`; ``memory_budget`` as for :func:`inductor_backend`.
     """
     if "partition_fn" in aot_kwargs:
         raise ValueError("aot_backend sets partition_fn itself")
     if verify is not None:
         verify = verify_mode(verify) or "off"
+    _check_plan_options(memory_budget, verify)
 
     def fxcut_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         indices = zero3_param_indices(gm, example_inputs, zero3_params)
         fw = fw_compiler if fw_compiler is not None else nop
         bw = bw_compiler if bw_compiler is not None else fw
-        partition_fn = get_wrapped_partitioner(bool(indices), indices, _fxcut_partition(verify))
+        partition_fn = get_wrapped_partitioner(bool(indices), indices, _fxcut_partition(verify, memory_budget))
         return aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition_fn, **aot_kwargs)(gm, example_inputs)
 
     return fxcut_aot

@@ -272,6 +272,13 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
 
     if args.budget is not None and not 0 <= args.budget <= 1:
         raise UsageError(f"--budget {args.budget} must be between 0 and 1")
+    plan_budget = getattr(args, "plan_budget", None)
+    if plan_budget is not None:
+        if not 0 <= plan_budget <= 1:
+            raise UsageError(f"--plan-budget {plan_budget} must be between 0 and 1")
+        from ..planner import planned_partitioner
+
+        fxcut_partition = planned_partitioner(plan_budget)
     if captured is None:
         captured = _capture(args)
     budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
@@ -294,8 +301,9 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
         run(torch_partition, args.zero3)
         tfw, tbw, tseconds, _ = run(torch_partition, args.zero3)
         theirs = summarize(tfw, tbw, captured.num_fwd_outputs, tseconds)
-        same_saved = ours.saved == theirs.saved
-        same_graphs = fw.code == tfw.code and bw.code == tbw.code
+        if plan_budget is None:  # a plan is meant to differ from torch's decision
+            same_saved = ours.saved == theirs.saved
+            same_graphs = fw.code == tfw.code and bw.code == tbw.code
     zero3 = None
     if args.zero3:
         pfw, pbw, _, _ = run(fxcut_partition, False)
@@ -324,7 +332,8 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
         same_graphs=same_graphs,
         zero3=zero3,
         joint_nodes=captured.num_nodes,
-        extra={"model": args.module or args.model, "parameters": len(captured.param_indices)},
+        extra={"model": args.module or args.model, "parameters": len(captured.param_indices),
+               **({"plan_budget": plan_budget} if plan_budget is not None else {})},
     )
 
 
@@ -480,6 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbose(p, argparse.SUPPRESS)
     _add_model_args(p)
     p.add_argument("--budget", type=float, default=None, help="activation_memory_budget (default: config's)")
+    p.add_argument("--plan-budget", type=float, default=None, metavar="B",
+                   help="partition with fxcut.planned_partitioner(memory_budget=B): B on the simulated peak")
     p.add_argument("--no-torch", action="store_true", help="skip torch's partitioner")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.add_argument("--html", metavar="FILE", help="also write an HTML page drawing fxcut's decision")

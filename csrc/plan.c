@@ -1,0 +1,904 @@
+/*
+ * plan.c -- the peak-aware memory plan: which forward values to save so
+ * that the simulated peak of activation memory stays under a limit at the
+ * least recompute cost.
+ *
+ * The decision space (fxcut.h, enum fxcut_plan_role): a saved mask over the
+ * FREE nodes; every mask is a valid decision, because the backward walk
+ * saves what cannot be recomputed and recomputes what cannot be saved.
+ *
+ * The simulator (the planner's own, until branch `memory`'s
+ * fxcut_memsim_eval replaces it; the semantics follow SPEC_memory.md):
+ *   - forward module: the forward nodes the forward outputs and the saved
+ *     values need, in graph order.  A storage is allocated when the node
+ *     that owns it runs (a view / alias shares its base's storage:
+ *     storage_of) and freed after its last use in the module; the forward
+ *     outputs and saved values live to the end of the forward.
+ *   - backward module: starts with the saved values' storages live; the
+ *     backward nodes and the recomputed ones in the order torch's
+ *     reordering_to_mimic_autograd_engine gives them (from the first user
+ *     of a tangent on, each node preceded by the not yet run nodes it
+ *     needs, in graph order); a storage is freed after its last use (a
+ *     boxed backward), gradients live to the end.
+ *   - not counted: graph inputs (placeholders, get_attr), their views,
+ *     values of unknown size, sequence values (their getitems own the
+ *     storages) and non-tensor values.
+ *   - the live bytes of a step count the step's output with its inputs,
+ *     before the inputs that die there are freed; the peak is the largest.
+ *   - a size or cost above INT64_MAX / (n + 1) counts as that bound, so no
+ *     sum overflows.
+ *
+ * The search: the Pareto frontier of (peak, recompute flops) over the
+ * decisions it simulates: the seeds (torch's own decisions), a descent on
+ * the peak from each (toggling the FREE values live at the peak step), a
+ * descent on the cost from each frontier point (saving recomputed values
+ * while the peak stays), or, when few FREE nodes can reach the backward,
+ * every decision (Gray code order, one toggle per step).  The caller picks
+ * the cheapest point under its peak limit, so the peak it gets is
+ * monotonic in the limit.
+ */
+#include "fxcut_internal.h"
+#include "memory_internal.h"
+
+#include <string.h>
+#include <time.h>
+
+enum { ST_NONE = 0, ST_BW, ST_RE, ST_SAVED, ST_IN };
+
+typedef struct {
+    const fxcut_graph *g;
+    const fxcut_plan_options *opt;
+    int32_t n;
+    int32_t *root;        /* storage root of each node */
+    int64_t *bytes;       /* bytes of the storage a root owns */
+    uint8_t *state;       /* ST_* of the last evaluation */
+    uint8_t *fwmark;
+    uint8_t *pinned;
+    uint8_t *live;
+    uint8_t *emitted;
+    int32_t *stack;       /* n */
+    int32_t *sched;       /* 2n */
+    int64_t *live_at;     /* 2n */
+    int32_t *step_of;     /* n: step of a node in its module (last eval) */
+    int32_t *last_fw;     /* n, by root */
+    int32_t *last_bw;     /* n, by root */
+    int32_t *tmp;         /* n */
+    int64_t n_evals;
+    fxcut_memory_options mopt;
+    fxcut_memsim *memsim; /* the memory model, or NULL */
+    int64_t cap;          /* the clamp of one size or cost */
+    uint8_t *saved_buf;   /* n: the saved mask handed to it */
+} plan_sim;
+
+static void sim_free(plan_sim *s)
+{
+    void *p[] = {s->root, s->bytes, s->state, s->fwmark, s->pinned, s->live,
+                 s->emitted, s->stack, s->sched, s->live_at, s->step_of,
+                 s->last_fw, s->last_bw, s->tmp, s->saved_buf};
+    fxcut_free_each(p, sizeof p / sizeof p[0]);
+    if (s->memsim != NULL)
+        fxcut_memsim_free(s->memsim);
+    memset(s, 0, sizeof *s);
+}
+
+static int check_options(const fxcut_graph *g, const fxcut_plan_options *opt,
+                         int search, fxcut_error *err)
+{
+    if (opt->num_fwd_outputs < 0 || opt->num_fwd_outputs > g->n_outputs)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "num_fwd_outputs %d is outside [0, %d] (the "
+                          "output node's leaves)", (int)opt->num_fwd_outputs,
+                          (int)g->n_outputs);
+    if (opt->role == NULL)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1, "role is required");
+    for (int32_t i = 0; i < g->n; i++) {
+        if (opt->role[i] > FXCUT_ROLE_MAX)
+            return fxcut_fail(err, FXCUT_E_INVALID, i,
+                              "role[%d] = %d is not a plan role (0..%d)",
+                              (int)i, (int)opt->role[i], FXCUT_ROLE_MAX);
+        int placeholder = g->kind[i] == FXCUT_PLACEHOLDER ||
+                          g->kind[i] == FXCUT_GET_ATTR;
+        if (placeholder != (opt->role[i] == FXCUT_ROLE_INPUT))
+            return fxcut_fail(err, FXCUT_E_INVALID, i,
+                              "role[%d] = %d: placeholders and get_attr "
+                              "nodes, and only they, have role INPUT",
+                              (int)i, (int)opt->role[i]);
+        if (opt->storage_of != NULL &&
+            (opt->storage_of[i] < 0 || opt->storage_of[i] > i))
+            return fxcut_fail(err, FXCUT_E_INDEX, i,
+                              "storage_of[%d] = %d must name node %d or an "
+                              "earlier one", (int)i, (int)opt->storage_of[i],
+                              (int)i);
+        if (opt->flops != NULL && opt->flops[i] < 0)
+            return fxcut_fail(err, FXCUT_E_INVALID, i,
+                              "flops[%d] = %lld is negative", (int)i,
+                              (long long)opt->flops[i]);
+    }
+    if (!search)
+        return FXCUT_OK;
+    if (opt->n_seeds < 0 || (opt->n_seeds > 0 && opt->seeds == NULL))
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "n_seeds %d without seeds", (int)opt->n_seeds);
+    if (opt->exact_max_free < 0 || opt->exact_max_free > 30)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "exact_max_free %d is outside [0, 30]",
+                          (int)opt->exact_max_free);
+    if (!(opt->time_limit_s > 0.0))
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "time_limit_s must be positive");
+    if (opt->max_points < 1)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "max_points %d must be at least 1",
+                          (int)opt->max_points);
+    return FXCUT_OK;
+}
+
+static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
+                   plan_sim *s, fxcut_error *err)
+{
+    memset(s, 0, sizeof *s);
+    int32_t n = g->n;
+    size_t un = (size_t)n + 1;
+    s->g = g;
+    s->opt = opt;
+    s->n = n;
+    s->root = malloc(un * sizeof *s->root);
+    s->bytes = calloc(un, sizeof *s->bytes);
+    s->state = malloc(un);
+    s->fwmark = malloc(un);
+    s->pinned = malloc(un);
+    s->live = malloc(un);
+    s->emitted = malloc(un);
+    s->stack = malloc(un * sizeof *s->stack);
+    s->sched = malloc(2 * un * sizeof *s->sched);
+    s->live_at = malloc(2 * un * sizeof *s->live_at);
+    s->step_of = malloc(un * sizeof *s->step_of);
+    s->last_fw = malloc(un * sizeof *s->last_fw);
+    s->last_bw = malloc(un * sizeof *s->last_bw);
+    s->tmp = malloc(un * sizeof *s->tmp);
+    if (!s->root || !s->bytes || !s->state || !s->fwmark || !s->pinned ||
+        !s->live || !s->emitted || !s->stack || !s->sched || !s->live_at ||
+        !s->step_of || !s->last_fw || !s->last_bw || !s->tmp) {
+        sim_free(s);
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                          "out of memory for the plan's simulator (%d nodes)",
+                          (int)n);
+    }
+    if (opt->use_memory_model) {
+        s->mopt.num_fwd_outputs = opt->num_fwd_outputs;
+        s->mopt.storage_of = opt->storage_of;
+        s->mopt.flops = opt->flops;
+        s->mopt.marks = opt->marks;
+        s->saved_buf = malloc(un);
+        int rc = s->saved_buf == NULL
+                     ? fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                                  "out of memory for the plan's simulator")
+                     : fxcut_memsim_new(g, &s->mopt, &s->memsim, err);
+        if (rc != FXCUT_OK) {
+            sim_free(s);
+            return rc;
+        }
+    }
+    /* no sum of n sizes (or costs) overflows: each clamped to this (a
+     * bound no real graph comes near) */
+    s->cap = INT64_MAX / ((int64_t)n + 1);
+    const uint32_t uncounted = FXCUT_F_VAL_IS_SEQ | FXCUT_F_NON_TENSOR |
+                               FXCUT_F_SYM | FXCUT_F_FREE_OBJECT;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t r = opt->storage_of != NULL ? opt->storage_of[i] : i;
+        s->root[i] = r == i ? i : s->root[r];
+        if (s->root[i] == i && opt->role[i] != FXCUT_ROLE_INPUT &&
+            !(g->flags[i] & uncounted) && g->nbytes[i] > 0)
+            s->bytes[i] = g->nbytes[i] < s->cap ? g->nbytes[i] : s->cap;
+    }
+    return FXCUT_OK;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Emits v and its not yet emitted backward-module ancestors, in graph
+ * order, at s->sched[*len ...]. */
+static void pull(plan_sim *s, int32_t v, int32_t *len)
+{
+    const fxcut_graph *g = s->g;
+    if (s->emitted[v])
+        return;
+    int32_t top = 0, m = 0;
+    s->stack[top++] = v;
+    s->emitted[v] = 2;
+    while (top > 0) {
+        int32_t x = s->stack[--top];
+        s->tmp[m++] = x;
+        for (int32_t e = g->in_ptr[x]; e < g->in_ptr[x + 1]; e++) {
+            int32_t u = g->in_idx[e];
+            if (s->emitted[u] || (s->state[u] != ST_BW && s->state[u] != ST_RE))
+                continue;
+            s->emitted[u] = 2;
+            s->stack[top++] = u;
+        }
+    }
+    qsort(s->tmp, (size_t)m, sizeof *s->tmp, cmp_i32);
+    for (int32_t k = 0; k < m; k++) {
+        s->emitted[s->tmp[k]] = 1;
+        s->sched[(*len)++] = s->tmp[k];
+    }
+}
+
+/* Runs one module's schedule sched[first .. end): allocation, last uses,
+ * frees.  last: per-root last-use array (already filled), live: live
+ * bytes at the start.  Returns the module's peak; *peak_step its step. */
+static int64_t run_steps(plan_sim *s, int32_t first, int32_t end,
+                         const int32_t *last, int64_t live,
+                         int32_t *peak_step)
+{
+    const fxcut_graph *g = s->g;
+    int64_t peak = live;
+    *peak_step = first;
+    for (int32_t t = first; t < end; t++) {
+        int32_t v = s->sched[t];
+        if (s->root[v] == v && s->bytes[v] > 0 && !s->live[v]) {
+            s->live[v] = 1;
+            live += s->bytes[v];
+        }
+        s->live_at[t] = live;
+        if (live > peak) {
+            peak = live;
+            *peak_step = t;
+        }
+        for (int32_t e = g->in_ptr[v]; e <= g->in_ptr[v + 1]; e++) {
+            int32_t r = e < g->in_ptr[v + 1] ? s->root[g->in_idx[e]]
+                                             : s->root[v];
+            if (s->live[r] && !s->pinned[r] && last[r] <= t) {
+                s->live[r] = 0;
+                live -= s->bytes[r];
+            }
+        }
+    }
+    return peak;
+}
+
+/* Does the forward hand node i to the backward (the last evaluation)?  A
+ * saved value, or a forward input the backward reads (torch lists those
+ * among the saved values too; they cost no bytes). */
+static int is_saved(const plan_sim *s, int32_t i)
+{
+    if (s->state[i] == ST_SAVED)
+        return 1;
+    return s->state[i] == ST_IN &&
+           (s->g->kind[i] == FXCUT_GET_ATTR ||
+            (s->g->flags[i] & (FXCUT_F_PRIMAL | FXCUT_F_FWD_SEED)) != 0);
+}
+
+/* Simulates mask; fills r (and s->state etc. for the search).  With the
+ * memory model, the objective (peaks, saved bytes, cost) is its. */
+static int sim_eval(plan_sim *s, const uint8_t *mask, fxcut_plan_eval *r,
+                    fxcut_error *err)
+{
+    const fxcut_graph *g = s->g;
+    const uint8_t *role = s->opt->role;
+    int32_t n = s->n, nfo = s->opt->num_fwd_outputs;
+    s->n_evals++;
+    memset(s->state, ST_NONE, (size_t)n);
+    int64_t cost = 0;
+    int32_t n_re = 0;
+    /* 1. the backward walk from the gradients */
+    int32_t top = 0;
+    for (int32_t k = nfo; k < g->n_outputs; k++) {
+        int32_t o = g->outputs[k];
+        if (o < 0 || s->state[o] != ST_NONE)
+            continue;
+        s->state[o] = 255; /* pushed */
+        s->stack[top++] = o;
+    }
+    while (top > 0) {
+        int32_t x = s->stack[--top];
+        uint8_t st;
+        switch (role[x]) {
+        case FXCUT_ROLE_INPUT: st = ST_IN; break;
+        case FXCUT_ROLE_BACKWARD: st = ST_BW; break;
+        case FXCUT_ROLE_SAVE: st = ST_SAVED; break;
+        case FXCUT_ROLE_FREE: st = mask[x] ? ST_SAVED : ST_RE; break;
+        default: st = ST_RE; break;
+        }
+        s->state[x] = st;
+        if (st == ST_RE) {
+            n_re++;
+            if (s->opt->flops != NULL)
+                cost += s->opt->flops[x] < s->cap ? s->opt->flops[x] : s->cap;
+        }
+        if (st != ST_BW && st != ST_RE)
+            continue;
+        for (int32_t e = g->in_ptr[x]; e < g->in_ptr[x + 1]; e++) {
+            int32_t u = g->in_idx[e];
+            if (s->state[u] == ST_NONE) {
+                s->state[u] = 255;
+                s->stack[top++] = u;
+            }
+        }
+    }
+    /* 2. the forward module: what the forward outputs and saved values need */
+    memset(s->fwmark, 0, (size_t)n);
+    memset(s->pinned, 0, (size_t)n);
+    for (int32_t k = 0; k < nfo; k++) {
+        int32_t o = g->outputs[k];
+        if (o >= 0 && !s->fwmark[o]) {
+            s->fwmark[o] = 1;
+            s->stack[top++] = o;
+        }
+        if (o >= 0)
+            s->pinned[s->root[o]] = 1;
+    }
+    int64_t saved_bytes = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->state[i] != ST_SAVED)
+            continue;
+        s->pinned[s->root[i]] = 1;
+        if (!s->fwmark[i]) {
+            s->fwmark[i] = 1;
+            s->stack[top++] = i;
+        }
+    }
+    while (top > 0) {
+        int32_t x = s->stack[--top];
+        for (int32_t e = g->in_ptr[x]; e < g->in_ptr[x + 1]; e++) {
+            int32_t u = g->in_idx[e];
+            if (!s->fwmark[u]) {
+                s->fwmark[u] = 1;
+                s->stack[top++] = u;
+            }
+        }
+    }
+    int32_t len = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (s->fwmark[i] && role[i] != FXCUT_ROLE_INPUT) {
+            s->step_of[i] = len;
+            s->sched[len++] = i;
+        }
+    int32_t n_fw = len;
+    for (int32_t i = 0; i < n; i++)
+        s->last_fw[i] = -1;
+    for (int32_t t = 0; t < n_fw; t++) {
+        int32_t v = s->sched[t];
+        s->last_fw[s->root[v]] = t;
+        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
+            s->last_fw[s->root[g->in_idx[e]]] = t;
+    }
+    memset(s->live, 0, (size_t)n);
+    int32_t fw_step = 0, bw_step = n_fw;
+    int64_t fw_peak = run_steps(s, 0, n_fw, s->last_fw, 0, &fw_step);
+    /* 3. the backward module */
+    memset(s->emitted, 0, (size_t)n);
+    int32_t first = -1;
+    for (int32_t i = 0; i < n && first < 0; i++) {
+        if (s->state[i] != ST_BW && s->state[i] != ST_RE)
+            continue;
+        for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
+            if (g->flags[g->in_idx[e]] & FXCUT_F_TANGENT) {
+                first = i;
+                break;
+            }
+    }
+    for (int32_t i = first < 0 ? 0 : first; i < n; i++)
+        if (s->state[i] == ST_BW || s->state[i] == ST_RE)
+            pull(s, i, &len);
+    for (int32_t k = nfo; k < g->n_outputs; k++) {
+        int32_t o = g->outputs[k];
+        if (o >= 0 && (s->state[o] == ST_BW || s->state[o] == ST_RE))
+            pull(s, o, &len);
+    }
+    memset(s->live, 0, (size_t)n);
+    memset(s->pinned, 0, (size_t)n);
+    for (int32_t k = nfo; k < g->n_outputs; k++)
+        if (g->outputs[k] >= 0)
+            s->pinned[s->root[g->outputs[k]]] = 1;
+    for (int32_t i = 0; i < n; i++)
+        s->last_bw[i] = -1;
+    for (int32_t t = n_fw; t < len; t++) {
+        int32_t v = s->sched[t];
+        s->step_of[v] = t;
+        s->last_bw[s->root[v]] = t;
+        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
+            s->last_bw[s->root[g->in_idx[e]]] = t;
+    }
+    int64_t live = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->state[i] != ST_SAVED)
+            continue;
+        int32_t rt = s->root[i];
+        if (!s->live[rt] && s->bytes[rt] > 0) {
+            s->live[rt] = 1;
+            saved_bytes += s->bytes[rt];
+            if (s->last_bw[rt] >= 0)
+                live += s->bytes[rt];
+        }
+    }
+    for (int32_t i = 0; i < n; i++) /* saved but unused: never in the bw */
+        if (s->live[i] && s->last_bw[i] < 0)
+            s->live[i] = 0;
+    int64_t bw_peak = run_steps(s, n_fw, len, s->last_bw, live, &bw_step);
+    r->fw_peak_bytes = fw_peak;
+    r->bw_peak_bytes = bw_peak;
+    r->peak_bytes = fw_peak >= bw_peak ? fw_peak : bw_peak;
+    r->peak_step = fw_peak >= bw_peak ? fw_step : bw_step;
+    r->saved_bytes = saved_bytes;
+    r->recompute_flops = cost;
+    r->n_fw_steps = n_fw;
+    r->n_steps = len;
+    r->n_recomputed = n_re;
+    if (r->saved != NULL)
+        for (int32_t i = 0; i < n; i++)
+            r->saved[i] = (uint8_t)is_saved(s, i);
+    if (r->schedule != NULL)
+        memcpy(r->schedule, s->sched, (size_t)len * sizeof *s->sched);
+    if (r->live_bytes != NULL)
+        memcpy(r->live_bytes, s->live_at, (size_t)len * sizeof *s->live_at);
+    if (s->memsim == NULL)
+        return FXCUT_OK;
+    for (int32_t i = 0; i < n; i++)
+        s->saved_buf[i] = (uint8_t)is_saved(s, i);
+    fxcut_memory_result m;
+    memset(&m, 0, sizeof m);
+    /* a caller asking for the timeline gets the model's */
+    m.schedule = r->schedule;
+    m.live_bytes = r->live_bytes;
+    int rc = fxcut_memsim_eval(s->memsim, s->saved_buf, &m, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    if (r->schedule != NULL && r->live_bytes != NULL) {
+        r->n_steps = m.n_steps;
+        r->n_fw_steps = m.n_fw_steps;
+        r->peak_step = m.peak_step;
+        r->peak_bytes = m.peak_bytes;
+        r->fw_peak_bytes = m.fw_peak_bytes;
+        r->bw_peak_bytes = m.bw_peak_bytes;
+        r->saved_bytes = m.saved_bytes;
+        r->recompute_flops = m.recompute_flops;
+        return FXCUT_OK;
+    }
+    /* the toggles are picked at the planner's own peak step of the
+     * module where the model's peak is */
+    r->peak_step = m.fw_peak_bytes >= m.bw_peak_bytes ? fw_step : bw_step;
+    r->peak_bytes = m.peak_bytes;
+    r->fw_peak_bytes = m.fw_peak_bytes;
+    r->bw_peak_bytes = m.bw_peak_bytes;
+    r->saved_bytes = m.saved_bytes;
+    r->recompute_flops = m.recompute_flops;
+    return FXCUT_OK;
+}
+
+int fxcut_plan_simulate(const fxcut_graph *g, const fxcut_plan_options *opt,
+                        const uint8_t *saved_mask, fxcut_plan_eval *res,
+                        fxcut_error *err)
+{
+    int rc = fxcut_graph_validate(g, err);
+    if (rc == FXCUT_OK)
+        rc = check_options(g, opt, 0, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    if (saved_mask == NULL)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1, "saved_mask is required");
+    plan_sim s;
+    rc = sim_new(g, opt, &s, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    rc = sim_eval(&s, saved_mask, res, err);
+    sim_free(&s);
+    return rc;
+}
+
+/* ---- the frontier ------------------------------------------------------ */
+
+typedef struct {
+    int32_t cap, len, n;
+    int64_t *peak, *cost;
+    int32_t *slot;        /* point k's mask is masks + slot[k] * n */
+    int32_t *free_slots;
+    int32_t n_free_slots;
+    uint8_t *masks;
+} frontier;
+
+static void frontier_free(frontier *f)
+{
+    void *p[] = {f->peak, f->cost, f->slot, f->free_slots, f->masks};
+    fxcut_free_each(p, sizeof p / sizeof p[0]);
+}
+
+static int frontier_new(frontier *f, int32_t cap, int32_t n, fxcut_error *err)
+{
+    memset(f, 0, sizeof *f);
+    f->cap = cap;
+    f->n = n;
+    size_t uc = (size_t)cap;
+    f->peak = malloc(uc * sizeof *f->peak);
+    f->cost = malloc(uc * sizeof *f->cost);
+    f->slot = malloc(uc * sizeof *f->slot);
+    f->free_slots = malloc(uc * sizeof *f->free_slots);
+    f->masks = malloc(uc * ((size_t)n + 1));
+    if (!f->peak || !f->cost || !f->slot || !f->free_slots || !f->masks) {
+        frontier_free(f);
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                          "out of memory for a frontier of %d points of %d "
+                          "nodes", (int)cap, (int)n);
+    }
+    for (int32_t k = 0; k < cap; k++)
+        f->free_slots[k] = cap - 1 - k;
+    f->n_free_slots = cap;
+    return FXCUT_OK;
+}
+
+/* Adds (peak, cost) with the saved set s->state unless a point dominates
+ * it; drops the points it dominates.  Returns 1 when added. */
+static int frontier_add(frontier *f, const plan_sim *s, int64_t peak,
+                        int64_t cost)
+{
+    int32_t lo = 0, hi = f->len; /* first point with peak > peak */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (f->peak[mid] <= peak)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo > 0 && f->cost[lo - 1] <= cost)
+        return 0;
+    /* points with peak >= peak and cost >= cost: from pos on */
+    int32_t pos = lo;
+    while (pos > 0 && f->peak[pos - 1] == peak)
+        pos--; /* equal peak, higher cost: dominated */
+    int32_t end = pos;
+    while (end < f->len && f->cost[end] >= cost)
+        end++;
+    for (int32_t k = pos; k < end; k++)
+        f->free_slots[f->n_free_slots++] = f->slot[k];
+    int32_t removed = end - pos;
+    if (removed == 0 && f->n_free_slots == 0)
+        return 0; /* full */
+    int32_t tail = f->len - end;
+    memmove(f->peak + pos + 1, f->peak + end, (size_t)tail * sizeof *f->peak);
+    memmove(f->cost + pos + 1, f->cost + end, (size_t)tail * sizeof *f->cost);
+    memmove(f->slot + pos + 1, f->slot + end, (size_t)tail * sizeof *f->slot);
+    f->len = pos + 1 + tail;
+    int32_t sl = f->free_slots[--f->n_free_slots];
+    f->peak[pos] = peak;
+    f->cost[pos] = cost;
+    f->slot[pos] = sl;
+    uint8_t *m = f->masks + (size_t)sl * (size_t)f->n;
+    for (int32_t i = 0; i < f->n; i++)
+        m[i] = (uint8_t)is_saved(s, i);
+    return 1;
+}
+
+/* ---- the search -------------------------------------------------------- */
+
+typedef struct {
+    plan_sim sim;
+    frontier front;
+    uint8_t *mask;        /* current decision */
+    int32_t *cand;        /* candidate FREE nodes */
+    int64_t *key;
+    struct timespec start;
+    double limit;
+    int timed_out;
+    int rc;               /* the first error of an evaluation */
+    fxcut_error *err;
+} search;
+
+static double elapsed(const search *q)
+{
+    struct timespec now;
+    timespec_get(&now, TIME_UTC);
+    return (double)(now.tv_sec - q->start.tv_sec) +
+           1e-9 * (double)(now.tv_nsec - q->start.tv_nsec);
+}
+
+static int out_of_time(search *q)
+{
+    if (!q->timed_out && (q->sim.n_evals & 15) == 0 && elapsed(q) > q->limit)
+        q->timed_out = 1;
+    return q->timed_out || q->rc != FXCUT_OK;
+}
+
+/* Evaluates q->mask, adds it to the frontier, returns (peak, cost). */
+static void evaluate(search *q, fxcut_plan_eval *r)
+{
+    memset(r, 0, sizeof *r);
+    int rc = sim_eval(&q->sim, q->mask, r, q->err);
+    if (rc != FXCUT_OK) {
+        /* a decision the memory model finds unrealisable is no candidate;
+         * any other error ends the search */
+        if (rc != FXCUT_E_INVALID && q->rc == FXCUT_OK)
+            q->rc = rc;
+        r->peak_bytes = INT64_MAX;
+        r->recompute_flops = INT64_MAX;
+        return;
+    }
+    frontier_add(&q->front, &q->sim, r->peak_bytes, r->recompute_flops);
+}
+
+static int better(const fxcut_plan_eval *a, const fxcut_plan_eval *b)
+{
+    return a->peak_bytes < b->peak_bytes ||
+           (a->peak_bytes == b->peak_bytes &&
+            a->recompute_flops < b->recompute_flops);
+}
+
+/* Orders candidates by q->key (indexed by node), largest first. */
+static int key_greater(const void *keys, int32_t a, int32_t b)
+{
+    const int64_t *k = keys;
+    return k[a] > k[b];
+}
+
+/* The FREE nodes the current decision's peak depends on: saved ones live
+ * at the peak step, recomputed ones live there; largest first. */
+static int32_t peak_candidates(search *q, const fxcut_plan_eval *r)
+{
+    plan_sim *s = &q->sim;
+    const uint8_t *role = s->opt->role;
+    int32_t m = 0, t = r->peak_step;
+    int in_bw = t >= r->n_fw_steps;
+    for (int32_t i = 0; i < s->n; i++) {
+        if (role[i] != FXCUT_ROLE_FREE)
+            continue;
+        int32_t rt = s->root[i];
+        int take = 0;
+        if (s->state[i] == ST_SAVED) {
+            take = in_bw ? s->last_bw[rt] >= t : s->step_of[i] <= t;
+        } else if (s->state[i] == ST_RE && in_bw) {
+            take = s->step_of[i] <= t && s->last_bw[rt] >= t;
+        }
+        if (take) {
+            q->cand[m] = i;
+            q->key[i] = s->bytes[rt];
+            m++;
+        }
+    }
+    fxcut_sort_desc_stable(q->cand, s->tmp, m, key_greater, q->key);
+    return m;
+}
+
+/* Lower the peak (then the cost) from q->mask by first-improving toggles. */
+static void descend_peak(search *q)
+{
+    fxcut_plan_eval cur, r;
+    evaluate(q, &cur);
+    while (!out_of_time(q)) {
+        int32_t m = peak_candidates(q, &cur);
+        int improved = 0;
+        for (int32_t k = 0; k < m && !out_of_time(q); k++) {
+            int32_t v = q->cand[k];
+            q->mask[v] ^= 1;
+            evaluate(q, &r);
+            if (better(&r, &cur)) {
+                cur = r;
+                improved = 1;
+                break;
+            }
+            q->mask[v] ^= 1;
+        }
+        /* stuck: toggle two of the largest candidates at once */
+        int32_t top = m < 12 ? m : 12;
+        for (int32_t a = 0; a < top && !improved && !out_of_time(q); a++)
+            for (int32_t b = a + 1; b < top && !improved && !out_of_time(q); b++) {
+                int32_t u = q->cand[a], v = q->cand[b];
+                q->mask[u] ^= 1;
+                q->mask[v] ^= 1;
+                evaluate(q, &r);
+                if (better(&r, &cur)) {
+                    cur = r;
+                    improved = 1;
+                } else {
+                    q->mask[u] ^= 1;
+                    q->mask[v] ^= 1;
+                }
+            }
+        if (!improved)
+            break; /* else the last evaluation was the accepted decision's */
+    }
+}
+
+/* Iterated local search: from the lowest-peak point, toggle a few random
+ * peak candidates and descend again; restarts from whatever is lowest.
+ * A fixed-seed xorshift: the same graph gives the same restarts (the time
+ * limit aside). */
+static void perturb_and_descend(search *q, int32_t restarts)
+{
+    plan_sim *s = &q->sim;
+    uint64_t x = 0x9E3779B97F4A7C15u;
+    fxcut_plan_eval r;
+    for (int32_t k = 0; k < restarts && !out_of_time(q) && q->front.len > 0; k++) {
+        memcpy(q->mask, q->front.masks + (size_t)q->front.slot[0] * (size_t)s->n,
+               (size_t)s->n);
+        evaluate(q, &r);
+        int32_t m = peak_candidates(q, &r);
+        if (m == 0)
+            return;
+        int32_t kicks = 2 + (int32_t)(k % 3);
+        for (int32_t j = 0; j < kicks; j++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            q->mask[q->cand[(int32_t)(x % (uint64_t)m)]] ^= 1;
+        }
+        descend_peak(q);
+    }
+}
+
+/* From a frontier point: save recomputed FREE values, most flops first,
+ * while the peak stays at or under the point's. */
+static void descend_cost(search *q, const uint8_t *start, int64_t peak)
+{
+    plan_sim *s = &q->sim;
+    memcpy(q->mask, start, (size_t)s->n);
+    fxcut_plan_eval cur, r;
+    evaluate(q, &cur);
+    for (int pass = 0; pass < 4 && !out_of_time(q); pass++) {
+        int32_t m = 0;
+        for (int32_t i = 0; i < s->n; i++)
+            if (s->opt->role[i] == FXCUT_ROLE_FREE && s->state[i] == ST_RE) {
+                q->cand[m++] = i;
+                q->key[i] = s->opt->flops != NULL ? s->opt->flops[i] : 0;
+            }
+        fxcut_sort_desc_stable(q->cand, s->tmp, m, key_greater, q->key);
+        int improved = 0;
+        for (int32_t k = 0; k < m && !out_of_time(q); k++) {
+            int32_t v = q->cand[k];
+            if (s->state[v] != ST_RE && q->mask[v] == 0) {
+                /* no longer reached: saving it changes nothing */
+                continue;
+            }
+            q->mask[v] = 1;
+            evaluate(q, &r);
+            if (r.peak_bytes <= peak && r.recompute_flops < cur.recompute_flops) {
+                cur = r;
+                improved = 1;
+            } else {
+                q->mask[v] = 0;
+                evaluate(q, &r); /* restore state for the next test */
+            }
+        }
+        if (!improved)
+            break;
+    }
+}
+
+/* FREE nodes the backward can reach (every FREE node recomputed). */
+static int32_t reachable_free(search *q)
+{
+    plan_sim *s = &q->sim;
+    memset(q->mask, 0, (size_t)s->n);
+    fxcut_plan_eval r;
+    evaluate(q, &r);
+    int32_t m = 0;
+    for (int32_t i = 0; i < s->n; i++)
+        if (s->opt->role[i] == FXCUT_ROLE_FREE && s->state[i] == ST_RE)
+            q->cand[m++] = i;
+    return m;
+}
+
+static void enumerate_all(search *q, int32_t m)
+{
+    memset(q->mask, 0, (size_t)q->sim.n);
+    fxcut_plan_eval r;
+    evaluate(q, &r);
+    uint64_t total = (uint64_t)1 << m;
+    for (uint64_t k = 1; k < total; k++) {
+        if (out_of_time(q))
+            return;
+        int32_t bit = 0; /* Gray code: one toggle a step */
+        while (!((k >> bit) & 1))
+            bit++;
+        q->mask[q->cand[bit]] ^= 1;
+        evaluate(q, &r);
+    }
+}
+
+int fxcut_plan_frontier_search(const fxcut_graph *g,
+                               const fxcut_plan_options *opt,
+                               fxcut_plan_frontier *res, fxcut_error *err)
+{
+    int rc = fxcut_graph_validate(g, err);
+    if (rc == FXCUT_OK)
+        rc = check_options(g, opt, 1, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    search q;
+    memset(&q, 0, sizeof q);
+    q.err = err;
+    timespec_get(&q.start, TIME_UTC);
+    q.limit = opt->time_limit_s;
+    rc = sim_new(g, opt, &q.sim, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    int32_t n = g->n;
+    rc = frontier_new(&q.front, opt->max_points, n, err);
+    if (rc != FXCUT_OK) {
+        sim_free(&q.sim);
+        return rc;
+    }
+    q.mask = malloc((size_t)n + 1);
+    q.cand = malloc(((size_t)n + 1) * sizeof *q.cand);
+    q.key = malloc(((size_t)n + 1) * sizeof *q.key);
+    uint8_t *start = malloc((size_t)n + 1);
+    if (!q.mask || !q.cand || !q.key || !start) {
+        rc = fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                        "out of memory for the plan's search (%d nodes)",
+                        (int)n);
+        goto done;
+    }
+    int32_t m = reachable_free(&q);
+    res->n_free = m;
+    res->exact = 0;
+    fxcut_plan_eval r;
+    /* the seeds first: each is on the frontier or dominated */
+    for (int32_t k = 0; k < opt->n_seeds; k++) {
+        const uint8_t *seed = opt->seeds + (size_t)k * (size_t)n;
+        for (int32_t i = 0; i < n; i++)
+            q.mask[i] = seed[i] != 0;
+        evaluate(&q, &r);
+    }
+    if (m <= opt->exact_max_free) {
+        enumerate_all(&q, m);
+        res->exact = !q.timed_out;
+    } else {
+        /* all recomputed, all saved: the two ends */
+        memset(q.mask, 0, (size_t)n);
+        descend_peak(&q);
+        memset(q.mask, 1, (size_t)n);
+        evaluate(&q, &r);
+        for (int32_t k = 0; k < opt->n_seeds && !out_of_time(&q); k++) {
+            const uint8_t *seed = opt->seeds + (size_t)k * (size_t)n;
+            for (int32_t i = 0; i < n; i++)
+                q.mask[i] = seed[i] != 0;
+            descend_peak(&q);
+        }
+        perturb_and_descend(&q, 48);
+        /* tighten: each frontier point's cost at its own peak */
+        for (int32_t k = 0; k < q.front.len && !out_of_time(&q); k++) {
+            int64_t peak = q.front.peak[k];
+            memcpy(start, q.front.masks + (size_t)q.front.slot[k] * (size_t)n,
+                   (size_t)n);
+            descend_cost(&q, start, peak);
+            /* the frontier may have shifted: find the next larger peak */
+            int32_t j = 0;
+            while (j < q.front.len && q.front.peak[j] <= peak)
+                j++;
+            k = j - 1;
+        }
+    }
+    if (q.rc != FXCUT_OK) {
+        rc = q.rc;
+        goto done;
+    }
+    if (q.front.len == 0) {
+        /* the memory model rejected every decision tried: err holds its
+         * last reason */
+        rc = err->code == FXCUT_E_INVALID
+                 ? FXCUT_E_INVALID
+                 : fxcut_fail(err, FXCUT_E_INVALID, -1,
+                              "no decision the search tried is realisable");
+        goto done;
+    }
+    res->n_points = q.front.len;
+    for (int32_t k = 0; k < q.front.len; k++) {
+        res->peak_bytes[k] = q.front.peak[k];
+        res->recompute_flops[k] = q.front.cost[k];
+        memcpy(res->masks + (size_t)k * (size_t)n,
+               q.front.masks + (size_t)q.front.slot[k] * (size_t)n, (size_t)n);
+    }
+    res->n_evals = q.sim.n_evals;
+    res->timed_out = (uint8_t)q.timed_out;
+    rc = FXCUT_OK;
+done:
+    free(q.mask);
+    free(q.cand);
+    free(q.key);
+    free(start);
+    frontier_free(&q.front);
+    sim_free(&q.sim);
+    return rc;
+}

@@ -1,0 +1,285 @@
+/*
+ * py_plan.c -- binding of the peak-aware plan (plan.c).
+ *
+ * plan_simulate(arrays, *, num_fwd_outputs, role, saved, storage_of=None,
+ *               flops=None) -> tuple
+ * plan_frontier(arrays, *, num_fwd_outputs, role, storage_of=None,
+ *               flops=None, seeds=None, exact_max_free=16, time_limit=1.0,
+ *               max_points=1024) -> tuple
+ * Every array is copied (GIL held) before the core runs without the GIL.
+ */
+#include "py_binding.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char fxcut_py_plan_simulate_doc[] =
+"plan_simulate($module, arrays, /, *, num_fwd_outputs, role, saved,\n"
+"              storage_of=None, flops=None, use_memory_model=False,\n"
+"              marks=None)\n--\n\n"
+"Simulates the forward then backward modules of the decision `saved` (n\n"
+"bytes, nonzero = saved; read at FREE nodes).  role: n bytes of\n"
+"PLAN_ROLE_*; storage_of: None or int32 (n), the node whose storage each\n"
+"value shares; flops: None or int64 (n).  Returns (peak_bytes,\n"
+"fw_peak_bytes, bw_peak_bytes, saved_bytes, recompute_flops, peak_step,\n"
+"n_fw_steps, n_recomputed, saved (bytes, n), schedule (memoryview 'i'),\n"
+"live_bytes (memoryview 'q')).  use_memory_model: the peaks, saved bytes\n"
+"and cost are the memory model's (memory.c); schedule and live_bytes stay\n"
+"the planner's own.";
+
+const char fxcut_py_plan_frontier_doc[] =
+"plan_frontier($module, arrays, /, *, num_fwd_outputs, role,\n"
+"              storage_of=None, flops=None, seeds=None, exact_max_free=16,\n"
+"              time_limit=1.0, max_points=1024, use_memory_model=False,\n"
+"              marks=None)\n"
+"--\n\n"
+"The Pareto frontier (peak, recompute flops) of the decisions the search\n"
+"finds from `seeds` (k * n bytes of saved masks), every decision when at\n"
+"most exact_max_free FREE nodes can reach the backward.  Returns\n"
+"(peak_bytes (memoryview 'q'), recompute_flops (memoryview 'q'), masks\n"
+"(bytes, one n-byte saved set per point), n_free, n_evals, exact,\n"
+"timed_out); points by peak ascending, cost descending.";
+
+typedef struct {
+    fxcut_graph_buffers gb;
+    int loaded;
+    fxcut_plan_options opt;
+    void *role, *storage, *flops, *seeds, *saved, *marks;
+} plan_call;
+
+static void plan_call_free(plan_call *c)
+{
+    void *p[] = {c->role, c->storage, c->flops, c->seeds, c->saved,
+                 c->marks};
+    fxcut_free_each(p, sizeof p / sizeof p[0]);
+    if (c->loaded)
+        fxcut_release_graph(&c->gb);
+}
+
+static int int_option(PyObject *obj, const char *name, long lo, long hi,
+                      int32_t *out)
+{
+    if (obj == NULL)
+        return 0;
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            fxcut_raise_from_current(PyExc_TypeError, "%s must be an int",
+                                     name);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%s = %ld is outside [%ld, %ld]", name,
+                     v, lo, hi);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+/* "|$" makes every keyword optional; these are not. */
+static int missing(const char *fn, PyObject *num_fwd, PyObject *role,
+                   PyObject *saved)
+{
+    const char *name = num_fwd == NULL ? "num_fwd_outputs"
+                       : role == NULL  ? "role"
+                       : saved == NULL ? "saved"
+                                       : NULL;
+    if (name == NULL)
+        return 0;
+    PyErr_Format(PyExc_TypeError,
+                 "%s() missing required keyword-only argument: '%s'", fn,
+                 name);
+    return -1;
+}
+
+static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
+                PyObject *role, PyObject *storage, PyObject *flops,
+                PyObject *marks)
+{
+    memset(c, 0, sizeof *c);
+    if (fxcut_load_graph(graph, &c->gb) < 0)
+        return -1;
+    c->loaded = 1;
+    Py_ssize_t n = c->gb.graph.n, len;
+    if (int_option(num_fwd, "num_fwd_outputs", 0, INT32_MAX,
+                   &c->opt.num_fwd_outputs) < 0)
+        return -1;
+    if (fxcut_copy_buffer(role, "role", 1, n, 0, &c->role, &len) < 0 ||
+        (storage != Py_None &&
+         fxcut_copy_buffer(storage, "storage_of", 4, n, 0, &c->storage,
+                           &len) < 0) ||
+        (flops != Py_None &&
+         fxcut_copy_buffer(flops, "flops", 8, n, 0, &c->flops, &len) < 0) ||
+        (marks != Py_None &&
+         fxcut_copy_buffer(marks, "marks", 1, n, 0, &c->marks, &len) < 0))
+        return -1;
+    c->opt.marks = marks == Py_None ? NULL : c->marks;
+    c->opt.role = c->role;
+    c->opt.storage_of = storage == Py_None ? NULL : c->storage;
+    c->opt.flops = flops == Py_None ? NULL : c->flops;
+    return 0;
+}
+
+PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
+                                 PyObject *kwargs)
+{
+    static char *keywords[] = {"", "num_fwd_outputs", "role", "saved",
+                               "storage_of", "flops", "use_memory_model",
+                               "marks", NULL};
+    int use_model = 0;
+    PyObject *marks = Py_None;
+    PyObject *graph, *num_fwd = NULL, *role = NULL, *saved = NULL,
+                     *storage = Py_None, *flops = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOpO:plan_simulate",
+                                     keywords, &graph, &num_fwd, &role,
+                                     &saved, &storage, &flops, &use_model,
+                                     &marks))
+        return NULL;
+    if (missing("plan_simulate", num_fwd, role, saved) < 0)
+        return NULL;
+    plan_call c;
+    PyObject *result = NULL;
+    int32_t *sched = NULL;
+    int64_t *live = NULL;
+    PyObject *saved_out = NULL;
+    if (load(&c, graph, num_fwd, role, storage, flops, marks) < 0)
+        goto out;
+    c.opt.use_memory_model = (uint8_t)use_model;
+    Py_ssize_t n = c.gb.graph.n, len;
+    if (fxcut_copy_buffer(saved, "saved", 1, n, 0, &c.saved, &len) < 0)
+        goto out;
+    sched = malloc(2 * ((size_t)n + 1) * sizeof *sched);
+    live = malloc(2 * ((size_t)n + 1) * sizeof *live);
+    saved_out = PyBytes_FromStringAndSize(NULL, n);
+    if (sched == NULL || live == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (saved_out == NULL)
+        goto out;
+    fxcut_plan_eval r;
+    memset(&r, 0, sizeof r);
+    r.saved = (uint8_t *)PyBytes_AS_STRING(saved_out);
+    r.schedule = sched;
+    r.live_bytes = live;
+    fxcut_error err = {0, -1, {0}};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fxcut_plan_simulate(&c.gb.graph, &c.opt, c.saved, &r, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != FXCUT_OK) {
+        fxcut_raise(module, &err, NULL, NULL);
+        goto out;
+    }
+    result = Py_BuildValue("(LLLLLiiiONN)", (long long)r.peak_bytes,
+                           (long long)r.fw_peak_bytes,
+                           (long long)r.bw_peak_bytes,
+                           (long long)r.saved_bytes,
+                           (long long)r.recompute_flops, (int)r.peak_step,
+                           (int)r.n_fw_steps, (int)r.n_recomputed, saved_out,
+                           fxcut_typed_view(sched, r.n_steps, "i", 4),
+                           fxcut_typed_view(live, r.n_steps, "q", 8));
+out:
+    Py_XDECREF(saved_out);
+    free(sched);
+    free(live);
+    plan_call_free(&c);
+    return result;
+}
+
+PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
+                                 PyObject *kwargs)
+{
+    static char *keywords[] = {"", "num_fwd_outputs", "role", "storage_of",
+                               "flops", "seeds", "exact_max_free",
+                               "time_limit", "max_points", "use_memory_model",
+                               "marks", NULL};
+    int use_model = 0;
+    PyObject *marks = Py_None;
+    PyObject *graph, *num_fwd = NULL, *role = NULL, *storage = Py_None,
+                     *flops = Py_None, *seeds = Py_None, *exact_obj = NULL,
+                     *points_obj = NULL;
+    double time_limit = 1.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOdOpO:plan_frontier",
+                                     keywords, &graph, &num_fwd, &role,
+                                     &storage, &flops, &seeds, &exact_obj,
+                                     &time_limit, &points_obj, &use_model,
+                                     &marks))
+        return NULL;
+    if (missing("plan_frontier", num_fwd, role, Py_None) < 0)
+        return NULL;
+    plan_call c;
+    PyObject *result = NULL;
+    int64_t *peaks = NULL, *costs = NULL;
+    PyObject *masks = NULL;
+    if (load(&c, graph, num_fwd, role, storage, flops, marks) < 0)
+        goto out;
+    c.opt.use_memory_model = (uint8_t)use_model;
+    c.opt.exact_max_free = 16;
+    c.opt.max_points = 1024;
+    c.opt.time_limit_s = time_limit;
+    if (int_option(exact_obj, "exact_max_free", 0, 30,
+                   &c.opt.exact_max_free) < 0 ||
+        int_option(points_obj, "max_points", 1, 1 << 20,
+                   &c.opt.max_points) < 0)
+        goto out;
+    if (!(time_limit > 0.0)) {
+        PyErr_Format(PyExc_ValueError, "time_limit = %g must be positive",
+                     time_limit);
+        goto out;
+    }
+    Py_ssize_t n = c.gb.graph.n, len;
+    if (fxcut_copy_buffer(seeds, "seeds", 1, -1, 1, &c.seeds, &len) < 0)
+        goto out;
+    if (n > 0 ? len % n != 0 : len != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "seeds has %zd bytes, not a multiple of the %zd nodes",
+                     len, n);
+        goto out;
+    }
+    c.opt.seeds = c.seeds;
+    c.opt.n_seeds = n > 0 ? (int32_t)(len / n) : 0;
+    size_t cap = (size_t)c.opt.max_points;
+    peaks = malloc(cap * sizeof *peaks);
+    costs = malloc(cap * sizeof *costs);
+    if (peaks == NULL || costs == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / cap) {
+        PyErr_SetString(PyExc_ValueError, "max_points * n is too large");
+        goto out;
+    }
+    masks = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * (size_t)n));
+    if (masks == NULL)
+        goto out;
+    fxcut_plan_frontier f;
+    memset(&f, 0, sizeof f);
+    f.peak_bytes = peaks;
+    f.recompute_flops = costs;
+    f.masks = (uint8_t *)PyBytes_AS_STRING(masks);
+    fxcut_error err = {0, -1, {0}};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fxcut_plan_frontier_search(&c.gb.graph, &c.opt, &f, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != FXCUT_OK) {
+        fxcut_raise(module, &err, NULL, NULL);
+        goto out;
+    }
+    if (_PyBytes_Resize(&masks, (Py_ssize_t)f.n_points * n) < 0)
+        goto out;
+    result = Py_BuildValue("(NNOiLOO)",
+                           fxcut_typed_view(peaks, f.n_points, "q", 8),
+                           fxcut_typed_view(costs, f.n_points, "q", 8), masks,
+                           (int)f.n_free, (long long)f.n_evals,
+                           f.exact ? Py_True : Py_False,
+                           f.timed_out ? Py_True : Py_False);
+out:
+    Py_XDECREF(masks);
+    free(peaks);
+    free(costs);
+    plan_call_free(&c);
+    return result;
+}
