@@ -79,8 +79,12 @@ class TorchPartitionerBehindWalk(CustomPartitionerFn):
         self.param_indices = param_indices
 
     def __call__(self, gm, joint_inputs, **kwargs):
-        partition = fxcut.get_wrapped_partitioner(bool(self.param_indices), self.param_indices,
-                                                  guard.torch_partition)
+        # torch's min-cut looked up at call time: Calls counts it there
+        # (fxcut's guard holds torch's own function, captured before Calls
+        # wraps the name, so it would not be counted)
+        partition = fxcut.get_wrapped_partitioner(
+            bool(self.param_indices), self.param_indices,
+            lambda *a, **k: partitioners.min_cut_rematerialization_partition(*a, **k))
         return partition(gm, joint_inputs, **kwargs)
 
     def uuid(self):

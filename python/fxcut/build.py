@@ -97,9 +97,9 @@ def check_saved(plan: Plan, chosen: BudgetDecision, saved: Any) -> list[int]:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(nodes):
             raise ValueError(f"{plan.objective!r}.choose_saved()[{k}] = {i!r} is not a node index "
                              f"(0 to {len(nodes) - 1})")
-        if not cls[i] & (_C.C_REQUIRED_FW | _C.C_INPUT):
+        if cls[i] & _C.C_TANGENTS_CLOSURE or nodes[i].op == "output":
             raise ValueError(f"{plan.objective!r}.choose_saved()[{k}]: node {i} ({nodes[i].name!r}) is not "
-                             "computed by the forward, so it cannot be saved")
+                             "computed by the forward (it depends on a tangent), so it cannot be saved")
     return list(dict.fromkeys(indices))
 
 
