@@ -334,7 +334,7 @@ def _build_modules(joint_module: fx.GraphModule, saved_values: list[fx.Node], nu
     or torch's passes for the graphs that builder leaves to them."""
     saved = extract.split_saved(saved_values)
     if not (has_recomputable and has_recomputable_rng):
-        built = extract.build_modules(joint_module, saved, num_fwd_outputs)
+        built = extract.build_modules(joint_module, saved, num_fwd_outputs, static_nodes)
         if built is not None:
             return built
     return _torch_build_modules(joint_module, saved, num_fwd_outputs, static_nodes, has_recomputable,

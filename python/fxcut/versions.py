@@ -7,10 +7,13 @@ per release in :data:`RELEASES`; the decision code asks :func:`current` for
 the running torch's rules and never compares versions itself.  Read down a
 column of the table to see what changed in which release.
 
-Differences torch's own code absorbs need no entry: fxcut builds the
-forward and backward modules with the installed torch's extraction, RNG
-functionalization, reordering and cross-rank sync, and reads its op lists
-(``get_default_op_list``) and purity test from the installed torch.
+Differences torch's own code absorbs need no entry: fxcut reads the op
+lists (``get_default_op_list``), the purity test and the symbol-binding
+helpers from the installed torch, and leaves the graphs its own module
+builder does not model (RNG functionalization, activation offloading,
+collectives, ...) to torch's passes.  Which builder runs where: fxcut's own
+(:mod:`fxcut.extract`) on every release (``fxcut_builds_modules``), the
+release's differences in module building being fields too.
 
 The tested range: :data:`TESTED` holds the exact releases CI runs the
 fidelity suite on.  A torch outside [oldest, newest] -- older, newer, or a
@@ -27,15 +30,16 @@ scripts/matrix.sh and run it.
 What changed, release by release (each a field below):
 
 - 2.13: sizes of ops without returns; region memory budgets;
-  ``unsafe_treat_script_objects_as_zero_size`` (absent in 2.12).
+  ``unsafe_treat_script_objects_as_zero_size`` (absent in 2.12); the
+  backward's nodes flagged ``autograd_backward``.
 - 2.14: SDPA without dropout is not an RNG op; CSE keeps backward values
   apart, skips impure nodes and mutation bases, compares floats by bits,
   keys on streams; the budget's no-candidate case saves the aggressive cut;
   the backward's symbol bindings also cover symbols before ShapeEnv
   replacements; ``control_deps`` split (not modelled: torch decides).
-- 2.15: module extraction / reordering passes (fxcut's own builder is
-  off: torch's passes build the modules); ``torch.device`` values, epilogue-mutated inputs, effectful ops'
-  leaf outputs (not modelled: torch decides);
+- 2.15: module extraction marks the primals ``is_static_input``;
+  ``torch.device`` values, epilogue-mutated inputs, effectful ops' leaf
+  outputs (not modelled: torch decides);
   ``activation_memory_budget_require_full_coverage``.
 """
 
@@ -107,8 +111,13 @@ class Rules:
     #: fxcut builds the forward and backward modules itself
     #: (:mod:`fxcut.extract`), as this release's extraction, reordering and
     #: raise_getitems passes would; False: torch's passes build them
-    #: (2.15 changed those passes; 2.12 is not modelled)
-    fxcut_builds_modules: bool = False
+    fxcut_builds_modules: bool = True
+    #: module extraction flags the backward's nodes
+    #: (``meta["autograd_backward"]``, 2.13)
+    flags_backward_nodes: bool = True
+    #: module extraction marks each primal placeholder's meta
+    #: ``is_static_input`` (a static-lifetime input or not; 2.15)
+    marks_static_inputs: bool = False
     #: where ``enable_activation_offloading`` lives
     offloading_module: str = "torch._functorch._activation_offloading.activation_offloading"
 
@@ -129,8 +138,9 @@ _R212 = Rules(
     missing_config={"unsafe_treat_script_objects_as_zero_size": False, **_BEFORE_215},
     no_return_ops_take_no_memory=False,
     region_memory_budgets=False,
+    flags_backward_nodes=False,
 )
-_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215, fxcut_builds_modules=True)
+_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215)
 _R214 = Rules(
     release="2.14",
     tested="2.14.1",
@@ -144,14 +154,13 @@ _R214 = Rules(
     no_candidates_saves_aggressive_cut=True,
     binds_unreplaced_symbols=True,
     splits_control_deps=True,
-    fxcut_builds_modules=True,
 )
 _R215 = replace(
     _R214,  # 2.15 is 2.14 with these changes:
     release="2.15",
     tested="2.15.0",
     missing_config={},
-    fxcut_builds_modules=False,
+    marks_static_inputs=True,
     device_values_are_free=True,
     epilogue_mutated_inputs_unsaveable=True,
     effectful_leaves_only=True,
