@@ -161,10 +161,10 @@ def test_builder_catches_a_wrong_name_table() -> None:
     real = extract._extraction_graph
     calls = []
 
-    def forgetful(sel, descs, backward):
-        calls.append(backward)
+    def forgetful(sel, descs, flag_backward):
+        calls.append(flag_backward)
         sel = extract._Selection(sel.inputs, [n for n in sel.copied if n in sel.kept], sel.kept, sel.outputs)
-        return real(sel, descs, backward)
+        return real(sel, descs, flag_backward)
 
     extract._extraction_graph = forgetful
     try:

@@ -93,8 +93,10 @@ def test_each_release_names_its_module_builder() -> None:
     """The table says which code builds the forward and backward modules on
     which release (and refuses any other name)."""
     builders = {r.release: r.module_builder for r in versions.RELEASES.values()}
-    assert builders == {"2.12": versions.BUILDER_TORCH, "2.13": versions.BUILDER_FXCUT,
-                        "2.14": versions.BUILDER_FXCUT, "2.15": versions.BUILDER_TORCH}
+    # fxcut's builder on every release (the releases' differences in module
+    # building are the fields flags_backward_nodes / marks_static_inputs)
+    assert builders == {"2.12": versions.BUILDER_FXCUT, "2.13": versions.BUILDER_FXCUT,
+                        "2.14": versions.BUILDER_FXCUT, "2.15": versions.BUILDER_FXCUT}
     import dataclasses
 
     with pytest.raises(ValueError, match="module_builder"):
@@ -466,6 +468,12 @@ def test_rules_match_the_installed_torch() -> None:
     # Module extraction binds the symbols before replacements too (2.14);
     # tests/test_duplicate_symbols.py has the graphs where that shows.
     assert hasattr(partitioners, "_free_symbols_without_replacements") == rules.binds_unreplaced_symbols
+    # What module extraction writes into meta (fxcut.extract reproduces it;
+    # tests/test_extract_identity.py compares every meta entry).
+    extraction = inspect.getsource(partitioners._extract_fwd_bwd_modules)
+    assert ('meta["autograd_backward"] = True' in extraction) == rules.flags_backward_nodes
+    assert ('meta["is_static_input"]' in extraction) == rules.marks_static_inputs
+    assert rules.module_builder == versions.BUILDER_FXCUT
     assert ("return aggressive_recomputation_saved_values\n    memories_banned_nodes" in src.replace(
         "        # Nothing left for the knapsack to trade off, so this is the same cut the\n"
         "        # knapsack would return with an empty dont_ban.\n", "")) == rules.no_candidates_saves_aggressive_cut

@@ -6,7 +6,7 @@ writes back the recompute tags the core's tag passes changed (as torch's
 passes do in place), and builds the two modules from the saved values --
 with fxcut's own builder (:mod:`fxcut.extract`) where the release's rules
 say it models torch's extraction and the passes after it
-(``Rules.module_builder``: fxcut's on 2.13 and 2.14), else with torch's own
+(``Rules.module_builder``: fxcut's on every supported release), else with torch's own
 passes.  A graph without a backward goes to torch's ``default_partition``.
 The caller (the guard) restores the joint graph if this raises.
 """
@@ -145,7 +145,7 @@ def build_modules(plan: Plan, saved_values: list[fx.Node], static_nodes: Any, ha
     or torch's passes for the graphs that builder leaves to them."""
     saved = extract.split_saved(saved_values)
     if not (has_recomputable and has_recomputable_rng):
-        built = extract.build_modules(plan.joint_module, saved, plan.num_fwd_outputs)
+        built = extract.build_modules(plan.joint_module, saved, plan.num_fwd_outputs, static_nodes)
         if built is not None:
             return built
     return torch_build_modules(plan.joint_module, saved, plan.num_fwd_outputs, static_nodes, has_recomputable,

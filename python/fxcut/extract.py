@@ -15,7 +15,7 @@ name-table state and user-list order, and generates each module's code once
 (or lazily, under torch's lazy graph modules, as torch's own modules are).
 
 It builds them on the releases whose row of the versions table names it
-the ``module_builder`` (:mod:`fxcut.versions`: 2.13 and 2.14); on the others
+the ``module_builder`` (:mod:`fxcut.versions`: every supported release); on the others
 torch's passes build every graph.  Graphs this module does not model (RNG functionalization, activation
 offloading or quantization, opaque saved objects, backward state, HOP RNG
 threading, collectives, call_module nodes, forward outputs that depend on
@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import itertools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -224,8 +224,9 @@ def _raise_getitems(graph: fx.Graph) -> None:
         node.all_input_nodes[0].append(node)
 
 
-def _extraction_graph(sel: _Selection, descs: list[Any], backward: bool) -> fx.Graph:
-    """The graph torch's extraction leaves (after its dead-code elimination)."""
+def _extraction_graph(sel: _Selection, descs: list[Any], flag_backward: bool) -> fx.Graph:
+    """The graph torch's extraction leaves (after its dead-code elimination);
+    ``flag_backward``: its nodes get ``meta["autograd_backward"]``."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in sel.inputs:
@@ -238,7 +239,7 @@ def _extraction_graph(sel: _Selection, descs: list[Any], backward: bool) -> fx.G
     for node in sel.copied:
         if node in kept:
             new = copier.copy(node)
-            if backward:
+            if flag_backward:
                 new.meta["autograd_backward"] = True
             env[node] = new
         else:
@@ -250,7 +251,7 @@ def _extraction_graph(sel: _Selection, descs: list[Any], backward: bool) -> fx.G
     return graph
 
 
-def _reordered_backward(sel: _Selection, descs: list[Any]) -> fx.Graph | None:
+def _reordered_backward(sel: _Selection, descs: list[Any], flag_backward: bool) -> fx.Graph | None:
     """The backward graph as ``reordering_to_mimic_autograd_engine`` copies
     it, built straight from the joint graph; None where that pass returns
     its input unchanged."""
@@ -288,7 +289,8 @@ def _reordered_backward(sel: _Selection, descs: list[Any]) -> fx.Graph | None:
 
     def emit(node: fx.Node) -> None:
         new = copier.copy(node)
-        new.meta["autograd_backward"] = True
+        if flag_backward:
+            new.meta["autograd_backward"] = True
         env[node] = new
 
     def pull(roots: list[fx.Node]) -> None:
@@ -342,16 +344,19 @@ def split_saved(saved: list[fx.Node]) -> SavedValues:
     )
 
 
-def build_modules(joint_module: fx.GraphModule, saved: SavedValues, num_fwd_outputs: int
+def build_modules(joint_module: fx.GraphModule, saved: SavedValues, num_fwd_outputs: int,
+                  static_nodes: Collection[fx.Node] | None = None,
                   ) -> tuple[fx.GraphModule, fx.GraphModule] | None:
     """The forward and backward modules torch's ``_extract_fwd_bwd_modules``,
     ``reordering_to_mimic_autograd_engine``, ``raise_getitems`` and
     ``thread_graphsafe_rng_from_hops`` would return, or None for a graph
-    this builder leaves to them (static-lifetime inputs matter to torch's
-    passes only for activation quantization, left to them).  Leaves the
-    joint module untouched."""
+    this builder leaves to them.  ``static_nodes``: the static-lifetime
+    primals (torch 2.15 marks them in their meta; otherwise they matter to
+    torch's passes only for activation quantization, left to them).  Leaves
+    the joint module as torch's passes leave it (untouched before 2.15)."""
     try:
-        return _build(joint_module, list(saved.values), list(saved.sym), list(saved.opaque), num_fwd_outputs)
+        return _build(joint_module, list(saved.values), list(saved.sym), list(saved.opaque), num_fwd_outputs,
+                      static_nodes)
     except _Unsupported:
         return None
 
@@ -387,7 +392,8 @@ def unsupported_reason(joint_module: fx.GraphModule) -> str | None:
 
 
 def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes: list[fx.Node],
-           saved_opaque_nodes: list[fx.Node], num_fwd_outputs: int) -> tuple[fx.GraphModule, fx.GraphModule]:
+           saved_opaque_nodes: list[fx.Node], num_fwd_outputs: int, static_nodes: Collection[fx.Node] | None
+           ) -> tuple[fx.GraphModule, fx.GraphModule]:
     from torch._functorch import partitioners as tp
     from torch._functorch._aot_autograd.utils import (
         _is_bwd_seed_offset,
@@ -424,6 +430,11 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     if any(isinstance(p.meta.get("val"), BackwardState) for p in placeholders):
         raise _Unsupported("backward state")
     primals = [p for p in placeholders if _is_primal(p)]
+    rules = rules_or_nearest()
+    if rules.marks_static_inputs and static_nodes is not None:
+        # In the joint's meta dicts, which the modules' placeholders share.
+        for p in primals:
+            p.meta["is_static_input"] = p in static_nodes
     tangents = [p for p in placeholders if _is_tangent(p)]
     fwd_seed = [p for p in placeholders if _is_fwd_seed_offset(p)]
     bwd_seed = [p for p in placeholders if _is_bwd_seed_offset(p)]
@@ -483,12 +494,13 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     bw_sel = _select(nodes, saved_sym_nodes + saved_values + tangents + bwd_seed, bwd_outputs,
                      "backward", impure_random, must_fw, must_bw)
 
-    fw_graph = _extraction_graph(fw_sel, fw_descs, backward=False)
+    fw_graph = _extraction_graph(fw_sel, fw_descs, flag_backward=False)
     _raise_getitems(fw_graph)
-    bw_graph = _reordered_backward(bw_sel, bwd_descs)
+    flag = rules.flags_backward_nodes
+    bw_graph = _reordered_backward(bw_sel, bwd_descs, flag)
     reordered = bw_graph is not None
     if bw_graph is None:
-        bw_graph = _extraction_graph(bw_sel, bwd_descs, backward=True)
+        bw_graph = _extraction_graph(bw_sel, bwd_descs, flag)
     _raise_getitems(bw_graph)
 
     fw_module = _make_graph_module(joint_module, fw_graph)

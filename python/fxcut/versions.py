@@ -9,15 +9,17 @@ column of the table to see what changed in which release.
 
 Who builds the forward and backward modules from the saved values is a
 field too (:attr:`Rules.module_builder`): fxcut's own builder
-(:mod:`fxcut.extract`, node for node what that release's passes build) on
-2.13 and 2.14, the installed torch's extraction, RNG functionalization,
-reordering and ``raise_getitems`` passes on 2.12 and 2.15 (and for the
-graphs fxcut's builder leaves to them).  So are the private ``torch.fx``
-attributes :mod:`fxcut.snapshot` reads and writes to undo a failed
-partition (:attr:`Rules.fx_internals`; tests/test_versions.py checks them on
-every release).  Differences torch's own code absorbs need no entry: fxcut
-reads the op lists (``get_default_op_list``) and the purity test from the
-installed torch.
+(:mod:`fxcut.extract`, node for node what that release's extraction,
+reordering and ``raise_getitems`` passes build) on every supported release,
+the release's differences in module building being fields too
+(``flags_backward_nodes``, ``marks_static_inputs``); it leaves the graphs it
+does not model (RNG functionalization, activation offloading, collectives,
+...) to torch's passes.  So are the private ``torch.fx`` attributes
+:mod:`fxcut.snapshot` reads and writes to undo a failed partition
+(:attr:`Rules.fx_internals`; tests/test_versions.py checks them on every
+release).  Differences torch's own code absorbs need no entry: fxcut reads
+the op lists (``get_default_op_list``), the purity test and the
+symbol-binding helpers from the installed torch.
 
 The tested range: :data:`TESTED` holds the exact releases CI runs the
 fidelity suite on.  A torch outside [oldest, newest] -- older, newer, or a
@@ -34,15 +36,16 @@ scripts/matrix.sh and run it.
 What changed, release by release (each a field below):
 
 - 2.13: sizes of ops without returns; region memory budgets;
-  ``unsafe_treat_script_objects_as_zero_size`` (absent in 2.12).
+  ``unsafe_treat_script_objects_as_zero_size`` (absent in 2.12); the
+  backward's nodes flagged ``autograd_backward``.
 - 2.14: SDPA without dropout is not an RNG op; CSE keeps backward values
   apart, skips impure nodes and mutation bases, compares floats by bits,
   keys on streams; the budget's no-candidate case saves the aggressive cut;
   the backward's symbol bindings also cover symbols before ShapeEnv
   replacements; ``control_deps`` split (not modelled: torch decides).
-- 2.15: module extraction / reordering passes (``module_builder``: torch's
-  passes build the modules); ``torch.device`` values, epilogue-mutated inputs, effectful ops'
-  leaf outputs (not modelled: torch decides);
+- 2.15: module extraction marks the primals ``is_static_input``;
+  ``torch.device`` values, epilogue-mutated inputs, effectful ops' leaf
+  outputs (not modelled: torch decides);
   ``activation_memory_budget_require_full_coverage``.
 """
 
@@ -152,10 +155,16 @@ class Rules:
     #: extraction, reordering and raise_getitems passes would; it still
     #: leaves some graphs to torch's passes, see
     #: :func:`fxcut.extract.unsupported_reason`) or :data:`BUILDER_TORCH`
-    #: (torch's passes: 2.15 changed them, 2.12 is not modelled)
-    module_builder: str = BUILDER_TORCH
+    #: (torch's passes)
+    module_builder: str = BUILDER_FXCUT
     #: the private torch.fx attributes :mod:`fxcut.snapshot` relies on
     fx_internals: FxInternals = _FX_INTERNALS
+    #: module extraction flags the backward's nodes
+    #: (``meta["autograd_backward"]``, 2.13)
+    flags_backward_nodes: bool = True
+    #: module extraction marks each primal placeholder's meta
+    #: ``is_static_input`` (a static-lifetime input or not; 2.15)
+    marks_static_inputs: bool = False
     #: where ``enable_activation_offloading`` lives
     offloading_module: str = "torch._functorch._activation_offloading.activation_offloading"
 
@@ -181,8 +190,9 @@ _R212 = Rules(
     missing_config={"unsafe_treat_script_objects_as_zero_size": False, **_BEFORE_215},
     no_return_ops_take_no_memory=False,
     region_memory_budgets=False,
+    flags_backward_nodes=False,
 )
-_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215, module_builder=BUILDER_FXCUT)
+_R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215)
 _R214 = Rules(
     release="2.14",
     tested="2.14.1",
@@ -196,14 +206,13 @@ _R214 = Rules(
     no_candidates_saves_aggressive_cut=True,
     binds_unreplaced_symbols=True,
     splits_control_deps=True,
-    module_builder=BUILDER_FXCUT,
 )
 _R215 = replace(
     _R214,  # 2.15 is 2.14 with these changes:
     release="2.15",
     tested="2.15.0",
     missing_config={},
-    module_builder=BUILDER_TORCH,
+    marks_static_inputs=True,
     device_values_are_free=True,
     epilogue_mutated_inputs_unsaveable=True,
     effectful_leaves_only=True,
