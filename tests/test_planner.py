@@ -388,7 +388,7 @@ def fresh_compile() -> Any:
 
 
 def _compiled_matches_eager(backend: Any, name: str = "gpt2", **cfg: Any) -> None:
-    from fxcut.models import build_model
+    from fxcut.tools.models import build_model
 
     model, make_inputs, loss_fn = build_model(name, **cfg)
     inputs = make_inputs()
@@ -434,7 +434,7 @@ def test_inductor_backend_memory_budget_option() -> None:
 
 
 def test_cli_plan_budget(capsys: Any) -> None:
-    from fxcut import cli
+    from fxcut.tools import cli
 
     assert cli.main(["partition", "--model", "gpt2", "--layers", "1", "--plan-budget", "0", "--json"]) == 0
     import json
