@@ -102,12 +102,13 @@ def check_saved(plan: Plan, chosen: BudgetDecision, saved: Any) -> list[int]:
             continue
         # Not required by the forward, but the forward can compute it (it
         # depends on no tangent or backward seed), as torch's extraction does
-        # for any saved value: the planner's roles say which nodes those are.
+        # for any saved value: the planner's roles say which nodes those are
+        # (an input that is not a primal or forward seed -- a tangent -- is not).
         if roles is None:
             from .planner import plan_roles
 
             roles = plan_roles(chosen.decision)
-        if roles[i] == _C.PLAN_ROLE_BACKWARD or nodes[i].op == "output":
+        if roles[i] in (_C.PLAN_ROLE_BACKWARD, _C.PLAN_ROLE_INPUT) or nodes[i].op == "output":
             raise ValueError(f"{plan.objective!r}.choose_saved()[{k}]: node {i} ({nodes[i].name!r}) is not "
                              "computed by the forward, so it cannot be saved")
     return list(dict.fromkeys(indices))
