@@ -164,7 +164,8 @@ def memory_svg(lines: list[tuple[str, str, MemoryEstimate]]) -> str:
     W, H, L, R, T, B = 900, 300, 70, 20, 20, 40
     pw, ph = W - L - R, H - T - B
     steps = max(len(e.timeline or []) for _, _, e in lines)
-    top = max(max(e.peak_bytes for _, _, e in lines), 1) * 1.15
+    band = 16 * len(lines) + 14  # the peak labels' band, above every line
+    top = max(max(e.peak_bytes for _, _, e in lines), 1) * ph / (ph - band)
     def x(k: int) -> float:
         return L + pw * k / max(steps - 1, 1)
     def y(v: int) -> float:
@@ -177,7 +178,6 @@ def memory_svg(lines: list[tuple[str, str, MemoryEstimate]]) -> str:
         out.append(f"<line x1='{L}' x2='{L + pw}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#eee'/>"
                    f"<text x='{L - 4}' y='{y(v) + 4:.1f}' text-anchor='end'>{esc(_size(v))}</text>")
     out.append(f"<text x='{L + pw / 2}' y='{H - 8}' text-anchor='middle'>step (forward, then backward)</text>")
-    label_ys: list[float] = []
     for n, (key, label, e) in enumerate(lines):
         tl = e.timeline or []
         colour = _LINE_COLOURS[n % len(_LINE_COLOURS)]
@@ -194,13 +194,11 @@ def memory_svg(lines: list[tuple[str, str, MemoryEstimate]]) -> str:
         at_peak = [k for k, s in enumerate(tl) if s.live_bytes == e.peak_bytes]
         peak_step = next((k for k in at_peak if tl[k].node == e.peak_node), at_peak[0] if at_peak else 0)
         px, py = x(peak_step), y(e.peak_bytes)
-        ly = py - 8
-        while any(abs(ly - other) < 14 for other in label_ys):
-            ly -= 14
-        label_ys.append(ly)
-        anchor, dx = ("end", -8) if px > L + pw / 2 else ("start", 8)
+        ly = T + 28 + 16 * n
+        anchor, dx = ("end", -6) if px > L + pw / 2 else ("start", 6)
         node = e.peak_node or "?"
-        out.append(f"<circle cx='{px:.1f}' cy='{py:.1f}' r='4' fill='{colour}'/>"
+        out.append(f"<line x1='{px:.1f}' x2='{px:.1f}' y1='{ly - 4:.1f}' y2='{py:.1f}' stroke='{colour}' "
+                   f"stroke-dasharray='2 2'/><circle cx='{px:.1f}' cy='{py:.1f}' r='4' fill='{colour}'/>"
                    f"<text class='mem-peak' data-line='{esc(key)}' data-bytes='{e.peak_bytes}' "
                    f"data-node='{esc(node)}' x='{px + dx:.1f}' y='{ly:.1f}' text-anchor='{anchor}' "
                    f"fill='{colour}' font-weight='bold' stroke='#fff' stroke-width='3' paint-order='stroke'>"
