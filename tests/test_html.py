@@ -143,8 +143,106 @@ def test_headless_chromium_draws_the_cut(tmp_path):
     assert 'data-rendered="1"' in dom
     assert Counter(page.cut) == Counter(n.name for n in d.saved_nodes)
     assert "cut-edge" in dom
+    mem = _memory(dom)
+    assert mem.svg and mem.peaks["fxcut"][0] == _expected(d, cap.num_fwd_outputs).peak_bytes
     png = tmp_path / "shot.png"
     subprocess.run([*base, "--window-size=1000,700", f"--screenshot={png}", path.as_uri()], capture_output=True,
                    timeout=180, check=True, env=env)
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+class _Memory(HTMLParser):
+    """The memory plot's lines, peak labels and forward/backward marks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: dict[str, int] = {}  # line -> points in its polyline
+        self.steps: dict[str, int] = {}
+        self.peaks: dict[str, tuple[int, str]] = {}
+        self.boundaries: dict[str, int] = {}
+        self.svg = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if tag == "svg" and a.get("id") == "memory-plot":
+            self.svg = True
+        if tag == "polyline" and "mem-line" in classes:
+            self.lines[a["data-line"]] = len((a["points"] or "").split())
+            self.steps[a["data-line"]] = int(a["data-steps"])
+        if "mem-peak" in classes:
+            self.peaks[a["data-line"]] = (int(a["data-bytes"]), a["data-node"])
+        if "fw-bw" in classes:
+            self.boundaries[a["data-line"]] = int(a["data-step"])
+
+
+def _memory(text: str) -> _Memory:
+    m = _Memory()
+    m.feed(text)
+    m.close()
+    return m
+
+
+def _expected(d, num_fwd_outputs):
+    """The memory model's answer for the decision, asked independently of the page."""
+    from fxcut import memory
+
+    return memory.simulate(d.arrays, d.saved, num_fwd_outputs, timeline=True)
+
+
+@pytest.mark.parametrize("case", ["mlp", "gpt2"])
+def test_page_plots_the_decisions_memory_timeline(case):
+    cap, d = _decision(case)
+    sim = _expected(d, cap.num_fwd_outputs)
+    page = _memory(render_html(d, title=case, num_fwd_outputs=cap.num_fwd_outputs))
+    assert page.svg and list(page.lines) == ["fxcut"]  # the default page: one line
+    assert page.lines["fxcut"] == page.steps["fxcut"] == len(sim.timeline) > 0
+    assert page.peaks["fxcut"] == (sim.peak_bytes, sim.peak_node)
+    assert sim.peak_bytes == max(s.live_bytes for s in sim.timeline) > 0
+    assert page.boundaries["fxcut"] == sum(s.phase == "forward" for s in sim.timeline)
+
+
+def test_page_plots_a_second_timeline_when_given():
+    """The baseline (here torch at budget 0 against its default) is drawn
+    as its own line with its own peak."""
+    from torch._functorch import config as functorch_config
+
+    from fxcut.tools.html import memory_timeline
+
+    cap, d = _decision("gpt2")
+    with functorch_config.patch(activation_memory_budget=0.0):
+        d0 = decide_prepared(cap.gm, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    base = memory_timeline(d0, cap.num_fwd_outputs)
+    assert base is not None and set(d0.saved) != set(d.saved)
+    page = _memory(render_html(d, num_fwd_outputs=cap.num_fwd_outputs, baseline=base))
+    want, want0 = _expected(d, cap.num_fwd_outputs), _expected(d0, cap.num_fwd_outputs)
+    assert page.peaks == {"fxcut": (want.peak_bytes, want.peak_node), "baseline": (want0.peak_bytes, want0.peak_node)}
+    assert page.lines == {"fxcut": len(want.timeline), "baseline": len(want0.timeline)}
+
+
+def test_cli_plan_page_plots_the_plan_against_torch(tmp_path, capsys):
+    """--plan-budget 0: the page draws the plan's decision, its memory line
+    and torch's default decision's, the plan's peak at most torch's."""
+    from fxcut import memory
+
+    out = tmp_path / "plan.html"
+    assert cli.main(["partition", "--model", "gpt2", "--plan-budget", "0", "--html", str(out)]) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    page, mem = _parse(text), _memory(text)
+    assert set(mem.lines) == {"fxcut", "baseline"} and set(mem.peaks) == {"fxcut", "baseline"}
+    assert mem.peaks["fxcut"][0] <= mem.peaks["baseline"][0]
+    # Independently: the CLI's gpt2 joint graph, torch's default decision and the plan's.
+    cap = cli._capture(cli.build_parser().parse_args(["partition", "--model", "gpt2"]))
+    gm = cap.fresh()
+    d = decide_prepared(gm, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    torch_sim = memory.simulate(d.arrays, d.saved, cap.num_fwd_outputs)
+    assert mem.peaks["baseline"][0] == torch_sim.peak_bytes
+    # The plan's search is time-limited, so its decision is read off the page
+    # (its saved nodes) rather than planned again: the labelled peak is that decision's.
+    saved_names = {name for name, c in page.nodes.items() if c == "saved"}
+    by_name = {n.name: n for n in d.arrays.nodes}
+    assert saved_names <= by_name.keys() and saved_names != {n.name for n in d.saved_nodes}
+    plan_sim = memory.simulate(d.arrays, [by_name[s] for s in saved_names], cap.num_fwd_outputs)
+    assert mem.peaks["fxcut"][0] == plan_sim.peak_bytes < torch_sim.peak_bytes

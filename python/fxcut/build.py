@@ -93,13 +93,24 @@ def check_saved(plan: Plan, chosen: BudgetDecision, saved: Any) -> list[int]:
         raise ValueError(f"{plan.objective!r}.choose_saved returned {saved!r}, not a list of node indices") from None
     cls = chosen.decision.node_class
     nodes = chosen.decision.arrays.nodes
+    roles: bytes | None = None
     for k, i in enumerate(indices):
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(nodes):
             raise ValueError(f"{plan.objective!r}.choose_saved()[{k}] = {i!r} is not a node index "
                              f"(0 to {len(nodes) - 1})")
-        if cls[i] & _C.C_TANGENTS_CLOSURE or nodes[i].op == "output":
+        if cls[i] & (_C.C_REQUIRED_FW | _C.C_INPUT):
+            continue
+        # Not required by the forward, but the forward can compute it (it
+        # depends on no tangent or backward seed), as torch's extraction does
+        # for any saved value: the planner's roles say which nodes those are
+        # (an input that is not a primal or forward seed -- a tangent -- is not).
+        if roles is None:
+            from .planner import plan_roles
+
+            roles = plan_roles(chosen.decision)
+        if roles[i] in (_C.PLAN_ROLE_BACKWARD, _C.PLAN_ROLE_INPUT) or nodes[i].op == "output":
             raise ValueError(f"{plan.objective!r}.choose_saved()[{k}]: node {i} ({nodes[i].name!r}) is not "
-                             "computed by the forward (it depends on a tangent), so it cannot be saved")
+                             "computed by the forward, so it cannot be saved")
     return list(dict.fromkeys(indices))
 
 

@@ -377,17 +377,36 @@ def print_comparison(cmp: Any, out: Any = None) -> None:
 
 def write_html(args: argparse.Namespace, captured: Any, path: str) -> None:
     """--html: the page of fxcut's decision on the prepared joint graph (as
-    explain sees it: dead code removed, CSE)."""
-    from .html import decide_prepared, render_html
+    explain sees it: dead code removed, CSE), under the run's --budget.
+    With --plan-budget B the page draws the plan's decision, and its memory
+    plot adds torch's decision on the same graph (the one the run compares)."""
+    from torch._functorch import config as functorch_config
+
+    from ..plan import make_plan
+    from .html import decide_prepared, memory_timeline, render_html
 
     gm = captured.fresh()
     if args.zero3:
         from ..zero3 import recompute_param_aliases
 
         recompute_param_aliases(gm.graph, captured.param_indices)
-    d = decide_prepared(gm, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
+    nfo = captured.num_fwd_outputs
+    budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
+    with functorch_config.patch(activation_memory_budget=budget):
+        d = decide_prepared(gm, num_fwd_outputs=nfo, **captured.partition_kwargs)
     title = f"fxcut partition: {args.module or args.model}"
-    page = render_html(d, title=title, num_fwd_outputs=captured.num_fwd_outputs)
+    plan_budget = getattr(args, "plan_budget", None)
+    if plan_budget is None:
+        page = render_html(d, title=title, num_fwd_outputs=nfo)
+    else:
+        from ..planner import PeakPlanner
+
+        plan = make_plan(gm, num_fwd_outputs=nfo, objective=PeakPlanner(plan_budget),
+                         static_lifetime_input_indices=captured.partition_kwargs.get("static_lifetime_input_indices"))
+        planned = decide_prepared(gm, num_fwd_outputs=nfo, plan=plan)
+        page = render_html(planned, title=f"{title} (plan, memory budget {plan_budget:g})", num_fwd_outputs=nfo,
+                           baseline=memory_timeline(d, nfo), label=f"fxcut plan b={plan_budget:g}",
+                           baseline_label=f"torch (activation_memory_budget={budget:g})")
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(page)

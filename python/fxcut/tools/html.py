@@ -11,8 +11,13 @@ backward, forward only, backward, banned).  Nodes are collapsed into blocks
 (a model's outermost numbered layer, from the ``nn_module_stack`` meta, else
 fixed-size chunks of graph order); the page draws one box per block with its
 counts per class, the cut (one ``.cut`` mark per saved node) and the edges
-between blocks, and a click on a block lists and draws its nodes.  Inline
-CSS, JS and SVG only: the page loads nothing.
+between blocks, and a click on a block lists and draws its nodes.  A "memory
+over time" section draws the memory model's timeline of the decision
+(:func:`fxcut.memory.simulate`: live activation bytes at each step of the
+forward then the backward) as an inline SVG, with a second line when one is
+given (``baseline``: torch's default decision on the same graph, for a
+planned partition), each peak labelled with its bytes and node.  Inline CSS,
+JS and SVG only: the page loads nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import dataclasses
 import html
 import json
 import re
+from array import array
 from typing import Any
 
 import torch.fx as fx
@@ -29,6 +35,7 @@ from .. import _C
 from ..core import Decision
 from ..explain import partition_decision, placement
 from ..lower import value_nbytes
+from ..memory import MemoryEstimate, simulate
 from ..plan import Plan, make_plan
 
 #: The classes, in legend order, with their colours.
@@ -125,8 +132,89 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.2f} MiB"
 
 
-def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs: int | None = None) -> str:
-    """The page for decision ``d`` (see the module's doc)."""
+def memory_timeline(d: Decision, num_fwd_outputs: int | None = None) -> MemoryEstimate | None:
+    """The memory model's estimate of decision ``d`` with its timeline
+    (:func:`fxcut.memory.simulate`); None for a graph without a backward.
+    Recompute FLOPs are not asked for (zero): the page draws bytes only."""
+    nodes = d.arrays.nodes
+    if not (d.n_required_bw > 0 and any(n.op == "output" for n in nodes)):
+        return None
+    if num_fwd_outputs is None:
+        num_fwd_outputs = _infer_num_fwd_outputs(d)
+    zero_flops = array("q", bytes(8 * len(d.arrays)))
+    return simulate(d.arrays, d.saved, num_fwd_outputs, flops=zero_flops, timeline=True)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n} B"
+
+
+#: Line colours of the memory plot: the page's decision, the baseline.
+_LINE_COLOURS = ("#1f77b4", "#d62728")
+
+
+def memory_svg(lines: list[tuple[str, str, MemoryEstimate]]) -> str:
+    """An inline SVG of the timelines ``(key, label, estimate)``: one
+    polyline per line (one point per step), its forward/backward boundary
+    and its peak marked and labelled (bytes and node)."""
+    esc = html.escape
+    W, H, L, R, T, B = 900, 300, 70, 20, 20, 40
+    pw, ph = W - L - R, H - T - B
+    steps = max(len(e.timeline or []) for _, _, e in lines)
+    band = 16 * len(lines) + 14  # the peak labels' band, above every line
+    top = max(max(e.peak_bytes for _, _, e in lines), 1) * ph / (ph - band)
+    def x(k: int) -> float:
+        return L + pw * k / max(steps - 1, 1)
+    def y(v: int) -> float:
+        return T + ph * (1 - v / top)
+    out = [f"<svg id='memory-plot' xmlns='http://www.w3.org/2000/svg' width='{W}' height='{H}' "
+           f"viewBox='0 0 {W} {H}'>",
+           f"<rect x='{L}' y='{T}' width='{pw}' height='{ph}' fill='#fff' stroke='#333'/>"]
+    for q in range(5):
+        v = int(top * q / 5)
+        out.append(f"<line x1='{L}' x2='{L + pw}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#eee'/>"
+                   f"<text x='{L - 4}' y='{y(v) + 4:.1f}' text-anchor='end'>{esc(_size(v))}</text>")
+    out.append(f"<text x='{L + pw / 2}' y='{H - 8}' text-anchor='middle'>step (forward, then backward)</text>")
+    for n, (key, label, e) in enumerate(lines):
+        tl = e.timeline or []
+        colour = _LINE_COLOURS[n % len(_LINE_COLOURS)]
+        n_fw = sum(1 for s in tl if s.phase == "forward")
+        bx = x(n_fw) if n_fw < len(tl) else x(len(tl) - 1)
+        out.append(f"<line class='fw-bw' data-line='{esc(key)}' data-step='{n_fw}' x1='{bx:.1f}' x2='{bx:.1f}' "
+                   f"y1='{T}' y2='{T + ph}' stroke='{colour}' stroke-dasharray='5 3'/>")
+        if n == 0:
+            out.append(f"<text x='{bx - 4:.1f}' y='{T + 12}' text-anchor='end' fill='#555'>forward</text>"
+                       f"<text x='{bx + 4:.1f}' y='{T + 12}' fill='#555'>backward</text>")
+        points = " ".join(f"{x(k):.1f},{y(s.live_bytes):.1f}" for k, s in enumerate(tl))
+        out.append(f"<polyline class='mem-line' data-line='{esc(key)}' data-steps='{len(tl)}' "
+                   f"points='{points}' fill='none' stroke='{colour}' stroke-width='1.5'/>")
+        at_peak = [k for k, s in enumerate(tl) if s.live_bytes == e.peak_bytes]
+        peak_step = next((k for k in at_peak if tl[k].node == e.peak_node), at_peak[0] if at_peak else 0)
+        px, py = x(peak_step), y(e.peak_bytes)
+        ly = T + 28 + 16 * n
+        anchor, dx = ("end", -6) if px > L + pw / 2 else ("start", 6)
+        node = e.peak_node or "?"
+        out.append(f"<line x1='{px:.1f}' x2='{px:.1f}' y1='{ly - 4:.1f}' y2='{py:.1f}' stroke='{colour}' "
+                   f"stroke-dasharray='2 2'/><circle cx='{px:.1f}' cy='{py:.1f}' r='4' fill='{colour}'/>"
+                   f"<text class='mem-peak' data-line='{esc(key)}' data-bytes='{e.peak_bytes}' "
+                   f"data-node='{esc(node)}' x='{px + dx:.1f}' y='{ly:.1f}' text-anchor='{anchor}' "
+                   f"fill='{colour}' font-weight='bold' stroke='#fff' stroke-width='3' paint-order='stroke'>"
+                   f"{esc(label)}: peak {esc(_size(e.peak_bytes))} at "
+                   f"{esc(node)} ({esc(e.peak_phase or '?')})</text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs: int | None = None,
+                baseline: MemoryEstimate | None = None, label: str = "fxcut",
+                baseline_label: str = "torch default") -> str:
+    """The page for decision ``d`` (see the module's doc).  ``baseline``:
+    a second memory timeline (:func:`memory_timeline` of another decision
+    on the same graph) drawn with ``d``'s; ``label`` / ``baseline_label``
+    name the two lines."""
     classes = classify(d, num_fwd_outputs)
     nodes = list(classes)
     pos = {n: i for i, n in enumerate(nodes)}
@@ -168,10 +256,11 @@ def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs:
         f"<span class='stat'>cut value: {d.cut_value}</span>",
         "</div>\n<div id='legend' class='legend'>",
     ]
-    for key, (colour, label) in CLASSES.items():
-        parts.append(f"<span class='legend-item' data-class='{key}'><i style='background:{colour}'></i>{esc(label)}</span>")
+    for key, (colour, meaning) in CLASSES.items():
+        parts.append(f"<span class='legend-item' data-class='{key}'><i style='background:{colour}'></i>{esc(meaning)}</span>")
     parts.append("<span class='legend-item'><i class='cutmark'></i>cut: one mark per saved node; "
                  "red dashed edges: saved value used in backward</span></div>")
+    parts.append(_memory_section(d, num_fwd_outputs, baseline, label, baseline_label))
     parts.append("<p class='hint'>Click a block to list and draw its nodes.</p>")
     parts.append("<svg id='overview' xmlns='http://www.w3.org/2000/svg'></svg>\n<div id='blocks'>")
     for b, (name, members) in enumerate(blocks):
@@ -196,6 +285,24 @@ def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs:
     return "".join(parts)
 
 
+def _memory_section(d: Decision, num_fwd_outputs: int | None, baseline: MemoryEstimate | None,
+                    label: str, baseline_label: str) -> str:
+    esc = html.escape
+    mine = memory_timeline(d, num_fwd_outputs)
+    head = "<div id='memory'><h2>memory over time</h2>"
+    if mine is None or not mine.timeline:
+        return head + "<p class='hint'>No backward: no memory timeline.</p></div>"
+    lines = [("fxcut", label, mine)]
+    if baseline is not None and baseline.timeline:
+        lines.append(("baseline", baseline_label, baseline))
+    legend = "".join(f"<span class='legend-item'><i style='background:{_LINE_COLOURS[n]}'></i>{esc(lab)}: peak "
+                     f"{esc(_size(e.peak_bytes))} at {esc(e.peak_node or '?')}</span>"
+                     for n, (_, lab, e) in enumerate(lines))
+    return (head + "<p class='hint'>Live activation bytes at each step of the forward then the backward, as the "
+            "memory model (fxcut.memory.simulate) runs the modules; dashed: the forward/backward boundary.</p>"
+            f"<div class='legend'>{legend}</div>" + memory_svg(lines) + "</div>")
+
+
 _CSS = """
 body{font:13px sans-serif;margin:1em}
 #summary .stat{margin-right:1.5em}
@@ -212,6 +319,7 @@ li.saved{border-color:#d62728;font-weight:bold}li.recomputed{border-color:#ff7f0
 li.forward{border-color:#1f77b4}li.backward{border-color:#2ca02c}li.banned{border-color:#7f7f7f}
 svg text{font:11px sans-serif}
 #overview .blockbox{cursor:pointer}
+h2{font-size:15px;margin:.8em 0 .2em}
 """
 
 _JS = r"""
