@@ -14,7 +14,7 @@
 #include <string.h>
 
 const char fxcut_py_plan_simulate_doc[] =
-"plan_simulate($module, arrays, /, *, num_fwd_outputs, role, saved,\n"
+"plan_simulate($module, graph, /, *, num_fwd_outputs, role, saved,\n"
 "              storage_of=None, flops=None, use_memory_model=False,\n"
 "              marks=None)\n--\n\n"
 "Simulates the forward then backward modules of the decision `saved` (n\n"
@@ -28,7 +28,7 @@ const char fxcut_py_plan_simulate_doc[] =
 "the planner's own.";
 
 const char fxcut_py_plan_frontier_doc[] =
-"plan_frontier($module, arrays, /, *, num_fwd_outputs, role,\n"
+"plan_frontier($module, graph, /, *, num_fwd_outputs, role,\n"
 "              storage_of=None, flops=None, seeds=None, exact_max_free=16,\n"
 "              time_limit=1.0, max_points=1024, use_memory_model=False,\n"
 "              marks=None)\n"

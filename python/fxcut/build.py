@@ -24,6 +24,7 @@ from .budget import BudgetDecision, decide_with_budget
 from .core import Decision
 from .ops import is_rng_node
 from .plan import Plan, offloading_pass
+from .roles import plan_roles
 
 log = logging.getLogger("fxcut")
 
@@ -105,8 +106,6 @@ def check_saved(plan: Plan, chosen: BudgetDecision, saved: Any) -> list[int]:
         # for any saved value: the planner's roles say which nodes those are
         # (an input that is not a primal or forward seed -- a tangent -- is not).
         if roles is None:
-            from .planner import plan_roles
-
             roles = plan_roles(chosen.decision)
         if roles[i] in (_C.PLAN_ROLE_BACKWARD, _C.PLAN_ROLE_INPUT) or nodes[i].op == "output":
             raise ValueError(f"{plan.objective!r}.choose_saved()[{k}]: node {i} ({nodes[i].name!r}) is not "

@@ -91,7 +91,7 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
 #: the package.  tests/test_package_shape.py checks it against the imports.
 DECISION_FILES = ("budget.py", "build.py", "core.py", "explain.py", "extract.py", "guard.py", "knapsack.py",
                   "lower.py", "memory.py", "ops.py", "outpath.py", "partition.py", "plan.py", "planner.py",
-                  "prepare.py", "snapshot.py", "versions.py", "zero3.py",
+                  "prepare.py", "roles.py", "snapshot.py", "versions.py", "zero3.py",
                   os.path.join("integrations", "torch_compile.py"))
 
 

@@ -1,0 +1,65 @@
+"""What a plan may do with each node of a joint graph: save it, recompute
+it, choose, or leave it to the backward (``_C.PLAN_ROLE_*``).
+
+One rule, read by the peak-aware planner (:mod:`fxcut.planner`) to bound
+its search and by the route's build step (:func:`fxcut.build.check_saved`)
+to accept an objective's choice: a leaf module, so neither imports the other.
+"""
+
+from __future__ import annotations
+
+from . import _C
+from .core import Decision
+
+_NEVER_RECOMPUTE = (_C.F_RANDOM | _C.F_COLLECTIVE | _C.F_IMPURE | _C.F_WITH_EFFECTS | _C.F_MUTABLE_HOP
+                    | _C.F_FREE_OBJECT | _C.F_BW_HOOK | _C.F_SYM | _C.F_NON_TENSOR)
+_SAVE_BANS = (_C.BAN_PRIMAL, _C.BAN_FWD_SEED, _C.BAN_MUST_SAVE, _C.BAN_RANDOM)
+_RECOMPUTE_TAGS = (_C.TAG_MUST_RECOMPUTE, _C.TAG_PREFER_RECOMPUTE)
+
+
+def plan_roles(decision: Decision, marks: bytes | None = None) -> bytes:
+    """What the plan may do with each node (``_C.PLAN_ROLE_*``), from the
+    default decision's classification and its tags after torch's passes.
+    A node the backward alone can compute (it depends on a tangent or a
+    backward seed) is BACKWARD; every other non-input node may run in the
+    forward (torch's required-forward and unclaimed nodes alike).
+    ``marks``: the memory model's extraction marks; a node torch's
+    extraction keeps in the forward (``X_MUST_FW``) is never recomputed."""
+    arrays = decision.arrays
+    kind, flags = arrays.kind, arrays.flags
+    cls, tag, ban = decision.node_class, decision.tag, decision.ban_reason
+    roles = bytearray(len(arrays))
+    in_ptr, in_idx = arrays.in_ptr, arrays.in_idx
+    backward_only = _C.F_TANGENT | _C.F_BWD_SEED
+    needs_backward = bytearray(len(arrays))  # depends on a tangent or a backward seed
+    must_fw = _C.X_MUST_FW
+    for i in range(len(arrays)):
+        k = kind[i]
+        needs_backward[i] = bool(
+            (k == _C.KIND_PLACEHOLDER and flags[i] & backward_only) or k == _C.KIND_OUTPUT
+            or cls[i] & _C.C_TANGENTS_CLOSURE or any(needs_backward[u] for u in in_idx[in_ptr[i]:in_ptr[i + 1]]))
+        if k in (_C.KIND_PLACEHOLDER, _C.KIND_GET_ATTR):
+            roles[i] = _C.PLAN_ROLE_INPUT
+        elif needs_backward[i]:
+            roles[i] = _C.PLAN_ROLE_BACKWARD
+        elif cls[i] & _C.C_MUST_RECOMPUTE or tag[i] in _RECOMPUTE_TAGS or flags[i] & _C.F_MUST_BE_IN_BW:
+            roles[i] = _C.PLAN_ROLE_RECOMPUTE
+        elif (k != _C.KIND_CALL_FUNCTION or cls[i] & _C.C_INPUT or tag[i] == _C.TAG_MUST_SAVE
+              or flags[i] & _NEVER_RECOMPUTE or ban[i] in _SAVE_BANS or (marks is not None and marks[i] & must_fw)):
+            roles[i] = _C.PLAN_ROLE_SAVE
+        else:
+            roles[i] = _C.PLAN_ROLE_FREE
+    # A sequence value (a multi-output op) is never saved itself: its
+    # getitems are.  Recomputable, it is recomputed when a recomputed getitem
+    # needs it; not, its getitems are saved.
+    arg_ptr, arg_idx = arrays.arg_ptr, arrays.arg_idx
+    for i in range(len(arrays)):
+        if flags[i] & _C.F_VAL_IS_SEQ and roles[i] == _C.PLAN_ROLE_FREE:
+            roles[i] = _C.PLAN_ROLE_RECOMPUTE
+        if (flags[i] & _C.F_GETITEM and roles[i] != _C.PLAN_ROLE_BACKWARD and arg_ptr[i] < arg_ptr[i + 1]
+                and roles[arg_idx[arg_ptr[i]]] == _C.PLAN_ROLE_SAVE):
+            roles[i] = _C.PLAN_ROLE_SAVE
+    return bytes(roles)
+
+
+__all__ = ["plan_roles"]
