@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 import random
 from array import array
+from typing import Any
 
 import pytest
 import torch
@@ -105,17 +106,27 @@ def _consistent_getitems(gm: fx.GraphModule) -> None:
             node.meta["val"] = node.args[0].meta["val"][node.args[1]]
 
 
+def _decidable_random_joint(seed: int) -> tuple[Any, Any, Any]:
+    """The first random joint graph from ``seed`` on (stepping by 1000)
+    whose tags do not conflict (about 1 in 10 does: no decision to
+    simulate), with its plan and torch's decision."""
+    for k in range(20):
+        rj = random_joint(seed + 1000 * k)
+        _consistent_getitems(rj.module)
+        try:
+            plan = make_plan(rj.module, num_fwd_outputs=rj.num_fwd_outputs,
+                             static_lifetime_input_indices=rj.static_lifetime_input_indices)
+            return rj, plan, decide_plan(plan, lower_plan(plan))
+        except _C.InfiniteCutError:
+            continue
+    raise AssertionError(f"20 random graphs from seed {seed} all have conflicting tags")
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_random_graph_equals_the_reference(seed: int) -> None:
-    rj = random_joint(seed)
+    rj, plan, chosen = _decidable_random_joint(seed)
     gm = rj.module
-    _consistent_getitems(gm)
     nfo = rj.num_fwd_outputs
-    try:
-        plan = make_plan(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=rj.static_lifetime_input_indices)
-        chosen = decide_plan(plan, lower_plan(plan))
-    except _C.InfiniteCutError:
-        pytest.skip("conflicting tags: no decision to simulate")  # about 1 seed in 10
     build.build(plan, chosen, list(chosen.saved), None)
     arrays = chosen.decision.arrays
     storage = memory.storage_of(arrays)
