@@ -9,6 +9,7 @@ hand-computed semantics of a four-node graph.
 from __future__ import annotations
 
 import operator
+import os
 import random
 from array import array
 from typing import Any
@@ -266,6 +267,15 @@ def test_unrealisable_decision_names_the_node() -> None:
 # --------------------------------------------------------------------------- against measured allocations
 
 
+#: Under scripts/sanitize.sh (ASan preloaded into the test process) torch's
+#: profiler aborts the process when it stops (in torch's own code, before any
+#: fxcut call): the measured checks run in the plain suite (scripts/test.sh),
+#: the C memory model runs under ASan in every other test of this file.
+UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
+
+
+@pytest.mark.skipif(UNDER_ASAN, reason="torch's profiler aborts under an LD_PRELOADed ASan runtime; "
+                    "this test runs in scripts/test.sh")
 @pytest.mark.parametrize("name, budget", [("mlp", None), ("gpt2", None), ("lstm", None), ("gpt2", 0.0)])
 def test_simulated_peak_within_ten_percent_of_measured(name: str, budget: float | None) -> None:
     """The produced modules run on real CPU tensors (forward, then a boxed
@@ -275,7 +285,6 @@ def test_simulated_peak_within_ten_percent_of_measured(name: str, budget: float 
     allocation is deterministic: a repeat measures the same.  torch's
     decision, and (gpt2) its budget-0 decision, which recomputes most of
     the forward."""
-    import os
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
