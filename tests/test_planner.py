@@ -247,8 +247,12 @@ ZOO = ["gpt2", "llama", "vit", "moe", "llama_bf16", "gpt2_ckpt"]
 
 
 def _plan(name: str, budget: float) -> Any:
+    # A time limit the search never reaches (its restarts are bounded): each
+    # budget's plan then comes from the same complete search, so monotonicity
+    # is checked, not the machine's speed (under ASan the default 2 s limit
+    # cuts the search short at different points for different budgets).
     cap = zoo.capture(name)
-    fn = fxcut.planned_partitioner(budget)
+    fn = fxcut.planned_partitioner(budget, time_limit=600.0)
     fn(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
     return fn.planner.last
 
