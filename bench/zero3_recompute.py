@@ -146,24 +146,18 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     import zoo
+    from zoo_cli import command_line, publish, zoo_rows
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="*")
     ap.add_argument("--table", type=Path)
     args = ap.parse_args(argv)
-    rows = []
-    for name in args.cases or list(zoo.CASES):
-        r = row(name)
-        rows.append(r)
-        print(f"{name:14s} closure {r['closure']:4d} recomputed {r['recomputed']:4d} beyond {r['beyond']:4d} "
-              f"flops beyond {r['beyond_flops']:,} saved {r['saved']:,} vs {r['min_saved']:,} "
-              f"peak {r['peak']:,} vs {r['min_peak']:,}", flush=True)
-    command = "PYTHONPATH=python:tests python bench/zero3_recompute.py" + (
-        f" --table {args.table}" if args.table else "") + "".join(f" {c}" for c in args.cases)
-    table = markdown(rows, command)
-    if args.table:
-        args.table.write_text(table)
-    print(table)
+    rows = zoo_rows(args.cases or list(zoo.CASES), row, lambda r: (
+        f"closure {r['closure']:4d} recomputed {r['recomputed']:4d} beyond {r['beyond']:4d} "
+        f"flops beyond {r['beyond_flops']:,} saved {r['saved']:,} vs {r['min_saved']:,} "
+        f"peak {r['peak']:,} vs {r['min_peak']:,}"))
+    command = command_line("bench/zero3_recompute.py", args.table, [], args.cases)
+    publish(markdown(rows, command), args.table)
     return 0
 
 
