@@ -33,6 +33,7 @@ import fxcut
 from fxcut import _C
 from fxcut.lower import GraphArrays, lower_for_partition
 from fxcut.ops import default_facts
+import small_graphs
 from synthetic_arrays import DEFAULT_OPTIONS
 
 aten = torch.ops.aten
@@ -44,25 +45,13 @@ UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.enviro
 OPTIONS = DEFAULT_OPTIONS
 
 
-def _meta() -> torch.Tensor:
-    return torch.empty((4, 4), device="meta")
-
-
 def _joint(conflict: bool = False) -> fx.Graph:
-    g = fx.Graph()
-    x = g.placeholder("primals_1")
-    w = g.placeholder("primals_2")
-    t = g.placeholder("tangents_1")
-    mm = g.call_function(aten.mm.default, (x, w))
-    relu = g.call_function(aten.relu.default, (mm,))
-    grad = g.call_function(aten.threshold_backward.default, (t, relu, 0))
-    gw = g.call_function(aten.mm.default, (x, grad))
-    g.output((relu, None, gw))
-    for n in g.nodes:
-        if n.op != "output":
-            n.meta["val"] = _meta()
+    """small_graphs.mm_relu_joint's graph; ``conflict``: its relu (a value
+    the backward needs) made unsaveable, an infinite path."""
+    g = small_graphs.mm_relu_joint().graph
     if conflict:
-        relu.meta["val"] = "not a tensor"  # unsaveable and needed: an infinite path
+        relu = next(n for n in g.nodes if n.target is aten.relu.default)
+        relu.meta["val"] = "not a tensor"
     return g
 
 
