@@ -194,9 +194,10 @@ def materialize(val: Any, gen: torch.Generator) -> Any:
     return out
 
 
-def zoo_row(name: str, budget: float | None = None) -> dict[str, Any]:
+def zoo_row(name: str, budget: float | None = None, *, repeat: bool = True) -> dict[str, Any]:
     """Simulated and measured peak of one zoo case: torch's decision, or
-    (``budget``) torch's decision at that activation memory budget."""
+    (``budget``) torch's decision at that activation memory budget.
+    ``repeat``: measure a second time ("repeat"; -1 when not)."""
     import zoo
     from fxcut import memory, partition
     from fxcut.plan import make_plan
@@ -217,7 +218,7 @@ def zoo_row(name: str, budget: float | None = None) -> dict[str, Any]:
                 if n.op == "placeholder" and n.name.startswith("tangents")]
     with torch.no_grad():
         events = _measure(fw, bw, fw_args, tangents)
-        peak2, _ = measured_peak(fw, bw, fw_args, tangents)
+        peak2 = measured_peak(fw, bw, fw_args, tangents)[0] if repeat else -1
     peak, timeline = _replay(events, False)
     lasting, _ = _replay(events, True)
     ws = sorted(workspace_by_op(events).items(), key=lambda kv: -kv[1])[:2]
@@ -247,30 +248,63 @@ def _markdown(rows: list[dict[str, Any]], command: str) -> str:
     return "\n".join(lines) + f"\n\nCommand: `{command}`\n"
 
 
+def _sweep_markdown(rows: dict[str, dict[float, dict[str, Any]]], budgets: Sequence[float], command: str) -> str:
+    """One row per model, one column per budget: simulated / measured
+    without op workspace / measured (bytes; "=" where the first two agree)."""
+    head = " | ".join(f"b={b:g}: sim / meas. w/o workspace / meas." for b in budgets)
+    lines = [f"| model | {head} |", "|---|" + "---:|" * len(budgets)]
+    exact = total = within = 0
+    for name, by_budget in rows.items():
+        cells = []
+        for b in budgets:
+            r = by_budget[b]
+            total += 1
+            exact += r["simulated"] == r["lasting"]
+            within += abs(r["simulated"] / r["measured"] - 1) <= 0.10 if r["measured"] else 0
+            mark = "=" if r["simulated"] == r["lasting"] else f"**{r['lasting']:,}**"
+            cells.append(f"{r['simulated']:,} / {mark} / {r['measured']:,}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return ("\n".join(lines) + f"\n\nsimulated = measured without op workspace: {exact} of {total}; "
+            f"simulated within 10% of measured (with workspace): {within} of {total}.\n\nCommand: `{command}`\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     import zoo
+    from zoo_cli import command_line, publish, zoo_rows
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="*", help="zoo cases (default: all)")
     ap.add_argument("--table", type=Path, help="write the markdown table here")
     ap.add_argument("--budget", type=float, help="torch's decision at this activation memory budget")
+    ap.add_argument("--budgets", type=lambda v: [float(x) for x in v.split(",")],
+                    help="comma-separated activation memory budgets, e.g. 0,0.1,0.3,0.5,0.7,1: one table, "
+                         "simulated vs measured at each")
     args = ap.parse_args(argv)
     names = args.cases or list(zoo.CASES)
-    rows = []
-    for name in names:
-        row = zoo_row(name, args.budget)
-        rows.append(row)
+    if args.budgets:
+        sweep: dict[str, dict[float, dict[str, Any]]] = {}
+
+        def by_budget(name: str) -> dict[str, Any]:
+            sweep[name] = {b: zoo_row(name, b, repeat=False) for b in args.budgets}
+            return {"name": name}
+
+        zoo_rows(names, by_budget, lambda r: "  ".join(
+            f"b={b:g} {x['simulated']:,}/{x['lasting']:,}/{x['measured']:,}" for b, x in sweep[r["name"]].items()))
+        options = ["--budgets", ",".join(f"{b:g}" for b in args.budgets)]
+        command = command_line("bench/measure_memory.py", args.table, options, args.cases)
+        publish(_sweep_markdown(sweep, args.budgets, command), args.table)
+        return 0
+
+    def line(row: dict[str, Any]) -> str:
         ratio = row["simulated"] / row["measured"] if row["measured"] else float("nan")
-        print(f"{name:14s} sim {row['simulated']:>10,}  measured {row['measured']:>10,} "
-              f"(again {row['repeat']:,})  ratio {ratio:.3f}  no-workspace {row['lasting']:,}  sim fw/bw {row['sim_fw']:,}/{row['sim_bw']:,} "
-              f"measured fw {row['measured_fw']:,}", flush=True)
-    command = "PYTHONPATH=python:tests python bench/measure_memory.py" + (
-        f" --table {args.table}" if args.table else "") + (
-        f" --budget {args.budget}" if args.budget is not None else "") + "".join(f" {c}" for c in args.cases)
-    table = _markdown(rows, command.strip())
-    if args.table:
-        args.table.write_text(table)
-    print(table)
+        return (f"sim {row['simulated']:>10,}  measured {row['measured']:>10,} (again {row['repeat']:,})  "
+                f"ratio {ratio:.3f}  no-workspace {row['lasting']:,}  sim fw/bw {row['sim_fw']:,}/{row['sim_bw']:,} "
+                f"measured fw {row['measured_fw']:,}")
+
+    rows = zoo_rows(names, lambda name: zoo_row(name, args.budget), line)
+    options = ["--budget", str(args.budget)] if args.budget is not None else []
+    command = command_line("bench/measure_memory.py", args.table, options, args.cases)
+    publish(_markdown(rows, command), args.table)
     return 0
 
 
