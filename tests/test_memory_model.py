@@ -166,11 +166,15 @@ def _small() -> tuple[fx.Graph, GraphArrays]:
     return g, lower_for_partition(g, default_facts(), impure_random=True)
 
 
+#: _small's per-node FLOPs, by hand: the two 4x4 matmuls 128 each, relu and
+#: threshold_backward 16
+_SMALL_FLOPS = array("q", [0, 0, 0, 128, 16, 16, 128, 0])
+
+
 @fidelity
 def test_hand_computed_saving_relu() -> None:
     _, arrays = _small()
-    flops = array("q", [0, 0, 0, 128, 16, 16, 128, 0])
-    r = _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 4]), flops=flops, timeline=True)
+    r = _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 4]), flops=_SMALL_FLOPS, timeline=True)
     assert list(r.schedule) == [3, 4, 5, 6]
     # mm; relu with mm live; (mm freed) grad with saved relu live; (relu freed) gw with grad live
     assert list(r.live_bytes) == [64, 128, 128, 128]
@@ -181,8 +185,7 @@ def test_hand_computed_saving_relu() -> None:
 @fidelity
 def test_hand_computed_recomputing_relu() -> None:
     _, arrays = _small()
-    flops = array("q", [0, 0, 0, 128, 16, 16, 128, 0])
-    r = _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 1]), flops=flops, timeline=True)
+    r = _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 1]), flops=_SMALL_FLOPS, timeline=True)
     # forward: mm, relu; backward: mm, relu recomputed, then grad, gw
     assert list(r.schedule) == [3, 4, 3, 4, 5, 6]
     assert list(r.live_bytes) == [64, 128, 64, 128, 128, 128]
