@@ -1107,6 +1107,7 @@ def main(argv: list[str] | None = None, prog: str = "bench/bench_partition.py") 
             report = format_report(result, command.strip(), markdown=True)
             report = report.replace("# fxcut vs torch's partitioner: benchmark\n",
                                     "## The full benchmark (`fxcut bench`)\n\n![plot](bench_partition.png)\n", 1)
+            report = report.replace("\n## ", "\n### ")  # its sections nest under that heading
             replace_section(os.path.join(args.docs, "bench_partition.md"), "fxcut bench", report)
         written = [args.out] * (args.out is not None) + [args.docs] * (args.docs is not None)
     print("wrote into " + ", ".join(written))
