@@ -223,20 +223,22 @@ def format_readme(results: list[dict[str, Any]], command: str, note: str | None)
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode and interpreter")
-    ap.add_argument("--aot-rounds", type=int, help="rounds of aot-noop (default: --rounds)")
+    ap.add_argument("--aot-rounds", type=int, default=5, help="rounds of aot-noop (seconds each)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     ap.add_argument("--python", action="append", metavar="PATH",
                     help="an interpreter (another torch release's venv python) to run in; repeat for several "
                          "(default: this one)")
     ap.add_argument("--note", help="a line printed with the table (e.g. the machine was loaded)")
     ap.add_argument("--json", help="write the runs here")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="measure nothing: write --md / --readme from the runs a --json FILE holds (its command)")
     ap.add_argument("--md", help="write the Markdown report into its section of this file (e.g. docs/bench_compile.md)")
     ap.add_argument("--readme", help="write a summary paragraph into its section of this file (e.g. README.md)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -249,13 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     cfg = {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "batch": a.batch,
            "vocab": a.vocab}
     command = "PYTHONPATH=python python bench/bench_compile.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    start = time.perf_counter()
-    results = []
-    for python in a.python or [sys.executable]:
-        for mode in a.modes:
-            rounds = a.aot_rounds if mode == "aot-noop" and a.aot_rounds else a.rounds
-            results.append(measure(cfg, mode, rounds, python))
-    seconds = time.perf_counter() - start
+    if a.from_json:
+        with open(a.from_json) as f:
+            saved = json.load(f)
+        command, seconds, results = saved["command"], saved["seconds"], saved["results"]
+    else:
+        start = time.perf_counter()
+        results = []
+        for python in a.python or [sys.executable]:
+            for mode in a.modes:
+                rounds = a.aot_rounds if mode == "aot-noop" else a.rounds
+                results.append(measure(cfg, mode, rounds, python))
+        seconds = time.perf_counter() - start
     for r in results:
         print(f"torch {r['torch']} {r['mode']}, medians of {len(r['rounds'])} interleaved rounds: stock "
               f"{r['stock_compile_s']:.1f} s (partitioner {r['stock_partition_s']:.2f} s, "
@@ -263,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['fxcut_partition_s']:.2f} s, {100 * r['fxcut_partition_share']:.1f}%); compile stock/fxcut "
               f"{r['compile_ratio']:.3f}, partitioner {r['partition_ratio']:.2f}")
     print(f"whole run: {seconds / 60:.1f} min")
-    if a.json:
+    if a.json and not a.from_json:
         with open(a.json, "w") as f:
             json.dump({"command": command, "seconds": seconds, "results": results}, f, indent=1)
     if a.md or a.readme:

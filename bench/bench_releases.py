@@ -218,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the venv (folder or python) of a release, e.g. 2.15.0=/path/.venv-torch2.15")
     ap.add_argument("--no-create", action="store_true", help="fail where a release has no venv")
     ap.add_argument("--layers", type=int, nargs="+", default=[24, 48])
-    ap.add_argument("--reps", type=int, default=5, help="interleaved rounds per size (all contenders)")
+    ap.add_argument("--reps", type=int, default=3,
+                    help="interleaved rounds per size (each runs every contender once, after an untimed warm-up)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test (bench_partition --quick)")
     ap.add_argument("--note", help="a line printed with the tables (e.g. the machine was loaded)")
     ap.add_argument("--docs", metavar="DIR", help="write the tables into DIR/bench_partition.md")
