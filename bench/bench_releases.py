@@ -193,7 +193,7 @@ def docs_section(results: list[dict[str, Any]], command: str, seconds: float, no
     return "\n".join(parts)
 
 
-def readme_section(results: list[dict[str, Any]], command: str, note: str | None) -> str:
+def readme_section(results: list[dict[str, Any]], note: str | None) -> str:
     layers = [s["layers"] for s in results[0]["sizes"]]
     head = "| torch | " + " | ".join(f"{n} layers, lazy / eager" for n in layers) + f" | >= {TARGET:g}x |"
     lines = [head, "|---|" + "---:|" * len(layers) + "---|"]
@@ -204,8 +204,8 @@ def readme_section(results: list[dict[str, Any]], command: str, note: str | None
         lines.append(f"| {data['environment']['torch']} | " + " | ".join(cells) + f" | {'met' if met else 'missed'} |")
     text = ("**The whole `partition_fn` on every supported release**, torch / fxcut (garbage collector on, "
             "medians of interleaved per-round ratios; lazy: as `torch.compile` runs the partitioner), "
-            f"made by `{command}`"
-            + (f" ({note})" if note else "") + "; the decision and the floor per release: "
+            "made by `bench/bench_releases.py`"
+            + (f" ({note})" if note else "") + "; the command, the decision and the floor per release: "
             "[docs/bench_partition.md](docs/bench_partition.md#every-supported-torch-release).\n\n")
     return text + "\n".join(lines)
 
@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", metavar="DIR", help="write the tables into DIR/bench_partition.md")
     ap.add_argument("--readme", metavar="FILE", help="write the summary table into FILE's section")
     ap.add_argument("--json", metavar="FILE", help="write every release's result into FILE")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="measure nothing: write --docs / --readme from a --json FILE (its command and note)")
     a = ap.parse_args(argv)
     given: dict[str, str] = {}
     for item in a.venv:
@@ -232,27 +234,33 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not path:
             ap.error(f"--venv {item!r}: expected VERSION=PATH")
         given[version] = path
-    releases = [Release(v, find_python(v, given, not a.no_create)) for v in a.releases]
     command = "PYTHONPATH=python python bench/bench_releases.py " + shlex.join(
         sys.argv[1:] if argv is None else argv)
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="fxcut-releases-") as scratch:
-        results = [run_release(r, a, scratch) for r in releases]
-    seconds = time.perf_counter() - start
+    if a.from_json:
+        with open(a.from_json) as f:
+            saved = json.load(f)
+        command, seconds, results = saved["command"], saved["seconds"], saved["results"]
+        a.note = a.note or saved.get("note")
+    else:
+        releases = [Release(v, find_python(v, given, not a.no_create)) for v in a.releases]
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="fxcut-releases-") as scratch:
+            results = [run_release(r, a, scratch) for r in releases]
+        seconds = time.perf_counter() - start
     for data in results:
         print(f"torch {data['environment']['torch']}")
         print(release_table(data))
         print(summary_line(data))
     print(f"whole run: {seconds / 60:.1f} min")
-    if a.json:
+    if a.json and not a.from_json:
         with open(a.json, "w") as f:
-            json.dump({"command": command, "seconds": seconds, "results": results}, f, indent=1)
+            json.dump({"command": command, "seconds": seconds, "note": a.note, "results": results}, f, indent=1)
     if a.docs:
         os.makedirs(a.docs, exist_ok=True)
         docs_sections.replace_section(os.path.join(a.docs, "bench_partition.md"), SECTION,
                                       docs_section(results, command, seconds, a.note))
     if a.readme:
-        docs_sections.replace_section(a.readme, SECTION, readme_section(results, command, a.note))
+        docs_sections.replace_section(a.readme, SECTION, readme_section(results, a.note))
     return 0
 
 

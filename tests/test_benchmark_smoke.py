@@ -168,3 +168,30 @@ def test_bench_releases_command_end_to_end_in_this_venv(tmp_path, capsys) -> Non
     text = readme.read_text()
     assert "old" not in text and text.endswith("after\n") and f"| {torch.__version__} |" in text
     assert "whole run:" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- cold compile (bench_compile.py)
+
+import bench_compile  # noqa: E402
+
+
+def test_bench_compile_aot_noop_round_in_fresh_processes(tmp_path) -> None:
+    """One aot-noop round (two fresh processes, a 1-layer GPT; ~20 s): both
+    sides call their partitioner, compute the same loss, and the report and
+    the README paragraph are written from the saved runs."""
+    cfg = {"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "batch": 2, "vocab": 64}
+    r = bench_compile.measure(cfg, "aot-noop", 1)
+    (pair,) = r["rounds"]
+    import torch
+
+    assert r["torch"] == torch.__version__ and r["mode"] == "aot-noop"
+    for side in ("stock", "fxcut"):
+        assert pair[side]["calls"] >= 1 and 0 < pair[side]["partition_s"] < pair[side]["compile_s"], side
+    assert math.isclose(pair["stock"]["loss"], pair["fxcut"]["loss"], rel_tol=1e-5)
+    saved = tmp_path / "runs.json"
+    saved.write_text(json.dumps({"command": "cmd", "seconds": 1.0, "note": "smoke", "results": [r]}))
+    md, readme = tmp_path / "bench_compile.md", tmp_path / "README.md"
+    assert bench_compile.main(["--from-json", str(saved), "--md", str(md), "--readme", str(readme)]) == 0
+    text = md.read_text()
+    assert f"| {torch.__version__} | aot-noop | 1 |" in text and "Command: `cmd`" in text and "**smoke**" in text
+    assert "aot-noop" in readme.read_text() and "docs/bench_compile.md" in readme.read_text()
