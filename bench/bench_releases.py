@@ -20,6 +20,13 @@ eager, as measured.
 
     PYTHONPATH=python .venv/bin/python bench/bench_releases.py --docs docs --readme README.md
 
+Time: the defaults (24 and 48 layers, 3 rounds) took 6.3 min for one release
+(2.15.0) on the shared 2-core machine at a load average of ~11, of which
+~1.5 min are the timed calls and the rest capturing the graphs and copying
+them for every call; 24 layers alone for all four releases took 23 min there.
+``--reps 2`` or ``--layers 24`` make it shorter.  ``--from-json FILE``
+rewrites the docs from a saved run (``--json FILE``) without measuring.
+
 Where each release's Python comes from, first match: ``--venv VERSION=PATH``
 (PATH a venv folder or its python), the environment variable
 ``FXCUT_VENV_<MAJOR>_<MINOR>`` (e.g. ``FXCUT_VENV_2_15``), ``.venv-torch<MAJOR.MINOR>``
