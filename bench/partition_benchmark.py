@@ -16,12 +16,16 @@ times, in one run, on the same joint graph:
     so it solves a rescaled copy of the network, see :func:`scale_for_scipy`);
 (c) ``partition``: the whole partition_fn, ``fxcut.min_cut_rematerialization_partition``
     vs torch's ``min_cut_rematerialization_partition``, on a fresh copy of the
-    joint graph as AOT Autograd hands it over;
+    joint graph as AOT Autograd hands it over: a plain ``GraphModule`` (eager
+    code generation, a direct call) and, in the ``releases`` set, ``_lazy``:
+    a ``_LazyGraphModule`` joint under ``_use_lazy_graph_module(True)``, as
+    inductor's ``compile_fx`` calls the partitioner;
 (d) ``floor``: the least any partitioner returning torch's modules must do,
     given them: create the two output graphs' nodes once
     (``Graph.node_copy`` into fresh graphs, in their final order) and
     generate the code torch's result holds, once (the forward's and the
-    backward's module, and the joint module's recompile after CSE);
+    backward's module, and the joint module's recompile after CSE; under
+    lazy modules only the backward's, see :func:`floor_builder`);
 (e) ``memory``: the peak of Python allocations (``tracemalloc``) during the
     decision (a).  fxcut's C core allocates its scratch with ``malloc``, which
     tracemalloc does not see, so the peak resident-set growth of the same call
@@ -74,6 +78,9 @@ from fxcut import _C
 _TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
+_BENCH = os.path.dirname(os.path.abspath(__file__))  # docs_sections, when run as `fxcut bench`
+if _BENCH not in sys.path:
+    sys.path.insert(0, _BENCH)
 from torch_reference import torch_prepared  # noqa: E402
 from training import capture_model  # noqa: E402
 
@@ -90,15 +97,28 @@ CONTENDERS: dict[str, str] = {
     "partition_fxcut": "c",
     "partition_torch": "c",
     "floor_extract": "d",
+    "partition_fxcut_lazy": "c",
+    "partition_torch_lazy": "c",
+    "floor_lazy": "d",
 }
 #: Contenders that run ``slow_reps`` times.
-SLOW = frozenset({"decision_torch", "solver_networkx", "partition_torch"})
+SLOW = frozenset({"decision_torch", "solver_networkx", "partition_torch", "partition_torch_lazy"})
+#: Which contenders a run times (``--set``): ``full`` is ``fxcut bench``'s
+#: report; ``releases`` what bench/bench_releases.py runs on every release
+#: (the decision, the whole partition_fn eager and lazy, and their floors).
+CONTENDER_SETS: dict[str, tuple[str, ...]] = {
+    "full": ("decision_fxcut", "decision_torch", "solver_fxcut_pr", "solver_fxcut_dinic", "solver_networkx",
+             "solver_scipy", "partition_fxcut", "partition_torch", "floor_extract"),
+    "releases": ("decision_fxcut", "decision_torch", "partition_fxcut", "partition_torch",
+                 "partition_fxcut_lazy", "partition_torch_lazy", "floor_extract", "floor_lazy"),
+}
 
 #: The ratios reported: (numerator, denominator).
 RATIOS = [("decision_torch", "decision_fxcut"), ("solver_networkx", "solver_fxcut_pr"),
           ("solver_scipy", "solver_fxcut_pr"), ("solver_fxcut_dinic", "solver_fxcut_pr"),
           ("partition_torch", "partition_fxcut"), ("partition_fxcut", "floor_extract"),
-          ("partition_torch", "floor_extract")]
+          ("partition_torch", "floor_extract"), ("partition_torch_lazy", "partition_fxcut_lazy"),
+          ("partition_fxcut_lazy", "floor_lazy")]
 
 SCIPY_INFINITE = 2**31 - 1
 #: Finite capacities are scaled so that all of them together stay below this.
@@ -151,6 +171,7 @@ class BenchResult:
     environment: dict[str, Any]
     gc_during_timing: bool = False
     targets: list[dict[str, Any]] = field(default_factory=list)
+    contenders: list[str] = field(default_factory=lambda: list(CONTENDER_SETS["full"]))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -184,6 +205,33 @@ def copy_nodes(graph: fx.Graph) -> fx.Graph:
     for n in graph.nodes:
         env[n] = g.node_copy(n, env.__getitem__)
     return g
+
+
+def floor_builder(fw: fx.GraphModule, bw: fx.GraphModule, lazy: bool) -> Callable[[fx.GraphModule], Any]:
+    """The floor (d) given fxcut's result ``fw``, ``bw``: a function of the
+    joint module that creates the two output graphs' nodes once (node_copy
+    into fresh graphs, in their final order) and generates the code torch's
+    result holds, once: the backward's always (torch's reordering pass
+    returns a plain GraphModule), the forward's and the joint's recompile
+    only when not ``lazy`` (under ``_use_lazy_graph_module(True)`` with a
+    lazy joint, both are deferred).  Call it on a fresh joint module."""
+    from torch.fx._lazy_graph_module import _make_graph_module, _use_lazy_graph_module
+
+    def floor(joint: fx.GraphModule) -> Any:
+        with _use_lazy_graph_module(lazy):
+            out = _make_graph_module(joint, copy_nodes(fw.graph)), fx.GraphModule(joint, copy_nodes(bw.graph))
+            joint.recompile()
+        return out
+
+    return floor
+
+
+def fresh_joint(cap: Any, lazy: bool) -> fx.GraphModule:
+    """A fresh copy of the captured joint module; a ``_LazyGraphModule`` when ``lazy``."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    gm = cap.fresh()
+    return _LazyGraphModule.from_graphmodule(gm) if lazy else gm
 
 
 def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
@@ -375,11 +423,17 @@ class _Size:
 
         nfo, static, net_ = self.nfo, self.static, net
 
-        def partition_call(fn: Callable[..., Any]) -> Callable[[], Callable[[], Any]]:
+        def partition_call(fn: Callable[..., Any], lazy: bool = False) -> Callable[[], Callable[[], Any]]:
+            from torch.fx._lazy_graph_module import _use_lazy_graph_module
+
             def setup() -> Callable[[], Any]:
-                gm = cap.fresh()
-                return lambda: fn(gm, cap.joint_inputs, *cap.partition_args, num_fwd_outputs=nfo,
+                gm = fresh_joint(cap, lazy)
+
+                def call() -> Any:
+                    with _use_lazy_graph_module(lazy):
+                        return fn(gm, cap.joint_inputs, *cap.partition_args, num_fwd_outputs=nfo,
                                   **cap.partition_kwargs)
+                return call
             return setup
 
         def decision_fxcut() -> Callable[[], Any]:
@@ -414,19 +468,14 @@ class _Size:
 
         built: list[Any] = []
 
-        def floor_extract() -> Callable[[], Any]:
-            from torch.fx._lazy_graph_module import _make_graph_module
-
-            if not built:
-                built.extend(partition_call(fxcut_partition)()())
-            fw, bw = built
-            joint = cap.fresh()
-
-            def floor() -> Any:
-                out = _make_graph_module(joint, copy_nodes(fw.graph)), fx.GraphModule(joint, copy_nodes(bw.graph))
-                joint.recompile()
-                return out
-            return floor
+        def floor_call(lazy: bool) -> Callable[[], Callable[[], Any]]:
+            def setup() -> Callable[[], Any]:
+                if not built:
+                    built.extend(partition_call(fxcut_partition)()())
+                floor = floor_builder(built[0], built[1], lazy)
+                joint = fresh_joint(cap, lazy)
+                return lambda: floor(joint)
+            return setup
 
         self.setups: dict[str, Callable[[], Callable[[], Any]]] = {
             "decision_fxcut": decision_fxcut,
@@ -437,7 +486,10 @@ class _Size:
             "solver_scipy": solver_scipy,
             "partition_fxcut": partition_call(fxcut_partition),
             "partition_torch": partition_call(tp.min_cut_rematerialization_partition),
-            "floor_extract": floor_extract,
+            "floor_extract": floor_call(False),
+            "partition_fxcut_lazy": partition_call(fxcut_partition, lazy=True),
+            "partition_torch_lazy": partition_call(tp.min_cut_rematerialization_partition, lazy=True),
+            "floor_lazy": floor_call(True),
         }
 
     def run(self, name: str) -> float:
@@ -456,6 +508,12 @@ class _Size:
         p_torch = _saved_names(r["partition_torch"][0], self.nfo)
         if p_fx != p_torch:
             raise AssertionError("fxcut's partition_fn saves other values than torch's")
+        if "partition_fxcut_lazy" in r and "partition_torch_lazy" in r:
+            if (_saved_names(r["partition_fxcut_lazy"][0], self.nfo)
+                    != _saved_names(r["partition_torch_lazy"][0], self.nfo)):
+                raise AssertionError("fxcut's partition_fn saves other values than torch's (lazy modules)")
+        if "solver_fxcut_pr" not in r:
+            return len(fx_saved), p_fx == p_torch, r["decision_fxcut"].cut_value, 0
         value, side = r["solver_fxcut_pr"]
         if r["solver_fxcut_dinic"] != (value, side):
             raise AssertionError("push-relabel and Dinic disagree")
@@ -486,9 +544,12 @@ class _Size:
 
 
 def bench_size(layers: int, model: ModelConfig, reps: int, slow_reps: int,
-               progress: Progress = lambda s: None, cap: Any = None, with_gc: bool = True) -> SizeResult:
+               progress: Progress = lambda s: None, cap: Any = None, with_gc: bool = True,
+               contenders: Sequence[str] = CONTENDER_SETS["full"]) -> SizeResult:
     """One row of the benchmark: every contender once untimed (warm-up; its
-    results are cross-checked), then the interleaved timed rounds."""
+    results are cross-checked), then the interleaved timed rounds.  The
+    decision's peak memory (e) is measured when the set has the solvers
+    (the ``full`` set)."""
     if cap is None:
         cap = capture(layers, model)
     progress(f"{layers} layers: {cap.num_nodes} nodes")
@@ -496,8 +557,8 @@ def bench_size(layers: int, model: ModelConfig, reps: int, slow_reps: int,
     net = network_of(prepared.graph, cap.num_fwd_outputs,
                      list(cap.partition_kwargs.get("static_lifetime_input_indices") or []))
     size = _Size(cap, prepared, net, with_gc)
-    samples: dict[str, list[float]] = {name: [] for name in CONTENDERS}
-    order = list(CONTENDERS)
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    order = list(contenders)
     for name in order:
         size.run(name)
     saved, saved_equal, cut_value, sp_value = size.check()
@@ -507,13 +568,14 @@ def bench_size(layers: int, model: ModelConfig, reps: int, slow_reps: int,
             if rep < (slow_reps if name in SLOW else reps):
                 samples[name].append(size.run(name))
         progress(f"{layers} layers: round {rep + 1}/{max(reps, slow_reps)}")
-    memory = size.memory()
+    memory = size.memory() if "solver_fxcut_pr" in contenders else {}
     result = SizeResult(
         layers=layers, nodes=cap.num_nodes, nodes_prepared=len(prepared.graph.nodes),
         vertices=net.n_vertices, edges=len(net.tail), saved=saved, saved_equal=saved_equal,
         cut_value=cut_value, seconds={k: statistics.median(v) for k, v in samples.items()},
         samples=samples, memory=memory, scipy_scale=size.scale, scipy_value=sp_value)
-    result.ratios = {f"{num}/{den}": result.ratio(num, den) for num, den in RATIOS}
+    result.ratios = {f"{num}/{den}": result.ratio(num, den) for num, den in RATIOS
+                     if num in samples and den in samples}
     return result
 
 
@@ -657,31 +719,37 @@ def _environment() -> dict[str, Any]:
     }
 
 
-def targets(result: BenchResult, layers: int = 24) -> list[dict[str, Any]]:
-    """The issue's targets at ``layers``, with the measured ratios."""
-    row = next((r for r in result.sizes if r.layers == layers), None)
-    if row is None:
-        return []
-    mem_fx, mem_torch = row.memory.get("decision_fxcut"), row.memory.get("decision_torch")
+#: The targets (issue 17), checked at each of these sizes present in a run:
+#: (name, numerator, denominator, goal text, met(ratio)).
+TARGETS: list[tuple[str, str, str, str, Callable[[float], bool]]] = [
+    ("decision vs torch's", "decision_torch", "decision_fxcut", ">= 25x faster", lambda x: x >= 25),
+    ("solver vs networkx", "solver_networkx", "solver_fxcut_pr", ">= 100x faster", lambda x: x >= 100),
+    ("solver vs scipy", "solver_scipy", "solver_fxcut_pr", "> 1x (faster)", lambda x: x > 1),
+    ("whole partition_fn vs torch's", "partition_torch", "partition_fxcut", ">= 4x faster", lambda x: x >= 4),
+    ("whole partition_fn vs torch's, lazy modules", "partition_torch_lazy", "partition_fxcut_lazy",
+     ">= 4x faster", lambda x: x >= 4),
+    ("whole partition_fn vs floor (d), lazy modules", "partition_fxcut_lazy", "floor_lazy",
+     "<= 1.5x the floor", lambda x: x <= 1.5),
+]
+TARGET_LAYERS = (24, 48)
 
-    def target(name: str, measured: float, goal: str, met: bool) -> dict[str, Any]:
-        return {"layers": layers, "target": name, "goal": goal, "measured": measured, "met": met}
 
-    a = row.ratio("decision_torch", "decision_fxcut")
-    nx_ = row.ratio("solver_networkx", "solver_fxcut_pr")
-    sp = row.ratio("solver_scipy", "solver_fxcut_pr")
-    c = row.ratio("partition_torch", "partition_fxcut")
-    d = row.ratio("partition_fxcut", "floor_extract")
-    out = [
-        target("decision vs torch's", a, ">= 20x faster", a >= 20),
-        target("solver vs networkx", nx_, ">= 100x faster", nx_ >= 100),
-        target("solver vs scipy", sp, "> 1x (faster)", sp > 1),
-        target("whole partition_fn vs torch's", c, ">= 3x faster", c >= 3),
-        target("whole partition_fn vs floor (d)", d, "<= 1.5x the floor", d <= 1.5),
-    ]
-    if mem_fx and mem_torch:
-        out.append(target("decision Python memory vs torch's", mem_torch / mem_fx, ">= 10x smaller",
-                          mem_torch / mem_fx >= 10))
+def targets(result: BenchResult, layers: Sequence[int] = TARGET_LAYERS) -> list[dict[str, Any]]:
+    """The issue's targets at each of ``layers`` the run measured whose
+    contenders it timed, with the measured ratios (medians of per-round ratios)."""
+    out = []
+    for row in result.sizes:
+        if row.layers not in layers:
+            continue
+        for name, num, den, goal, met in TARGETS:
+            if num in row.samples and den in row.samples:
+                x = row.ratio(num, den)
+                out.append({"layers": row.layers, "target": name, "goal": goal, "measured": x, "met": met(x)})
+        mem_fx, mem_torch = row.memory.get("decision_fxcut"), row.memory.get("decision_torch")
+        if mem_fx and mem_torch:
+            x = mem_torch / mem_fx
+            out.append({"layers": row.layers, "target": "decision Python memory vs torch's",
+                        "goal": ">= 10x smaller", "measured": x, "met": x >= 10})
     return out
 
 
@@ -692,7 +760,8 @@ QUICK = dict(layers=(1, 2), reps=2, slow_reps=1, model=ModelConfig(hidden=64, he
 
 def run(layers: Sequence[int] = (1, 4, 12, 24, 48), *, reps: int = 7, slow_reps: int = 5,
         model: ModelConfig = ModelConfig(), phase_layers: int | None = 24, phase_reps: int = 5,
-        with_gc: bool = True, progress: Progress = lambda s: None) -> BenchResult:
+        with_gc: bool = True, progress: Progress = lambda s: None,
+        contenders: Sequence[str] = CONTENDER_SETS["full"]) -> BenchResult:
     """Run the benchmark and return its result (nothing is written).
 
     ``with_gc``: leave Python's cyclic garbage collector on during the timed
@@ -701,16 +770,23 @@ def run(layers: Sequence[int] = (1, 4, 12, 24, 48), *, reps: int = 7, slow_reps:
 
     ``progress`` gets a line of text after each step.  ``phase_layers``:
     where to break fxcut's whole partition_fn into phases (None: nowhere).
+    ``contenders``: which to time (a value of :data:`CONTENDER_SETS`).
     """
     if reps < 1 or slow_reps < 1:
         raise ValueError(f"reps ({reps}) and slow_reps ({slow_reps}) must be at least 1")
+    unknown = [c for c in contenders if c not in CONTENDERS]
+    missing = [c for c in ("decision_fxcut", "decision_torch", "partition_fxcut", "partition_torch")
+               if c not in contenders]
+    if unknown or missing:
+        raise ValueError(f"contenders: unknown {unknown}, missing {missing}")
     sizes = []
     phase_cap = None
     for n in layers:
         t0 = time.perf_counter()
         cap = capture(n, model)
         progress(f"{n} layers: captured in {time.perf_counter() - t0:.1f} s")
-        sizes.append(bench_size(n, model, reps, slow_reps, progress, cap=cap, with_gc=with_gc))
+        sizes.append(bench_size(n, model, reps, slow_reps, progress, cap=cap, with_gc=with_gc,
+                                contenders=contenders))
         progress(format_row(sizes[-1]))
         if n == phase_layers:
             phase_cap = cap
@@ -718,7 +794,7 @@ def run(layers: Sequence[int] = (1, 4, 12, 24, 48), *, reps: int = 7, slow_reps:
     ph = (phases(phase_layers, model, phase_reps, cap=phase_cap, progress=progress, with_gc=with_gc)
           if phase_layers else None)
     result = BenchResult(model=asdict(model), reps=reps, slow_reps=slow_reps, sizes=sizes, phases=ph,
-                         gc_during_timing=with_gc,
+                         gc_during_timing=with_gc, contenders=list(contenders),
                          environment=_environment())
     result.targets = targets(result)
     return result
@@ -734,7 +810,10 @@ COLUMNS = [
     ("(b) networkx", "solver_networkx"), ("(b) scipy*", "solver_scipy"),
     ("(b) nx x", "nx_ratio"), ("(b) scipy x", "scipy_ratio"),
     ("(c) fxcut", "partition_fxcut"), ("(c) torch", "partition_torch"), ("(c) x", "c_ratio"),
+    ("(c) lazy fxcut", "partition_fxcut_lazy"), ("(c) lazy torch", "partition_torch_lazy"),
+    ("(c) lazy x", "c_lazy_ratio"),
     ("(d) floor", "floor_extract"), ("(d) fxcut/floor", "d_ratio"),
+    ("(d) lazy floor", "floor_lazy"), ("(d) lazy fxcut/floor", "d_lazy_ratio"),
     ("(e) fxcut KiB", "mem_fxcut"), ("(e) torch KiB", "mem_torch"), ("(e) x", "e_ratio"),
 ]
 
@@ -743,12 +822,18 @@ def _cells(r: SizeResult) -> dict[str, str]:
     t = r.seconds
     cells = {"layers": str(r.layers), "nodes": str(r.nodes)}
     for key in CONTENDERS:
-        cells[key] = f"{t[key] * 1e3:.2f}" if t[key] < 0.1 else f"{t[key] * 1e3:.0f}"
-    cells["a_ratio"] = f"{r.ratio('decision_torch', 'decision_fxcut'):.1f}"
-    cells["nx_ratio"] = f"{r.ratio('solver_networkx', 'solver_fxcut_pr'):.0f}"
-    cells["scipy_ratio"] = f"{r.ratio('solver_scipy', 'solver_fxcut_pr'):.1f}"
-    cells["c_ratio"] = f"{r.ratio('partition_torch', 'partition_fxcut'):.2f}"
-    cells["d_ratio"] = f"{r.ratio('partition_fxcut', 'floor_extract'):.2f}"
+        cells[key] = "-" if key not in t else f"{t[key] * 1e3:.2f}" if t[key] < 0.1 else f"{t[key] * 1e3:.0f}"
+
+    def ratio(num: str, den: str, digits: int) -> str:
+        return f"{r.ratio(num, den):.{digits}f}" if num in t and den in t else "-"
+
+    cells["a_ratio"] = ratio("decision_torch", "decision_fxcut", 1)
+    cells["nx_ratio"] = ratio("solver_networkx", "solver_fxcut_pr", 0)
+    cells["scipy_ratio"] = ratio("solver_scipy", "solver_fxcut_pr", 1)
+    cells["c_ratio"] = ratio("partition_torch", "partition_fxcut", 2)
+    cells["d_ratio"] = ratio("partition_fxcut", "floor_extract", 2)
+    cells["c_lazy_ratio"] = ratio("partition_torch_lazy", "partition_fxcut_lazy", 2)
+    cells["d_lazy_ratio"] = ratio("partition_fxcut_lazy", "floor_lazy", 2)
     mf, mt = r.memory.get("decision_fxcut"), r.memory.get("decision_torch")
     cells["mem_fxcut"] = f"{mf / 1024:.0f}" if mf is not None else "-"
     cells["mem_torch"] = f"{mt / 1024:.0f}" if mt is not None else "-"
@@ -756,20 +841,27 @@ def _cells(r: SizeResult) -> dict[str, str]:
     return cells
 
 
+def _columns(sizes: Sequence[SizeResult]) -> list[tuple[str, str]]:
+    """The columns with a value in some row (a set of contenders leaves the others out)."""
+    rows = [_cells(r) for r in sizes]
+    return [(label, key) for label, key in COLUMNS if any(row[key] != "-" for row in rows)]
+
+
 def format_row(r: SizeResult) -> str:
     c = _cells(r)
-    return "  ".join(f"{label}={c[key]}" for label, key in COLUMNS)
+    return "  ".join(f"{label}={c[key]}" for label, key in _columns([r]))
 
 
 def format_table(result: BenchResult, markdown: bool = False) -> str:
     rows = [_cells(r) for r in result.sizes]
-    labels = [label for label, _ in COLUMNS]
-    keys = [key for _, key in COLUMNS]
+    columns = _columns(result.sizes)
+    labels = [label for label, _ in columns]
+    keys = [key for _, key in columns]
     if markdown:
         lines = ["| " + " | ".join(labels) + " |", "|" + "|".join("---:" for _ in labels) + "|"]
         lines += ["| " + " | ".join(row[k] for k in keys) + " |" for row in rows]
         return "\n".join(lines)
-    widths = [max(len(label), *(len(row[k]) for row in rows)) for label, k in COLUMNS]
+    widths = [max(len(label), *(len(row[k]) for row in rows)) for label, k in columns]
     lines = ["  ".join(label.rjust(w) for label, w in zip(labels, widths))]
     lines += ["  ".join(row[k].rjust(w) for k, w in zip(keys, widths)) for row in rows]
     return "\n".join(lines)
@@ -787,9 +879,12 @@ machine's changing load moves both), hence not always the ratio of the two media
     finite capacities are scaled to sum below 2^30 (rounded, at least 1) and whose infinite ones are
     2^31-1; its flow is checked against fxcut's on that copy, not against the real cut.
 (c) the whole partition_fn on a fresh joint graph: fxcut.min_cut_rematerialization_partition vs
-    torch's min_cut_rematerialization_partition (both DCE + CSE + decision + module extraction).
+    torch's min_cut_rematerialization_partition (both DCE + CSE + decision + module extraction);
+    a plain GraphModule joint, and (lazy) a _LazyGraphModule joint under _use_lazy_graph_module(True),
+    as inductor's compile_fx calls the partitioner.
 (d) floor: node_copy of the two output graphs' nodes once into fresh graphs, and one code generation of
-    each module torch's result holds compiled (forward, backward, joint after CSE); fxcut/floor = (c) fxcut / (d).
+    each module torch's result holds compiled (forward, backward, joint after CSE; lazy: the backward
+    only, the others deferred); fxcut/floor = (c) fxcut / (d).
 (e) peak Python allocations (tracemalloc) of the decision (a); x = torch / fxcut.  fxcut's C core
     allocates its scratch with malloc, which tracemalloc does not see: the notes below give each
     side's peak RSS growth during one decision (after malloc_trim; includes malloc'd memory, but
@@ -821,7 +916,8 @@ def format_report(result: BenchResult, command: str | None = None, markdown: boo
     for r in result.sizes:
         mf, mt = r.memory.get("decision_fxcut_rss"), r.memory.get("decision_torch_rss")
         rss = (f"peak RSS growth fxcut {mf / 1024:.0f} KiB, torch {mt / 1024:.0f} KiB"
-               if mf is not None and mt is not None else "RSS not measurable here")
+               if mf is not None and mt is not None
+               else "memory not measured" if not r.memory else "RSS not measurable here")
         notes.append(f"{r.layers} layers: {r.nodes} nodes ({r.nodes_prepared} after DCE+CSE), network "
                      f"{r.vertices} vertices / {r.edges} edges, {r.saved} saved values (fxcut == torch: "
                      f"{r.saved_equal}), scipy scale {r.scipy_scale:.3g}; {rss}.")
@@ -869,12 +965,16 @@ def plot(result: BenchResult, path: str) -> None:
                                       ("fxcut Dinic", "solver_fxcut_dinic"),
                                       ("networkx", "solver_networkx"), ("scipy (int32, rescaled)", "solver_scipy")]),
         ("(c) whole partition_fn, (d) floor", [("fxcut", "partition_fxcut"), ("torch", "partition_torch"),
-                                               ("floor: build + codegen once", "floor_extract")]),
+                                               ("floor: build + codegen once", "floor_extract"),
+                                               ("fxcut, lazy modules", "partition_fxcut_lazy"),
+                                               ("torch, lazy modules", "partition_torch_lazy"),
+                                               ("floor, lazy modules", "floor_lazy")]),
     ]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
     for ax, (title, lines) in zip(axes, panels):
         for label, key in lines:
-            ax.plot(x, ms(key), marker="o", label=label)
+            if key in result.sizes[0].seconds:
+                ax.plot(x, ms(key), marker="o", label=label)
         ax.set_yscale("log")
         ax.set_xscale("log")
         ax.set_xticks(x)
@@ -962,26 +1062,37 @@ def main(argv: list[str] | None = None, prog: str = "bench/bench_partition.py") 
                    help="leave Python's garbage collector on during the timed calls (the default, as a compile runs)")
     p.add_argument("--no-gc", dest="with_gc", action="store_false",
                    help="switch the garbage collector off during the timed calls, as timeit does")
+    p.add_argument("--set", dest="contender_set", choices=sorted(CONTENDER_SETS), default="full",
+                   help="which contenders to time: full (the default: decision, solvers, partition_fn, floor, "
+                        "memory) or releases (decision, partition_fn and floor, plain and lazy modules)")
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the pipeline")
     p.add_argument("--out", metavar="DIR", help="write bench_partition.{json,md,txt,png} into DIR (default: print only)")
     p.add_argument("--docs", metavar="DIR",
-                   help="also copy the md table and the png plot into DIR, e.g. docs (default: none)")
+                   help="also write the report into its section of DIR/bench_partition.md and the plot into "
+                        "DIR/bench_partition.png, e.g. docs (default: none)")
+    p.add_argument("--json", metavar="FILE", help="write the result as JSON into FILE (nothing else)")
     args = p.parse_args(argv)
 
     if args.quick:
         kwargs = dict(QUICK)
+        if args.contender_set != "full":
+            kwargs["phase_layers"] = None
     else:
         heads = args.heads or max(1, args.hidden // 64)
         kwargs = dict(layers=args.layers, reps=args.reps, slow_reps=args.slow_reps,
                       model=ModelConfig(hidden=args.hidden, heads=heads, seq=args.seq,
                                                   batch=args.batch, vocab=args.vocab),
                       phase_layers=args.phase_layers or None, phase_reps=args.phase_reps)
+    kwargs["contenders"] = CONTENDER_SETS[args.contender_set]
     bar = ProgressBar(expected_steps(kwargs))
     result = run(progress=bar, with_gc=args.with_gc, **kwargs)
     bar.close()
     command = ("fxcut bench " if prog == "fxcut bench" else "PYTHONPATH=python python bench/bench_partition.py ") + \
         shlex.join(sys.argv[1:] if argv is None else argv)
     print(format_report(result, command.strip()))
+    if args.json is not None:
+        with open(args.json, "w") as f:
+            json.dump({"command": command.strip(), **result.to_json()}, f, indent=1)
     if args.out is None and args.docs is None:
         return 0
     # The docs copy is made from the written files: without --out they go to a
@@ -989,9 +1100,15 @@ def main(argv: list[str] | None = None, prog: str = "bench/bench_partition.py") 
     with tempfile.TemporaryDirectory() as scratch:
         paths = write(result, args.out or scratch, command.strip())
         if args.docs is not None:
+            from docs_sections import replace_section  # bench/, next to this script
+
             os.makedirs(args.docs, exist_ok=True)
-            for ext in ("md", "png"):
-                shutil.copyfile(paths[ext], os.path.join(args.docs, f"bench_partition.{ext}"))
+            shutil.copyfile(paths["png"], os.path.join(args.docs, "bench_partition.png"))
+            report = format_report(result, command.strip(), markdown=True)
+            report = report.replace("# fxcut vs torch's partitioner: benchmark\n",
+                                    "## The full benchmark (`fxcut bench`)\n\n![plot](bench_partition.png)\n", 1)
+            report = report.replace("\n## ", "\n### ")  # its sections nest under that heading
+            replace_section(os.path.join(args.docs, "bench_partition.md"), "fxcut bench", report)
         written = [args.out] * (args.out is not None) + [args.docs] * (args.docs is not None)
     print("wrote into " + ", ".join(written))
     return 0

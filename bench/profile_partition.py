@@ -114,11 +114,10 @@ def _partitioners() -> dict[str, Callable[..., Any]]:
 
 
 def _call(cap: Any, fn: Callable[..., Any], lazy: bool, profile: bool, with_gc: bool = True) -> dict[str, Any]:
-    from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
+    from partition_benchmark import fresh_joint  # bench/, next to this script
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
-    gm = cap.fresh()
-    if lazy:
-        gm = _LazyGraphModule.from_graphmodule(gm)
+    gm = fresh_joint(cap, lazy)
     gc.collect()
     was_enabled = gc.isenabled()
     if not with_gc:
@@ -148,31 +147,18 @@ def _call(cap: Any, fn: Callable[..., Any], lazy: bool, profile: bool, with_gc: 
 
 
 def floor_fn(cap: Any, lazy: bool) -> Callable[..., Any]:
-    """The floor: create the two output graphs' nodes once (node_copy into
-    fresh graphs, in their final order) and generate the code torch's result
-    holds, once: the backward's always (torch's reordering pass returns a
-    plain GraphModule), the forward's and the joint's when not lazy."""
-    import torch.fx as fx
-    from partition_benchmark import copy_nodes  # bench/, next to this script
-    from torch.fx._lazy_graph_module import _LazyGraphModule, _make_graph_module, _use_lazy_graph_module
+    """The floor as a partition function (its arguments ignored but the
+    joint module): :func:`partition_benchmark.floor_builder` on fxcut's
+    result for this graph."""
+    from partition_benchmark import floor_builder  # bench/, next to this script
 
     import fxcut
 
-    gm = cap.fresh()
-    if lazy:
-        gm = _LazyGraphModule.from_graphmodule(gm)
-    with _use_lazy_graph_module(lazy):
-        fw, bw = fxcut.min_cut_rematerialization_partition(
-            gm, cap.joint_inputs, *cap.partition_args, num_fwd_outputs=cap.num_fwd_outputs,
-            **cap.partition_kwargs)
-
-    def floor(joint: fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
-        fwm = _make_graph_module(joint, copy_nodes(fw.graph))
-        bwm = fx.GraphModule(joint, copy_nodes(bw.graph))
-        joint.recompile()
-        return fwm, bwm
-
-    return floor
+    fw, bw = fxcut.min_cut_rematerialization_partition(
+        cap.fresh(), cap.joint_inputs, *cap.partition_args, num_fwd_outputs=cap.num_fwd_outputs,
+        **cap.partition_kwargs)
+    floor = floor_builder(fw, bw, lazy)
+    return lambda joint, *args, **kwargs: floor(joint)
 
 
 def profile(layers: int, reps: int, with_gc: bool = True, cprofile: bool = True) -> dict[str, Any]:

@@ -36,11 +36,11 @@ def result() -> benchmark.BenchResult:
 def test_every_contender_has_a_positive_median(result: benchmark.BenchResult) -> None:
     (row,) = result.sizes
     assert row.layers == 1
-    assert set(row.seconds) == set(benchmark.CONTENDERS)
+    assert set(row.seconds) == set(benchmark.CONTENDER_SETS["full"])
     for name, seconds in row.seconds.items():
         assert math.isfinite(seconds) and seconds > 0, name
         assert len(row.samples[name]) == 1, name
-    assert set(row.ratios) == {f"{a}/{b}" for a, b in benchmark.RATIOS}
+    assert set(row.ratios) == {f"{a}/{b}" for a, b in benchmark.RATIOS if "lazy" not in a + b}
     assert all(math.isfinite(v) and v > 0 for v in row.ratios.values())
 
 
@@ -100,3 +100,98 @@ def test_fxcut_bench_writes_nothing_unless_told(tmp_path, monkeypatch, capsys) -
     out, _ = capsys.readouterr()
     assert out.startswith("GPT-2 style model") and "total" in out  # the report is printed
     assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- every release (bench_releases.py)
+
+import bench_releases  # noqa: E402
+import docs_sections  # noqa: E402
+
+
+def test_a_contender_set_needs_the_decision_and_the_partition() -> None:
+    with pytest.raises(ValueError, match="missing"):
+        benchmark.run([1], model=TINY, contenders=("decision_fxcut",))
+
+
+def test_targets_are_checked_at_24_and_48_layers_only() -> None:
+    def row(layers: int, torch_s: float, fxcut_s: float) -> benchmark.SizeResult:
+        return benchmark.SizeResult(layers=layers, nodes=1, nodes_prepared=1, vertices=4, edges=1, saved=1,
+                                    saved_equal=True, cut_value=1,
+                                    samples={"partition_torch": [torch_s, torch_s], "partition_fxcut": [fxcut_s, 1.0]})
+
+    res = benchmark.BenchResult(model={}, reps=2, slow_reps=2, phases=None, environment={},
+                                sizes=[row(12, 9.0, 1.0), row(24, 3.0, 1.0), row(48, 9.0, 1.0)])
+    got = {(t["layers"], t["target"]): t for t in benchmark.targets(res)}
+    assert set(got) == {(24, "whole partition_fn vs torch's"), (48, "whole partition_fn vs torch's")}
+    assert got[(24, "whole partition_fn vs torch's")]["met"] is False  # 3x < 4x
+    assert got[(48, "whole partition_fn vs torch's")]["met"] is True  # median of 9x and 9x
+    assert got[(48, "whole partition_fn vs torch's")]["measured"] == 9.0
+
+
+def test_docs_sections_replace_their_own_text_only(tmp_path) -> None:
+    path = tmp_path / "doc.md"
+    docs_sections.replace_section(str(path), "a", "first")
+    path.write_text("# title\n\n" + path.read_text() + "\nhand-written\n")
+    docs_sections.replace_section(str(path), "b", "other")
+    docs_sections.replace_section(str(path), "a", "second $1 \\1")  # no regex expansion of the body
+    text = path.read_text()
+    assert text.startswith("# title\n") and "hand-written" in text and "first" not in text
+    assert docs_sections.read_section(str(path), "a") == "second $1 \\1"
+    assert docs_sections.read_section(str(path), "b") == "other"
+    assert docs_sections.read_section(str(path), "c") is None
+
+
+def test_bench_releases_command_end_to_end_in_this_venv(tmp_path, capsys) -> None:
+    """The one command, on this interpreter only, at one small size (1 layer,
+    one round; ~15 s): runs the benchmark in a child process and writes both
+    generated sections."""
+    readme = tmp_path / "README.md"
+    readme.write_text("# fxcut\n\n" + "<!-- begin: releases (generated) -->\nold\n<!-- end: releases -->\n\nafter\n")
+    assert bench_releases.main(["--releases", "current", "--layers", "1", "--reps", "1", "--docs", str(tmp_path),
+                                "--readme", str(readme), "--json", str(tmp_path / "r.json"), "--note", "smoke"]) == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    (result,) = data["results"]
+    import torch
+
+    assert result["environment"]["torch"] == torch.__version__
+    (row,) = result["sizes"]
+    assert row["layers"] == 1 and row["saved_equal"] and row["memory"] == {}
+    # The releases set: the decision, the whole partition_fn plain and lazy, their floors; no solver.
+    assert set(row["samples"]) == set(benchmark.CONTENDER_SETS["releases"]) == set(result["contenders"])
+    assert all(len(v) == 1 and v[0] > 0 for v in row["samples"].values())
+    assert {"partition_torch_lazy/partition_fxcut_lazy", "partition_fxcut_lazy/floor_lazy",
+            "partition_torch/partition_fxcut", "decision_torch/decision_fxcut"} <= set(row["ratios"])
+    assert not any("solver" in k for k in row["ratios"])
+    doc = (tmp_path / "bench_partition.md").read_text()
+    assert f"### torch {torch.__version__}" in doc and "whole partition_fn, lazy: torch / fxcut" in doc
+    assert "the >= 4x target is" in doc and "**smoke**" in doc
+    text = readme.read_text()
+    assert "old" not in text and text.endswith("after\n") and f"| {torch.__version__} |" in text
+    assert "whole run:" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- cold compile (bench_compile.py)
+
+import bench_compile  # noqa: E402
+
+
+def test_bench_compile_aot_noop_round_in_fresh_processes(tmp_path) -> None:
+    """One aot-noop round (two fresh processes, a 1-layer GPT; ~20 s): both
+    sides call their partitioner, compute the same loss, and the report and
+    the README paragraph are written from the saved runs."""
+    cfg = {"layers": 1, "hidden": 32, "heads": 2, "seq": 8, "batch": 2, "vocab": 64}
+    r = bench_compile.measure(cfg, "aot-noop", 1)
+    (pair,) = r["rounds"]
+    import torch
+
+    assert r["torch"] == torch.__version__ and r["mode"] == "aot-noop"
+    for side in ("stock", "fxcut"):
+        assert pair[side]["calls"] >= 1 and 0 < pair[side]["partition_s"] < pair[side]["compile_s"], side
+    assert math.isclose(pair["stock"]["loss"], pair["fxcut"]["loss"], rel_tol=1e-5)
+    saved = tmp_path / "runs.json"
+    saved.write_text(json.dumps({"command": "cmd", "seconds": 1.0, "note": "smoke", "results": [r]}))
+    md, readme = tmp_path / "bench_compile.md", tmp_path / "README.md"
+    assert bench_compile.main(["--from-json", str(saved), "--md", str(md), "--readme", str(readme)]) == 0
+    text = md.read_text()
+    assert f"| {torch.__version__} | aot-noop | 1 |" in text and "Command: `cmd`" in text and "**smoke**" in text
+    assert "aot-noop" in readme.read_text() and "docs/bench_compile.md" in readme.read_text()
