@@ -297,12 +297,10 @@ static int frontier_new(frontier *f, int32_t cap, int32_t n, fxcut_error *err)
     return FXCUT_OK;
 }
 
-/* Adds (peak, cost) with the saved set s->state unless a point dominates
- * it; drops the points it dominates.  Returns 1 when added. */
-static int frontier_add(frontier *f, const plan_sim *s, int64_t peak,
-                        int64_t cost)
+/* The first point with a peak above peak. */
+static int32_t frontier_above(const frontier *f, int64_t peak)
 {
-    int32_t lo = 0, hi = f->len; /* first point with peak > peak */
+    int32_t lo = 0, hi = f->len;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
         if (f->peak[mid] <= peak)
@@ -310,6 +308,22 @@ static int frontier_add(frontier *f, const plan_sim *s, int64_t peak,
         else
             hi = mid;
     }
+    return lo;
+}
+
+/* Does a point dominate (peak, cost)? */
+static int frontier_dominated(const frontier *f, int64_t peak, int64_t cost)
+{
+    int32_t lo = frontier_above(f, peak);
+    return lo > 0 && f->cost[lo - 1] <= cost;
+}
+
+/* Adds (peak, cost) with the saved set mask unless a point dominates it;
+ * drops the points it dominates.  Returns 1 when added. */
+static int frontier_add(frontier *f, const uint8_t *mask, int64_t peak,
+                        int64_t cost)
+{
+    int32_t lo = frontier_above(f, peak);
     if (lo > 0 && f->cost[lo - 1] <= cost)
         return 0;
     /* points with peak >= peak and cost >= cost: from pos on */
@@ -333,9 +347,7 @@ static int frontier_add(frontier *f, const plan_sim *s, int64_t peak,
     f->peak[pos] = peak;
     f->cost[pos] = cost;
     f->slot[pos] = sl;
-    uint8_t *m = f->masks + (size_t)sl * (size_t)f->n;
-    for (int32_t i = 0; i < f->n; i++)
-        m[i] = s->saved[i];
+    memcpy(f->masks + (size_t)sl * (size_t)f->n, mask, (size_t)f->n);
     return 1;
 }
 
@@ -345,6 +357,7 @@ typedef struct {
     plan_sim sim;
     frontier front;
     uint8_t *mask;        /* current decision */
+    uint8_t *norm;        /* a decision's saved set as the model keeps it */
     int32_t *cand;        /* candidate FREE nodes */
     int64_t *key;
     struct timespec start;
@@ -376,11 +389,17 @@ static int out_of_time(search *q)
     return q->out_of_work || q->timed_out || q->rc != FXCUT_OK;
 }
 
-/* Evaluates q->mask, adds it to the frontier, returns (peak, cost). */
+/* Evaluates q->mask, adds it to the frontier, returns (peak, cost).  The
+ * frontier keeps the saved set the model kept (the values the backward
+ * reads), and the saved FREE values it dropped that are IMPURE: those
+ * change the backward (unsaved, the backward's dead-code elimination keeps
+ * them wherever they can be computed), so every point's mask simulates to
+ * exactly the point. */
 static void evaluate(search *q, fxcut_plan_eval *r)
 {
+    plan_sim *s = &q->sim;
     memset(r, 0, sizeof *r);
-    int rc = sim_eval(&q->sim, q->mask, r, q->err);
+    int rc = sim_eval(s, q->mask, r, q->err);
     if (rc != FXCUT_OK) {
         /* a decision the memory model finds unrealisable is no candidate;
          * any other error ends the search */
@@ -390,7 +409,14 @@ static void evaluate(search *q, fxcut_plan_eval *r)
         r->recompute_flops = INT64_MAX;
         return;
     }
-    frontier_add(&q->front, &q->sim, r->peak_bytes, r->recompute_flops);
+    if (frontier_dominated(&q->front, r->peak_bytes, r->recompute_flops))
+        return;
+    for (int32_t i = 0; i < s->n; i++)
+        q->norm[i] = (uint8_t)(s->saved[i] ||
+                               (s->opt->role[i] == FXCUT_ROLE_FREE &&
+                                q->mask[i] &&
+                                (s->g->flags[i] & FXCUT_F_IMPURE) != 0));
+    frontier_add(&q->front, q->norm, r->peak_bytes, r->recompute_flops);
 }
 
 static int better(const fxcut_plan_eval *a, const fxcut_plan_eval *b)
@@ -624,10 +650,11 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
         return rc;
     }
     q.mask = malloc((size_t)n + 1);
+    q.norm = malloc((size_t)n + 1);
     q.cand = malloc(((size_t)n + 1) * sizeof *q.cand);
     q.key = malloc(((size_t)n + 1) * sizeof *q.key);
     uint8_t *start = malloc((size_t)n + 1);
-    if (!q.mask || !q.cand || !q.key || !start) {
+    if (!q.mask || !q.norm || !q.cand || !q.key || !start) {
         rc = fxcut_fail(err, FXCUT_E_NOMEM, -1,
                         "out of memory for the plan's search (%d nodes)",
                         (int)n);
@@ -700,6 +727,7 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
     rc = FXCUT_OK;
 done:
     free(q.mask);
+    free(q.norm);
     free(q.cand);
     free(q.key);
     free(start);
