@@ -56,23 +56,15 @@ static void plan_call_free(plan_call *c)
         fxcut_release_graph(&c->gb);
 }
 
-static int int_option(PyObject *obj, const char *name, long lo, long hi,
-                      int32_t *out)
+/* An optional int32 keyword (NULL: not given, *out kept). */
+static int int32_option(PyObject *obj, const char *name, long long lo,
+                        long long hi, int32_t *out)
 {
+    long long v;
     if (obj == NULL)
         return 0;
-    long v = PyLong_AsLong(obj);
-    if (v == -1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError))
-            fxcut_raise_from_current(PyExc_TypeError, "%s must be an int",
-                                     name);
+    if (fxcut_int_arg(obj, name, lo, hi, &v) < 0)
         return -1;
-    }
-    if (v < lo || v > hi) {
-        PyErr_Format(PyExc_ValueError, "%s = %ld is outside [%ld, %ld]", name,
-                     v, lo, hi);
-        return -1;
-    }
     *out = (int32_t)v;
     return 0;
 }
@@ -102,22 +94,18 @@ static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
         return -1;
     c->loaded = 1;
     Py_ssize_t n = c->gb.graph.n, len;
-    if (int_option(num_fwd, "num_fwd_outputs", 0, INT32_MAX,
+    if (int32_option(num_fwd, "num_fwd_outputs", 0, INT32_MAX,
                    &c->opt.num_fwd_outputs) < 0)
         return -1;
     if (fxcut_copy_buffer(role, "role", 1, n, 0, &c->role, &len) < 0 ||
-        (storage != Py_None &&
-         fxcut_copy_buffer(storage, "storage_of", 4, n, 0, &c->storage,
-                           &len) < 0) ||
-        (flops != Py_None &&
-         fxcut_copy_buffer(flops, "flops", 8, n, 0, &c->flops, &len) < 0) ||
-        (marks != Py_None &&
-         fxcut_copy_buffer(marks, "marks", 1, n, 0, &c->marks, &len) < 0))
+        fxcut_copy_optional(storage, "storage_of", 4, n, &c->storage) < 0 ||
+        fxcut_copy_optional(flops, "flops", 8, n, &c->flops) < 0 ||
+        fxcut_copy_optional(marks, "marks", 1, n, &c->marks) < 0)
         return -1;
-    c->opt.marks = marks == Py_None ? NULL : c->marks;
+    c->opt.marks = c->marks;
+    c->opt.storage_of = c->storage;
+    c->opt.flops = c->flops;
     c->opt.role = c->role;
-    c->opt.storage_of = storage == Py_None ? NULL : c->storage;
-    c->opt.flops = flops == Py_None ? NULL : c->flops;
     return 0;
 }
 
@@ -215,9 +203,9 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     c.opt.max_work = (int64_t)max_work;
     c.opt.max_points = 1024;
     c.opt.time_limit_s = time_limit;
-    if (int_option(exact_obj, "exact_max_free", 0, 30,
+    if (int32_option(exact_obj, "exact_max_free", 0, 30,
                    &c.opt.exact_max_free) < 0 ||
-        int_option(points_obj, "max_points", 1, 1 << 20,
+        int32_option(points_obj, "max_points", 1, 1 << 20,
                    &c.opt.max_points) < 0)
         goto out;
     if (max_work < 1) {
