@@ -4,38 +4,27 @@
  * least recompute cost.
  *
  * The decision space (fxcut.h, enum fxcut_plan_role): a saved mask over the
- * FREE nodes; every mask is a valid decision, because the backward walk
- * saves what cannot be recomputed and recomputes what cannot be saved.
+ * FREE nodes (SAVE nodes always saved, RECOMPUTE ones never); a mask the
+ * memory model finds unrealisable is no candidate.
  *
- * The simulator (the planner's own, until branch `memory`'s
- * fxcut_memsim_eval replaces it; the semantics follow SPEC_memory.md):
- *   - forward module: the forward nodes the forward outputs and the saved
- *     values need, in graph order.  A storage is allocated when the node
- *     that owns it runs (a view / alias shares its base's storage:
- *     storage_of) and freed after its last use in the module; the forward
- *     outputs and saved values live to the end of the forward.
- *   - backward module: starts with the saved values' storages live; the
- *     backward nodes and the recomputed ones in the order torch's
- *     reordering_to_mimic_autograd_engine gives them (from the first user
- *     of a tangent on, each node preceded by the not yet run nodes it
- *     needs, in graph order); a storage is freed after its last use (a
- *     boxed backward), gradients live to the end.
- *   - not counted: graph inputs (placeholders, get_attr), their views,
- *     values of unknown size, sequence values (their getitems own the
- *     storages) and non-tensor values.
- *   - the live bytes of a step count the step's output with its inputs,
- *     before the inputs that die there are freed; the peak is the largest.
- *   - a size or cost above INT64_MAX / (n + 1) counts as that bound, so no
- *     sum overflows.
+ * The simulation is the memory model's, one walk (memory.c,
+ * fxcut_memsim_eval: torch's extraction and backward order, the liveness
+ * of both modules; its semantics above fxcut_memory_options in fxcut.h).
+ * A decision hands it the SAVE nodes, the saved FREE nodes and the forward
+ * inputs as saved; the model keeps those the backward reads.  The search
+ * picks its moves from the model's own schedule of the last evaluation
+ * (the step of each node, the last backward step reading each storage).
  *
  * The search: the Pareto frontier of (peak, recompute flops) over the
  * decisions it simulates: the seeds (torch's own decisions), a descent on
  * the peak from each (toggling the FREE values live at the peak step), a
  * descent on the cost from each frontier point (saving recomputed values
  * while the peak stays), or, when few FREE nodes can reach the backward,
- * every decision (Gray code order, one toggle per step).  The caller picks
- * the cheapest point under its peak limit, so the peak it gets is
- * monotonic in the limit.
+ * every decision (Gray code order, one toggle per step).  It stops when
+ * its work budget is spent (max_work: n + edges per simulated decision, so
+ * the same point on every machine; the wall clock is a safety net).  The
+ * caller picks the cheapest point under its peak limit, so the peak it
+ * gets is monotonic in the limit, across calls too.
  */
 #include "fxcut_internal.h"
 #include "memory_internal.h"
