@@ -519,14 +519,18 @@ typedef struct {
     /* enumerate every decision when at most this many FREE nodes can
      * reach the backward (0: never); else local search */
     int32_t exact_max_free;
-    double time_limit_s;          /* wall-clock limit of the search, > 0 */
+    /* the search's budget: it stops once it has simulated this many
+     * units of work (n + edges per decision simulated), so that calls on
+     * one graph stop at the same point whatever the machine's load; >= 1 */
+    int64_t max_work;
+    /* a wall-clock safety net, > 0: a search it stops is flagged
+     * timed_out (and may then differ between calls) */
+    double time_limit_s;
     int32_t max_points;           /* capacity of the frontier, >= 1 */
-    /* 1: the peak and cost of every decision are the memory model's
-     * (fxcut_memsim_eval, memory.c); the planner's own walk still picks
-     * the values to toggle.  0: the planner's own simulator throughout. */
-    uint8_t use_memory_model;
     /* n entries or NULL: the memory model's extraction marks
-     * (enum fxcut_extract_mark), handed to it as they are */
+     * (enum fxcut_extract_mark), handed to it as they are.  Every decision
+     * is simulated by the memory model (fxcut_memsim_eval); the search
+     * picks its toggles from the model's schedule. */
     const uint8_t *marks;
 } fxcut_plan_options;
 
@@ -548,9 +552,7 @@ typedef struct {
                                      it reads included: 0 bytes) */
     int32_t *schedule;            /* 2n: node run at each step */
     int64_t *live_bytes;          /* 2n: live bytes while that step runs
-                                     (with use_memory_model, both given:
-                                     the model's timeline, peak_step and
-                                     n_fw_steps) */
+                                     (the memory model's timeline) */
 } fxcut_plan_eval;
 
 /* Validates g and opt, simulates the decision saved_mask (n bytes). */
@@ -569,8 +571,10 @@ typedef struct {
     int32_t n_points;
     int32_t n_free;               /* FREE nodes that can reach the backward */
     int64_t n_evals;              /* decisions simulated */
+    int64_t work;                 /* units of work spent (max_work's) */
     uint8_t exact;                /* 1: every decision was enumerated */
     uint8_t timed_out;            /* 1: the time limit stopped the search */
+    uint8_t out_of_work;          /* 1: max_work stopped the search */
 } fxcut_plan_frontier;
 
 int fxcut_plan_frontier_search(const fxcut_graph *g,

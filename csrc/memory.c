@@ -623,3 +623,21 @@ int fxcut_memory_simulate(const fxcut_graph *g, const fxcut_memory_options *opt,
     free(mask);
     return rc;
 }
+
+/* ---- readers for the planner (memory_internal.h) ----------------------- */
+
+void fxcut_memsim_saved(const fxcut_memsim *s, uint8_t *out)
+{
+    for (int32_t i = 0; i < s->g->n; i++)
+        out[i] = (s->mark[i] & M_SAVED) != 0;
+}
+
+int32_t fxcut_memsim_root(const fxcut_memsim *s, int32_t i)
+{
+    return s->root[i];
+}
+
+int64_t fxcut_memsim_storage_bytes(const fxcut_memsim *s, int32_t root)
+{
+    return s->cost[root];
+}

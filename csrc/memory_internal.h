@@ -29,4 +29,15 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
 
 void fxcut_memsim_free(fxcut_memsim *s);
 
+/* Readers of the last fxcut_memsim_eval that returned FXCUT_OK (for the
+ * planner, which picks its moves from the model's own schedule):
+ * out[i] = 1 where the backward reads node i as a saved value (the saved
+ * mask after the values it never reads are dropped), n bytes. */
+void fxcut_memsim_saved(const fxcut_memsim *s, uint8_t *out);
+
+/* The node that owns node i's storage, and the bytes a storage root costs
+ * (0: not counted), as the model counts them. */
+int32_t fxcut_memsim_root(const fxcut_memsim *s, int32_t i);
+int64_t fxcut_memsim_storage_bytes(const fxcut_memsim *s, int32_t root);
+
 #endif /* FXCUT_MEMORY_INTERNAL_H */

@@ -224,6 +224,47 @@ int fxcut_get_buffer(PyObject *obj, const char *name, Py_ssize_t itemsize,
     return 0;
 }
 
+/* fxcut_copy_optional: py_binding.h. */
+int fxcut_copy_optional(PyObject *obj, const char *name, Py_ssize_t itemsize,
+                        Py_ssize_t n, void **out)
+{
+    *out = NULL;
+    if (obj == Py_None)
+        return 0;
+    Py_ssize_t len;
+    return fxcut_copy_buffer(obj, name, itemsize, n, 0, out, &len);
+}
+
+/* fxcut_int_arg: py_binding.h. */
+int fxcut_int_arg(PyObject *obj, const char *name, long long lo,
+                  long long hi, long long *out)
+{
+    PyObject *index = PyNumber_Index(obj);
+    if (index == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            fxcut_raise_from_current(PyExc_TypeError,
+                                     "%s must be an integer, got %.100s", name,
+                                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+        Py_DECREF(index);
+        return -1;
+    }
+    if (overflow != 0 || v < lo || v > hi) {
+        PyErr_Format(overflow != 0 ? PyExc_OverflowError : PyExc_ValueError,
+                     "%s (%R) must be between %lld and %lld", name, index, lo,
+                     hi);
+        Py_DECREF(index);
+        return -1;
+    }
+    Py_DECREF(index);
+    *out = v;
+    return 0;
+}
+
 int fxcut_copy_buffer(PyObject *obj, const char *name, Py_ssize_t itemsize,
                       Py_ssize_t expected_len, int none_ok, void **out,
                       Py_ssize_t *len)

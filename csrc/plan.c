@@ -4,38 +4,27 @@
  * least recompute cost.
  *
  * The decision space (fxcut.h, enum fxcut_plan_role): a saved mask over the
- * FREE nodes; every mask is a valid decision, because the backward walk
- * saves what cannot be recomputed and recomputes what cannot be saved.
+ * FREE nodes (SAVE nodes always saved, RECOMPUTE ones never); a mask the
+ * memory model finds unrealisable is no candidate.
  *
- * The simulator (the planner's own, until branch `memory`'s
- * fxcut_memsim_eval replaces it; the semantics follow SPEC_memory.md):
- *   - forward module: the forward nodes the forward outputs and the saved
- *     values need, in graph order.  A storage is allocated when the node
- *     that owns it runs (a view / alias shares its base's storage:
- *     storage_of) and freed after its last use in the module; the forward
- *     outputs and saved values live to the end of the forward.
- *   - backward module: starts with the saved values' storages live; the
- *     backward nodes and the recomputed ones in the order torch's
- *     reordering_to_mimic_autograd_engine gives them (from the first user
- *     of a tangent on, each node preceded by the not yet run nodes it
- *     needs, in graph order); a storage is freed after its last use (a
- *     boxed backward), gradients live to the end.
- *   - not counted: graph inputs (placeholders, get_attr), their views,
- *     values of unknown size, sequence values (their getitems own the
- *     storages) and non-tensor values.
- *   - the live bytes of a step count the step's output with its inputs,
- *     before the inputs that die there are freed; the peak is the largest.
- *   - a size or cost above INT64_MAX / (n + 1) counts as that bound, so no
- *     sum overflows.
+ * The simulation is the memory model's, one walk (memory.c,
+ * fxcut_memsim_eval: torch's extraction and backward order, the liveness
+ * of both modules; its semantics above fxcut_memory_options in fxcut.h).
+ * A decision hands it the SAVE nodes, the saved FREE nodes and the forward
+ * inputs as saved; the model keeps those the backward reads.  The search
+ * picks its moves from the model's own schedule of the last evaluation
+ * (the step of each node, the last backward step reading each storage).
  *
  * The search: the Pareto frontier of (peak, recompute flops) over the
  * decisions it simulates: the seeds (torch's own decisions), a descent on
  * the peak from each (toggling the FREE values live at the peak step), a
  * descent on the cost from each frontier point (saving recomputed values
  * while the peak stays), or, when few FREE nodes can reach the backward,
- * every decision (Gray code order, one toggle per step).  The caller picks
- * the cheapest point under its peak limit, so the peak it gets is
- * monotonic in the limit.
+ * every decision (Gray code order, one toggle per step).  It stops when
+ * its work budget is spent (max_work: n + edges per simulated decision, so
+ * the same point on every machine; the wall clock is a safety net).  The
+ * caller picks the cheapest point under its peak limit, so the peak it
+ * gets is monotonic in the limit, across calls too.
  */
 #include "fxcut_internal.h"
 #include "memory_internal.h"
@@ -43,38 +32,31 @@
 #include <string.h>
 #include <time.h>
 
-enum { ST_NONE = 0, ST_BW, ST_RE, ST_SAVED, ST_IN };
-
 typedef struct {
     const fxcut_graph *g;
     const fxcut_plan_options *opt;
     int32_t n;
-    int32_t *root;        /* storage root of each node */
-    int64_t *bytes;       /* bytes of the storage a root owns */
-    uint8_t *state;       /* ST_* of the last evaluation */
-    uint8_t *fwmark;
-    uint8_t *pinned;
-    uint8_t *live;
-    uint8_t *emitted;
-    int32_t *stack;       /* n */
-    int32_t *sched;       /* 2n */
-    int64_t *live_at;     /* 2n */
-    int32_t *step_of;     /* n: step of a node in its module (last eval) */
-    int32_t *last_fw;     /* n, by root */
-    int32_t *last_bw;     /* n, by root */
+    fxcut_memory_options mopt;
+    fxcut_memsim *memsim; /* the memory model: the one simulation */
+    uint8_t *in_mask;     /* n: the saved mask handed to it */
+    uint8_t *saved;       /* n: its saved set of the last evaluation */
+    uint8_t *recomputed;  /* n: its recomputed nodes (last evaluation) */
+    int32_t *sched;       /* 2n: its schedule (last evaluation) */
+    int64_t *live_at;     /* 2n: its live bytes per step */
+    int32_t *step_of;     /* n: a node's step in that schedule (the
+                             backward's for a node in both modules) */
+    int32_t *last_bw;     /* n, by storage root: the last backward step
+                             reading it (-1: none) */
     int32_t *tmp;         /* n */
     int64_t n_evals;
-    fxcut_memory_options mopt;
-    fxcut_memsim *memsim; /* the memory model, or NULL */
-    int64_t cap;          /* the clamp of one size or cost */
-    uint8_t *saved_buf;   /* n: the saved mask handed to it */
+    int64_t work;         /* units spent: n + edges per evaluation */
+    int64_t eval_work;
 } plan_sim;
 
 static void sim_free(plan_sim *s)
 {
-    void *p[] = {s->root, s->bytes, s->state, s->fwmark, s->pinned, s->live,
-                 s->emitted, s->stack, s->sched, s->live_at, s->step_of,
-                 s->last_fw, s->last_bw, s->tmp, s->saved_buf};
+    void *p[] = {s->in_mask, s->saved, s->recomputed, s->sched, s->live_at,
+                 s->step_of, s->last_bw, s->tmp};
     fxcut_free_each(p, sizeof p / sizeof p[0]);
     if (s->memsim != NULL)
         fxcut_memsim_free(s->memsim);
@@ -126,6 +108,10 @@ static int check_options(const fxcut_graph *g, const fxcut_plan_options *opt,
     if (!(opt->time_limit_s > 0.0))
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "time_limit_s must be positive");
+    if (opt->max_work < 1)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "max_work %lld must be at least 1",
+                          (long long)opt->max_work);
     if (opt->max_points < 1)
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "max_points %d must be at least 1",
@@ -142,331 +128,101 @@ static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
     s->g = g;
     s->opt = opt;
     s->n = n;
-    s->root = malloc(un * sizeof *s->root);
-    s->bytes = calloc(un, sizeof *s->bytes);
-    s->state = malloc(un);
-    s->fwmark = malloc(un);
-    s->pinned = malloc(un);
-    s->live = malloc(un);
-    s->emitted = malloc(un);
-    s->stack = malloc(un * sizeof *s->stack);
+    s->eval_work = (int64_t)n + (int64_t)g->in_ptr[n] + 1;
+    s->in_mask = malloc(un);
+    s->saved = malloc(un);
+    s->recomputed = malloc(un);
     s->sched = malloc(2 * un * sizeof *s->sched);
     s->live_at = malloc(2 * un * sizeof *s->live_at);
     s->step_of = malloc(un * sizeof *s->step_of);
-    s->last_fw = malloc(un * sizeof *s->last_fw);
     s->last_bw = malloc(un * sizeof *s->last_bw);
     s->tmp = malloc(un * sizeof *s->tmp);
-    if (!s->root || !s->bytes || !s->state || !s->fwmark || !s->pinned ||
-        !s->live || !s->emitted || !s->stack || !s->sched || !s->live_at ||
-        !s->step_of || !s->last_fw || !s->last_bw || !s->tmp) {
+    if (!s->in_mask || !s->saved || !s->recomputed || !s->sched ||
+        !s->live_at || !s->step_of || !s->last_bw || !s->tmp) {
         sim_free(s);
         return fxcut_fail(err, FXCUT_E_NOMEM, -1,
                           "out of memory for the plan's simulator (%d nodes)",
                           (int)n);
     }
-    if (opt->use_memory_model) {
-        s->mopt.num_fwd_outputs = opt->num_fwd_outputs;
-        s->mopt.storage_of = opt->storage_of;
-        s->mopt.flops = opt->flops;
-        s->mopt.marks = opt->marks;
-        s->saved_buf = malloc(un);
-        int rc = s->saved_buf == NULL
-                     ? fxcut_fail(err, FXCUT_E_NOMEM, -1,
-                                  "out of memory for the plan's simulator")
-                     : fxcut_memsim_new(g, &s->mopt, &s->memsim, err);
-        if (rc != FXCUT_OK) {
-            sim_free(s);
-            return rc;
-        }
-    }
-    /* no sum of n sizes (or costs) overflows: each clamped to this (a
-     * bound no real graph comes near) */
-    s->cap = INT64_MAX / ((int64_t)n + 1);
-    const uint32_t uncounted = FXCUT_F_VAL_IS_SEQ | FXCUT_F_NON_TENSOR |
-                               FXCUT_F_SYM | FXCUT_F_FREE_OBJECT;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t r = opt->storage_of != NULL ? opt->storage_of[i] : i;
-        s->root[i] = r == i ? i : s->root[r];
-        if (s->root[i] == i && opt->role[i] != FXCUT_ROLE_INPUT &&
-            !(g->flags[i] & uncounted) && g->nbytes[i] > 0)
-            s->bytes[i] = g->nbytes[i] < s->cap ? g->nbytes[i] : s->cap;
-    }
-    return FXCUT_OK;
+    s->mopt.num_fwd_outputs = opt->num_fwd_outputs;
+    s->mopt.storage_of = opt->storage_of;
+    s->mopt.flops = opt->flops;
+    s->mopt.marks = opt->marks;
+    int rc = fxcut_memsim_new(g, &s->mopt, &s->memsim, err);
+    if (rc != FXCUT_OK)
+        sim_free(s);
+    return rc;
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Emits v and its not yet emitted backward-module ancestors, in graph
- * order, at s->sched[*len ...]. */
-static void pull(plan_sim *s, int32_t v, int32_t *len)
+/* The saved mask a decision hands the memory model: the SAVE nodes, the
+ * saved FREE ones, and the forward's inputs (the model keeps those the
+ * backward reads, as torch lists them among the saved values). */
+static void model_mask(plan_sim *s, const uint8_t *mask)
 {
     const fxcut_graph *g = s->g;
-    if (s->emitted[v])
-        return;
-    int32_t top = 0, m = 0;
-    s->stack[top++] = v;
-    s->emitted[v] = 2;
-    while (top > 0) {
-        int32_t x = s->stack[--top];
-        s->tmp[m++] = x;
-        for (int32_t e = g->in_ptr[x]; e < g->in_ptr[x + 1]; e++) {
-            int32_t u = g->in_idx[e];
-            if (s->emitted[u] || (s->state[u] != ST_BW && s->state[u] != ST_RE))
-                continue;
-            s->emitted[u] = 2;
-            s->stack[top++] = u;
+    const uint8_t *role = s->opt->role;
+    for (int32_t i = 0; i < s->n; i++) {
+        uint8_t m;
+        switch (role[i]) {
+        case FXCUT_ROLE_SAVE: m = 1; break;
+        case FXCUT_ROLE_FREE: m = mask[i] != 0; break;
+        case FXCUT_ROLE_INPUT:
+            m = (uint8_t)(g->kind[i] == FXCUT_GET_ATTR || fxcut_is_input(g, i));
+            break;
+        default: m = 0; break;
         }
-    }
-    qsort(s->tmp, (size_t)m, sizeof *s->tmp, cmp_i32);
-    for (int32_t k = 0; k < m; k++) {
-        s->emitted[s->tmp[k]] = 1;
-        s->sched[(*len)++] = s->tmp[k];
+        s->in_mask[i] = m;
     }
 }
 
-/* Runs one module's schedule sched[first .. end): allocation, last uses,
- * frees.  last: per-root last-use array (already filled), live: live
- * bytes at the start.  Returns the module's peak; *peak_step its step. */
-static int64_t run_steps(plan_sim *s, int32_t first, int32_t end,
-                         const int32_t *last, int64_t live,
-                         int32_t *peak_step)
-{
-    const fxcut_graph *g = s->g;
-    int64_t peak = live;
-    *peak_step = first;
-    for (int32_t t = first; t < end; t++) {
-        int32_t v = s->sched[t];
-        if (s->root[v] == v && s->bytes[v] > 0 && !s->live[v]) {
-            s->live[v] = 1;
-            live += s->bytes[v];
-        }
-        s->live_at[t] = live;
-        if (live > peak) {
-            peak = live;
-            *peak_step = t;
-        }
-        for (int32_t e = g->in_ptr[v]; e <= g->in_ptr[v + 1]; e++) {
-            int32_t r = e < g->in_ptr[v + 1] ? s->root[g->in_idx[e]]
-                                             : s->root[v];
-            if (s->live[r] && !s->pinned[r] && last[r] <= t) {
-                s->live[r] = 0;
-                live -= s->bytes[r];
-            }
-        }
-    }
-    return peak;
-}
-
-/* Does the forward hand node i to the backward (the last evaluation)?  A
- * saved value, or a forward input the backward reads (torch lists those
- * among the saved values too; they cost no bytes). */
-static int is_saved(const plan_sim *s, int32_t i)
-{
-    if (s->state[i] == ST_SAVED)
-        return 1;
-    return s->state[i] == ST_IN &&
-           (s->g->kind[i] == FXCUT_GET_ATTR ||
-            (s->g->flags[i] & (FXCUT_F_PRIMAL | FXCUT_F_FWD_SEED)) != 0);
-}
-
-/* Simulates mask; fills r (and s->state etc. for the search).  With the
- * memory model, the objective (peaks, saved bytes, cost) is its. */
+/* Simulates mask with the memory model; fills r and, for the search, the
+ * model's schedule read back per node (s->step_of, s->last_bw). */
 static int sim_eval(plan_sim *s, const uint8_t *mask, fxcut_plan_eval *r,
                     fxcut_error *err)
 {
     const fxcut_graph *g = s->g;
-    const uint8_t *role = s->opt->role;
-    int32_t n = s->n, nfo = s->opt->num_fwd_outputs;
+    int32_t n = s->n;
     s->n_evals++;
-    memset(s->state, ST_NONE, (size_t)n);
-    int64_t cost = 0;
-    int32_t n_re = 0;
-    /* 1. the backward walk from the gradients */
-    int32_t top = 0;
-    for (int32_t k = nfo; k < g->n_outputs; k++) {
-        int32_t o = g->outputs[k];
-        if (o < 0 || s->state[o] != ST_NONE)
-            continue;
-        s->state[o] = 255; /* pushed */
-        s->stack[top++] = o;
-    }
-    while (top > 0) {
-        int32_t x = s->stack[--top];
-        uint8_t st;
-        switch (role[x]) {
-        case FXCUT_ROLE_INPUT: st = ST_IN; break;
-        case FXCUT_ROLE_BACKWARD: st = ST_BW; break;
-        case FXCUT_ROLE_SAVE: st = ST_SAVED; break;
-        case FXCUT_ROLE_FREE: st = mask[x] ? ST_SAVED : ST_RE; break;
-        default: st = ST_RE; break;
-        }
-        s->state[x] = st;
-        if (st == ST_RE) {
-            n_re++;
-            if (s->opt->flops != NULL)
-                cost += s->opt->flops[x] < s->cap ? s->opt->flops[x] : s->cap;
-        }
-        if (st != ST_BW && st != ST_RE)
-            continue;
-        for (int32_t e = g->in_ptr[x]; e < g->in_ptr[x + 1]; e++) {
-            int32_t u = g->in_idx[e];
-            if (s->state[u] == ST_NONE) {
-                s->state[u] = 255;
-                s->stack[top++] = u;
-            }
-        }
-    }
-    /* 2. the forward module: what the forward outputs and saved values need */
-    memset(s->fwmark, 0, (size_t)n);
-    memset(s->pinned, 0, (size_t)n);
-    for (int32_t k = 0; k < nfo; k++) {
-        int32_t o = g->outputs[k];
-        if (o >= 0 && !s->fwmark[o]) {
-            s->fwmark[o] = 1;
-            s->stack[top++] = o;
-        }
-        if (o >= 0)
-            s->pinned[s->root[o]] = 1;
-    }
-    int64_t saved_bytes = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (s->state[i] != ST_SAVED)
-            continue;
-        s->pinned[s->root[i]] = 1;
-        if (!s->fwmark[i]) {
-            s->fwmark[i] = 1;
-            s->stack[top++] = i;
-        }
-    }
-    while (top > 0) {
-        int32_t x = s->stack[--top];
-        for (int32_t e = g->in_ptr[x]; e < g->in_ptr[x + 1]; e++) {
-            int32_t u = g->in_idx[e];
-            if (!s->fwmark[u]) {
-                s->fwmark[u] = 1;
-                s->stack[top++] = u;
-            }
-        }
-    }
-    int32_t len = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (s->fwmark[i] && role[i] != FXCUT_ROLE_INPUT) {
-            s->step_of[i] = len;
-            s->sched[len++] = i;
-        }
-    int32_t n_fw = len;
-    for (int32_t i = 0; i < n; i++)
-        s->last_fw[i] = -1;
-    for (int32_t t = 0; t < n_fw; t++) {
-        int32_t v = s->sched[t];
-        s->last_fw[s->root[v]] = t;
-        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
-            s->last_fw[s->root[g->in_idx[e]]] = t;
-    }
-    memset(s->live, 0, (size_t)n);
-    int32_t fw_step = 0, bw_step = n_fw;
-    int64_t fw_peak = run_steps(s, 0, n_fw, s->last_fw, 0, &fw_step);
-    /* 3. the backward module */
-    memset(s->emitted, 0, (size_t)n);
-    int32_t first = -1;
-    for (int32_t i = 0; i < n && first < 0; i++) {
-        if (s->state[i] != ST_BW && s->state[i] != ST_RE)
-            continue;
-        for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
-            if (g->flags[g->in_idx[e]] & FXCUT_F_TANGENT) {
-                first = i;
-                break;
-            }
-    }
-    for (int32_t i = first < 0 ? 0 : first; i < n; i++)
-        if (s->state[i] == ST_BW || s->state[i] == ST_RE)
-            pull(s, i, &len);
-    for (int32_t k = nfo; k < g->n_outputs; k++) {
-        int32_t o = g->outputs[k];
-        if (o >= 0 && (s->state[o] == ST_BW || s->state[o] == ST_RE))
-            pull(s, o, &len);
-    }
-    memset(s->live, 0, (size_t)n);
-    memset(s->pinned, 0, (size_t)n);
-    for (int32_t k = nfo; k < g->n_outputs; k++)
-        if (g->outputs[k] >= 0)
-            s->pinned[s->root[g->outputs[k]]] = 1;
-    for (int32_t i = 0; i < n; i++)
-        s->last_bw[i] = -1;
-    for (int32_t t = n_fw; t < len; t++) {
-        int32_t v = s->sched[t];
-        s->step_of[v] = t;
-        s->last_bw[s->root[v]] = t;
-        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
-            s->last_bw[s->root[g->in_idx[e]]] = t;
-    }
-    int64_t live = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (s->state[i] != ST_SAVED)
-            continue;
-        int32_t rt = s->root[i];
-        if (!s->live[rt] && s->bytes[rt] > 0) {
-            s->live[rt] = 1;
-            saved_bytes += s->bytes[rt];
-            if (s->last_bw[rt] >= 0)
-                live += s->bytes[rt];
-        }
-    }
-    for (int32_t i = 0; i < n; i++) /* saved but unused: never in the bw */
-        if (s->live[i] && s->last_bw[i] < 0)
-            s->live[i] = 0;
-    int64_t bw_peak = run_steps(s, n_fw, len, s->last_bw, live, &bw_step);
-    r->fw_peak_bytes = fw_peak;
-    r->bw_peak_bytes = bw_peak;
-    r->peak_bytes = fw_peak >= bw_peak ? fw_peak : bw_peak;
-    r->peak_step = fw_peak >= bw_peak ? fw_step : bw_step;
-    r->saved_bytes = saved_bytes;
-    r->recompute_flops = cost;
-    r->n_fw_steps = n_fw;
-    r->n_steps = len;
-    r->n_recomputed = n_re;
-    if (r->saved != NULL)
-        for (int32_t i = 0; i < n; i++)
-            r->saved[i] = (uint8_t)is_saved(s, i);
-    if (r->schedule != NULL)
-        memcpy(r->schedule, s->sched, (size_t)len * sizeof *s->sched);
-    if (r->live_bytes != NULL)
-        memcpy(r->live_bytes, s->live_at, (size_t)len * sizeof *s->live_at);
-    if (s->memsim == NULL)
-        return FXCUT_OK;
-    for (int32_t i = 0; i < n; i++)
-        s->saved_buf[i] = (uint8_t)is_saved(s, i);
+    s->work += s->eval_work;
+    model_mask(s, mask);
     fxcut_memory_result m;
     memset(&m, 0, sizeof m);
-    /* a caller asking for the timeline gets the model's */
-    m.schedule = r->schedule;
-    m.live_bytes = r->live_bytes;
-    int rc = fxcut_memsim_eval(s->memsim, s->saved_buf, &m, err);
+    m.schedule = s->sched;
+    m.live_bytes = s->live_at;
+    m.recomputed = s->recomputed;
+    int rc = fxcut_memsim_eval(s->memsim, s->in_mask, &m, err);
     if (rc != FXCUT_OK)
         return rc;
-    if (r->schedule != NULL && r->live_bytes != NULL) {
-        r->n_steps = m.n_steps;
-        r->n_fw_steps = m.n_fw_steps;
-        r->peak_step = m.peak_step;
-        r->peak_bytes = m.peak_bytes;
-        r->fw_peak_bytes = m.fw_peak_bytes;
-        r->bw_peak_bytes = m.bw_peak_bytes;
-        r->saved_bytes = m.saved_bytes;
-        r->recompute_flops = m.recompute_flops;
-        return FXCUT_OK;
+    fxcut_memsim_saved(s->memsim, s->saved);
+    for (int32_t i = 0; i < n; i++) {
+        s->step_of[i] = -1;
+        s->last_bw[i] = -1;
     }
-    /* the toggles are picked at the planner's own peak step of the
-     * module where the model's peak is */
-    r->peak_step = m.fw_peak_bytes >= m.bw_peak_bytes ? fw_step : bw_step;
+    for (int32_t t = 0; t < m.n_steps; t++) {
+        int32_t v = s->sched[t];
+        s->step_of[v] = t;
+        if (t < m.n_fw_steps)
+            continue;
+        s->last_bw[fxcut_memsim_root(s->memsim, v)] = t;
+        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
+            s->last_bw[fxcut_memsim_root(s->memsim, g->in_idx[e])] = t;
+    }
     r->peak_bytes = m.peak_bytes;
     r->fw_peak_bytes = m.fw_peak_bytes;
     r->bw_peak_bytes = m.bw_peak_bytes;
     r->saved_bytes = m.saved_bytes;
     r->recompute_flops = m.recompute_flops;
+    r->peak_step = m.peak_step;
+    r->n_fw_steps = m.n_fw_steps;
+    r->n_steps = m.n_steps;
+    r->n_recomputed = m.n_recomputed;
+    if (r->saved != NULL)
+        memcpy(r->saved, s->saved, (size_t)n);
+    if (r->schedule != NULL)
+        memcpy(r->schedule, s->sched, (size_t)m.n_steps * sizeof *s->sched);
+    if (r->live_bytes != NULL)
+        memcpy(r->live_bytes, s->live_at,
+               (size_t)m.n_steps * sizeof *s->live_at);
     return FXCUT_OK;
 }
 
@@ -530,12 +286,10 @@ static int frontier_new(frontier *f, int32_t cap, int32_t n, fxcut_error *err)
     return FXCUT_OK;
 }
 
-/* Adds (peak, cost) with the saved set s->state unless a point dominates
- * it; drops the points it dominates.  Returns 1 when added. */
-static int frontier_add(frontier *f, const plan_sim *s, int64_t peak,
-                        int64_t cost)
+/* The first point with a peak above peak. */
+static int32_t frontier_above(const frontier *f, int64_t peak)
 {
-    int32_t lo = 0, hi = f->len; /* first point with peak > peak */
+    int32_t lo = 0, hi = f->len;
     while (lo < hi) {
         int32_t mid = lo + (hi - lo) / 2;
         if (f->peak[mid] <= peak)
@@ -543,6 +297,22 @@ static int frontier_add(frontier *f, const plan_sim *s, int64_t peak,
         else
             hi = mid;
     }
+    return lo;
+}
+
+/* Does a point dominate (peak, cost)? */
+static int frontier_dominated(const frontier *f, int64_t peak, int64_t cost)
+{
+    int32_t lo = frontier_above(f, peak);
+    return lo > 0 && f->cost[lo - 1] <= cost;
+}
+
+/* Adds (peak, cost) with the saved set mask unless a point dominates it;
+ * drops the points it dominates.  Returns 1 when added. */
+static int frontier_add(frontier *f, const uint8_t *mask, int64_t peak,
+                        int64_t cost)
+{
+    int32_t lo = frontier_above(f, peak);
     if (lo > 0 && f->cost[lo - 1] <= cost)
         return 0;
     /* points with peak >= peak and cost >= cost: from pos on */
@@ -566,9 +336,7 @@ static int frontier_add(frontier *f, const plan_sim *s, int64_t peak,
     f->peak[pos] = peak;
     f->cost[pos] = cost;
     f->slot[pos] = sl;
-    uint8_t *m = f->masks + (size_t)sl * (size_t)f->n;
-    for (int32_t i = 0; i < f->n; i++)
-        m[i] = (uint8_t)is_saved(s, i);
+    memcpy(f->masks + (size_t)sl * (size_t)f->n, mask, (size_t)f->n);
     return 1;
 }
 
@@ -578,11 +346,13 @@ typedef struct {
     plan_sim sim;
     frontier front;
     uint8_t *mask;        /* current decision */
+    uint8_t *norm;        /* a decision's saved set as the model keeps it */
     int32_t *cand;        /* candidate FREE nodes */
     int64_t *key;
     struct timespec start;
     double limit;
-    int timed_out;
+    int timed_out;        /* the wall-clock safety net stopped it */
+    int out_of_work;      /* the work budget stopped it */
     int rc;               /* the first error of an evaluation */
     fxcut_error *err;
 } search;
@@ -595,18 +365,30 @@ static double elapsed(const search *q)
            1e-9 * (double)(now.tv_nsec - q->start.tv_nsec);
 }
 
+/* The search stops when its work budget is spent: a count of simulated
+ * nodes and edges, so that two calls on the same graph stop at the same
+ * point whatever the machine's load.  The wall clock is a safety net only
+ * (a search it stops is flagged timed_out). */
 static int out_of_time(search *q)
 {
+    if (!q->out_of_work && q->sim.work >= q->sim.opt->max_work)
+        q->out_of_work = 1;
     if (!q->timed_out && (q->sim.n_evals & 15) == 0 && elapsed(q) > q->limit)
         q->timed_out = 1;
-    return q->timed_out || q->rc != FXCUT_OK;
+    return q->out_of_work || q->timed_out || q->rc != FXCUT_OK;
 }
 
-/* Evaluates q->mask, adds it to the frontier, returns (peak, cost). */
+/* Evaluates q->mask, adds it to the frontier, returns (peak, cost).  The
+ * frontier keeps the saved set the model kept (the values the backward
+ * reads), and the saved FREE values it dropped that are IMPURE: those
+ * change the backward (unsaved, the backward's dead-code elimination keeps
+ * them wherever they can be computed), so every point's mask simulates to
+ * exactly the point. */
 static void evaluate(search *q, fxcut_plan_eval *r)
 {
+    plan_sim *s = &q->sim;
     memset(r, 0, sizeof *r);
-    int rc = sim_eval(&q->sim, q->mask, r, q->err);
+    int rc = sim_eval(s, q->mask, r, q->err);
     if (rc != FXCUT_OK) {
         /* a decision the memory model finds unrealisable is no candidate;
          * any other error ends the search */
@@ -616,7 +398,14 @@ static void evaluate(search *q, fxcut_plan_eval *r)
         r->recompute_flops = INT64_MAX;
         return;
     }
-    frontier_add(&q->front, &q->sim, r->peak_bytes, r->recompute_flops);
+    if (frontier_dominated(&q->front, r->peak_bytes, r->recompute_flops))
+        return;
+    for (int32_t i = 0; i < s->n; i++)
+        q->norm[i] = (uint8_t)(s->saved[i] ||
+                               (s->opt->role[i] == FXCUT_ROLE_FREE &&
+                                q->mask[i] &&
+                                (s->g->flags[i] & FXCUT_F_IMPURE) != 0));
+    frontier_add(&q->front, q->norm, r->peak_bytes, r->recompute_flops);
 }
 
 static int better(const fxcut_plan_eval *a, const fxcut_plan_eval *b)
@@ -644,16 +433,17 @@ static int32_t peak_candidates(search *q, const fxcut_plan_eval *r)
     for (int32_t i = 0; i < s->n; i++) {
         if (role[i] != FXCUT_ROLE_FREE)
             continue;
-        int32_t rt = s->root[i];
+        int32_t rt = fxcut_memsim_root(s->memsim, i);
         int take = 0;
-        if (s->state[i] == ST_SAVED) {
-            take = in_bw ? s->last_bw[rt] >= t : s->step_of[i] <= t;
-        } else if (s->state[i] == ST_RE && in_bw) {
+        if (s->saved[i]) {
+            take = in_bw ? s->last_bw[rt] >= t
+                         : s->step_of[i] >= 0 && s->step_of[i] <= t;
+        } else if (s->recomputed[i] && in_bw) {
             take = s->step_of[i] <= t && s->last_bw[rt] >= t;
         }
         if (take) {
             q->cand[m] = i;
-            q->key[i] = s->bytes[rt];
+            q->key[i] = fxcut_memsim_storage_bytes(s->memsim, rt);
             m++;
         }
     }
@@ -739,7 +529,7 @@ static void descend_cost(search *q, const uint8_t *start, int64_t peak)
     for (int pass = 0; pass < 4 && !out_of_time(q); pass++) {
         int32_t m = 0;
         for (int32_t i = 0; i < s->n; i++)
-            if (s->opt->role[i] == FXCUT_ROLE_FREE && s->state[i] == ST_RE) {
+            if (s->opt->role[i] == FXCUT_ROLE_FREE && s->recomputed[i]) {
                 q->cand[m++] = i;
                 q->key[i] = s->opt->flops != NULL ? s->opt->flops[i] : 0;
             }
@@ -747,7 +537,7 @@ static void descend_cost(search *q, const uint8_t *start, int64_t peak)
         int improved = 0;
         for (int32_t k = 0; k < m && !out_of_time(q); k++) {
             int32_t v = q->cand[k];
-            if (s->state[v] != ST_RE && q->mask[v] == 0) {
+            if (!s->recomputed[v] && q->mask[v] == 0) {
                 /* no longer reached: saving it changes nothing */
                 continue;
             }
@@ -766,16 +556,44 @@ static void descend_cost(search *q, const uint8_t *start, int64_t peak)
     }
 }
 
-/* FREE nodes the backward can reach (every FREE node recomputed). */
+/* FREE nodes the backward can reach when every FREE node is recomputed:
+ * the gradients' ancestors through BACKWARD, RECOMPUTE and FREE nodes (a
+ * reachability pass over the graph, no simulation).  Also evaluates that
+ * decision (all recomputed), one end of the frontier. */
 static int32_t reachable_free(search *q)
 {
     plan_sim *s = &q->sim;
+    const fxcut_graph *g = s->g;
+    const uint8_t *role = s->opt->role;
     memset(q->mask, 0, (size_t)s->n);
     fxcut_plan_eval r;
     evaluate(q, &r);
+    uint8_t *seen = s->in_mask; /* scratch until the next evaluation */
+    memset(seen, 0, (size_t)s->n);
+    int32_t top = 0;
+    for (int32_t k = s->opt->num_fwd_outputs; k < g->n_outputs; k++) {
+        int32_t o = g->outputs[k];
+        if (o >= 0 && !seen[o]) {
+            seen[o] = 1;
+            s->tmp[top++] = o;
+        }
+    }
+    while (top > 0) {
+        int32_t x = s->tmp[--top];
+        if (role[x] != FXCUT_ROLE_BACKWARD && role[x] != FXCUT_ROLE_FREE &&
+            role[x] != FXCUT_ROLE_RECOMPUTE)
+            continue;
+        for (int32_t e = g->in_ptr[x]; e < g->in_ptr[x + 1]; e++) {
+            int32_t u = g->in_idx[e];
+            if (!seen[u]) {
+                seen[u] = 1;
+                s->tmp[top++] = u;
+            }
+        }
+    }
     int32_t m = 0;
     for (int32_t i = 0; i < s->n; i++)
-        if (s->opt->role[i] == FXCUT_ROLE_FREE && s->state[i] == ST_RE)
+        if (role[i] == FXCUT_ROLE_FREE && seen[i])
             q->cand[m++] = i;
     return m;
 }
@@ -821,10 +639,11 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
         return rc;
     }
     q.mask = malloc((size_t)n + 1);
+    q.norm = malloc((size_t)n + 1);
     q.cand = malloc(((size_t)n + 1) * sizeof *q.cand);
     q.key = malloc(((size_t)n + 1) * sizeof *q.key);
     uint8_t *start = malloc((size_t)n + 1);
-    if (!q.mask || !q.cand || !q.key || !start) {
+    if (!q.mask || !q.norm || !q.cand || !q.key || !start) {
         rc = fxcut_fail(err, FXCUT_E_NOMEM, -1,
                         "out of memory for the plan's search (%d nodes)",
                         (int)n);
@@ -843,7 +662,7 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
     }
     if (m <= opt->exact_max_free) {
         enumerate_all(&q, m);
-        res->exact = !q.timed_out;
+        res->exact = !q.timed_out && !q.out_of_work;
     } else {
         /* all recomputed, all saved: the two ends */
         memset(q.mask, 0, (size_t)n);
@@ -891,10 +710,13 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
                q.front.masks + (size_t)q.front.slot[k] * (size_t)n, (size_t)n);
     }
     res->n_evals = q.sim.n_evals;
+    res->work = q.sim.work;
     res->timed_out = (uint8_t)q.timed_out;
+    res->out_of_work = (uint8_t)q.out_of_work;
     rc = FXCUT_OK;
 done:
     free(q.mask);
+    free(q.norm);
     free(q.cand);
     free(q.key);
     free(start);

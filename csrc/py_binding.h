@@ -78,6 +78,17 @@ PyObject *fxcut_raise(PyObject *module, const fxcut_error *err,
  * (and __context__); returns NULL. */
 PyObject *fxcut_raise_from_current(PyObject *type, const char *format, ...);
 
+/* An optional array of n entries: None gives *out = NULL, anything else
+ * a private copy as fxcut_copy_buffer makes it. */
+int fxcut_copy_optional(PyObject *obj, const char *name, Py_ssize_t itemsize,
+                        Py_ssize_t n, void **out);
+
+/* An integer argument in [lo, hi] into *out; the error names it and says
+ * what it got (TypeError for a non-integer, OverflowError for an int past
+ * int64, ValueError out of range).  Returns -1 with the error set. */
+int fxcut_int_arg(PyObject *obj, const char *name, long long lo,
+                  long long hi, long long *out);
+
 /* hi * 2^64 + lo as a Python int. */
 PyObject *fxcut_pylong_from_u128(uint64_t hi, uint64_t lo);
 

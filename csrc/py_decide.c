@@ -161,37 +161,6 @@ static PyObject *build_plan(PyObject *module, PyObject *decision,
 
 /* ---- arguments --------------------------------------------------------- */
 
-/* An integer argument in [lo, hi]; the error names it and says what it
- * got (a non-integer, an int too large for int64, a value out of range). */
-static int int_arg(PyObject *obj, const char *name, long long lo,
-                   long long hi, long long *out)
-{
-    PyObject *index = PyNumber_Index(obj);
-    if (index == NULL) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError))
-            fxcut_raise_from_current(PyExc_TypeError,
-                                     "%s must be an integer, got %.100s", name,
-                                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(index, &overflow);
-    if (v == -1 && PyErr_Occurred()) {
-        Py_DECREF(index);
-        return -1;
-    }
-    if (overflow != 0 || v < lo || v > hi) {
-        PyErr_Format(overflow != 0 ? PyExc_OverflowError : PyExc_ValueError,
-                     "%s (%R) must be between %lld and %lld", name, index, lo,
-                     hi);
-        Py_DECREF(index);
-        return -1;
-    }
-    Py_DECREF(index);
-    *out = v;
-    return 0;
-}
-
 /* The boolean switches of the options object, by attribute name. */
 static const struct {
     const char *name;
@@ -233,7 +202,7 @@ static int read_options(PyObject *options, fxcut_partition_options *o)
         return -1;
     }
     long long dist = 0;
-    int rc = int_arg(v, "options.max_dist_from_bw", INT64_MIN, INT64_MAX,
+    int rc = fxcut_int_arg(v, "options.max_dist_from_bw", INT64_MIN, INT64_MAX,
                      &dist);
     Py_DECREF(v);
     o->max_dist_from_bw = dist;
@@ -262,16 +231,6 @@ static void call_state_free(call_state *cs)
         fxcut_release_graph(&cs->gb);
 }
 
-/* An optional n-byte mask, copied: None -> NULL. */
-static int get_mask(PyObject *obj, const char *name, Py_ssize_t n, void **out)
-{
-    *out = NULL;
-    if (obj == Py_None)
-        return 0;
-    Py_ssize_t len;
-    return fxcut_copy_buffer(obj, name, 1, n, 0, out, &len);
-}
-
 static int load_common(call_state *cs, PyObject *graph, PyObject *options,
                        PyObject *num_fwd, PyObject *statics,
                        PyObject *mask, const char *mask_name, PyObject *force,
@@ -279,7 +238,7 @@ static int load_common(call_state *cs, PyObject *graph, PyObject *options,
 {
     memset(cs, 0, sizeof *cs);
     long long nfwd;
-    if (int_arg(num_fwd, "num_fwd_outputs", 0, INT32_MAX, &nfwd) < 0 ||
+    if (fxcut_int_arg(num_fwd, "num_fwd_outputs", 0, INT32_MAX, &nfwd) < 0 ||
         read_options(options, &cs->opt) < 0)
         return -1;
     cs->opt.num_fwd_outputs = (int32_t)nfwd;
@@ -288,8 +247,8 @@ static int load_common(call_state *cs, PyObject *graph, PyObject *options,
     cs->graph_held = 1;
     const int32_t n = cs->gb.graph.n;
     Py_ssize_t n_force, n_a, n_b;
-    if (get_mask(statics, "static_lifetime", n, &cs->static_lifetime) < 0 ||
-        get_mask(mask, mask_name, n, &cs->mask) < 0 ||
+    if (fxcut_copy_optional(statics, "static_lifetime", 1, n, &cs->static_lifetime) < 0 ||
+        fxcut_copy_optional(mask, mask_name, 1, n, &cs->mask) < 0 ||
         fxcut_copy_buffer(force, "force_save", 4, -1, 1, &cs->force,
                           &n_force) < 0 ||
         fxcut_copy_buffer(fuse_a, "fuse_a", 4, -1, 1, &cs->fuse_a, &n_a) < 0 ||
@@ -433,7 +392,7 @@ PyObject *fxcut_py_partition_decide(PyObject *module, PyObject *args,
     }
     long long keep = FXCUT_KEEP_NONE;
     if (keep_obj != NULL &&
-        int_arg(keep_obj, "keep_network (KEEP_NONE, KEEP_NETWORK or "
+        fxcut_int_arg(keep_obj, "keep_network (KEEP_NONE, KEEP_NETWORK or "
                 "KEEP_BUILD_ONLY)", FXCUT_KEEP_NONE, FXCUT_KEEP_MAX,
                 &keep) < 0)
         return NULL;

@@ -4,8 +4,8 @@
  * plan_simulate(arrays, *, num_fwd_outputs, role, saved, storage_of=None,
  *               flops=None) -> tuple
  * plan_frontier(arrays, *, num_fwd_outputs, role, storage_of=None,
- *               flops=None, seeds=None, exact_max_free=16, time_limit=1.0,
- *               max_points=1024) -> tuple
+ *               flops=None, seeds=None, exact_max_free=16,
+ *               max_work=..., time_limit=1.0, max_points=1024) -> tuple
  * Every array is copied (GIL held) before the core runs without the GIL.
  */
 #include "py_binding.h"
@@ -15,22 +15,19 @@
 
 const char fxcut_py_plan_simulate_doc[] =
 "plan_simulate($module, graph, /, *, num_fwd_outputs, role, saved,\n"
-"              storage_of=None, flops=None, use_memory_model=False,\n"
-"              marks=None)\n--\n\n"
+"              storage_of=None, flops=None, marks=None)\n--\n\n"
 "Simulates the forward then backward modules of the decision `saved` (n\n"
 "bytes, nonzero = saved; read at FREE nodes).  role: n bytes of\n"
 "PLAN_ROLE_*; storage_of: None or int32 (n), the node whose storage each\n"
 "value shares; flops: None or int64 (n).  Returns (peak_bytes,\n"
 "fw_peak_bytes, bw_peak_bytes, saved_bytes, recompute_flops, peak_step,\n"
 "n_fw_steps, n_recomputed, saved (bytes, n), schedule (memoryview 'i'),\n"
-"live_bytes (memoryview 'q')).  use_memory_model: the peaks, saved bytes\n"
-"and cost are the memory model's (memory.c); schedule and live_bytes stay\n"
-"the planner's own.";
+"live_bytes (memoryview 'q')), all the memory model's (memory.c).";
 
 const char fxcut_py_plan_frontier_doc[] =
 "plan_frontier($module, graph, /, *, num_fwd_outputs, role,\n"
 "              storage_of=None, flops=None, seeds=None, exact_max_free=16,\n"
-"              time_limit=1.0, max_points=1024, use_memory_model=False,\n"
+"              max_work=4000000000, time_limit=1.0, max_points=1024,\n"
 "              marks=None)\n"
 "--\n\n"
 "The Pareto frontier (peak, recompute flops) of the decisions the search\n"
@@ -38,7 +35,10 @@ const char fxcut_py_plan_frontier_doc[] =
 "most exact_max_free FREE nodes can reach the backward.  Returns\n"
 "(peak_bytes (memoryview 'q'), recompute_flops (memoryview 'q'), masks\n"
 "(bytes, one n-byte saved set per point), n_free, n_evals, exact,\n"
-"timed_out); points by peak ascending, cost descending.";
+"timed_out, work, out_of_work); points by peak ascending, cost descending.\n"
+"The search stops after max_work units (n + edges per decision\n"
+"simulated: the same point on every machine); time_limit (seconds) is a\n"
+"safety net only (timed_out).";
 
 typedef struct {
     fxcut_graph_buffers gb;
@@ -56,23 +56,15 @@ static void plan_call_free(plan_call *c)
         fxcut_release_graph(&c->gb);
 }
 
-static int int_option(PyObject *obj, const char *name, long lo, long hi,
-                      int32_t *out)
+/* An optional int32 keyword (NULL: not given, *out kept). */
+static int int32_option(PyObject *obj, const char *name, long long lo,
+                        long long hi, int32_t *out)
 {
+    long long v;
     if (obj == NULL)
         return 0;
-    long v = PyLong_AsLong(obj);
-    if (v == -1 && PyErr_Occurred()) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError))
-            fxcut_raise_from_current(PyExc_TypeError, "%s must be an int",
-                                     name);
+    if (fxcut_int_arg(obj, name, lo, hi, &v) < 0)
         return -1;
-    }
-    if (v < lo || v > hi) {
-        PyErr_Format(PyExc_ValueError, "%s = %ld is outside [%ld, %ld]", name,
-                     v, lo, hi);
-        return -1;
-    }
     *out = (int32_t)v;
     return 0;
 }
@@ -102,22 +94,18 @@ static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
         return -1;
     c->loaded = 1;
     Py_ssize_t n = c->gb.graph.n, len;
-    if (int_option(num_fwd, "num_fwd_outputs", 0, INT32_MAX,
+    if (int32_option(num_fwd, "num_fwd_outputs", 0, INT32_MAX,
                    &c->opt.num_fwd_outputs) < 0)
         return -1;
     if (fxcut_copy_buffer(role, "role", 1, n, 0, &c->role, &len) < 0 ||
-        (storage != Py_None &&
-         fxcut_copy_buffer(storage, "storage_of", 4, n, 0, &c->storage,
-                           &len) < 0) ||
-        (flops != Py_None &&
-         fxcut_copy_buffer(flops, "flops", 8, n, 0, &c->flops, &len) < 0) ||
-        (marks != Py_None &&
-         fxcut_copy_buffer(marks, "marks", 1, n, 0, &c->marks, &len) < 0))
+        fxcut_copy_optional(storage, "storage_of", 4, n, &c->storage) < 0 ||
+        fxcut_copy_optional(flops, "flops", 8, n, &c->flops) < 0 ||
+        fxcut_copy_optional(marks, "marks", 1, n, &c->marks) < 0)
         return -1;
-    c->opt.marks = marks == Py_None ? NULL : c->marks;
+    c->opt.marks = c->marks;
+    c->opt.storage_of = c->storage;
+    c->opt.flops = c->flops;
     c->opt.role = c->role;
-    c->opt.storage_of = storage == Py_None ? NULL : c->storage;
-    c->opt.flops = flops == Py_None ? NULL : c->flops;
     return 0;
 }
 
@@ -125,16 +113,13 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
                                  PyObject *kwargs)
 {
     static char *keywords[] = {"", "num_fwd_outputs", "role", "saved",
-                               "storage_of", "flops", "use_memory_model",
-                               "marks", NULL};
-    int use_model = 0;
+                               "storage_of", "flops", "marks", NULL};
     PyObject *marks = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *saved = NULL,
                      *storage = Py_None, *flops = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOpO:plan_simulate",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOO:plan_simulate",
                                      keywords, &graph, &num_fwd, &role,
-                                     &saved, &storage, &flops, &use_model,
-                                     &marks))
+                                     &saved, &storage, &flops, &marks))
         return NULL;
     if (missing("plan_simulate", num_fwd, role, saved) < 0)
         return NULL;
@@ -145,7 +130,6 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
     PyObject *saved_out = NULL;
     if (load(&c, graph, num_fwd, role, storage, flops, marks) < 0)
         goto out;
-    c.opt.use_memory_model = (uint8_t)use_model;
     Py_ssize_t n = c.gb.graph.n, len;
     if (fxcut_copy_buffer(saved, "saved", 1, n, 0, &c.saved, &len) < 0)
         goto out;
@@ -193,18 +177,18 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
 {
     static char *keywords[] = {"", "num_fwd_outputs", "role", "storage_of",
                                "flops", "seeds", "exact_max_free",
-                               "time_limit", "max_points", "use_memory_model",
+                               "max_work", "time_limit", "max_points",
                                "marks", NULL};
-    int use_model = 0;
     PyObject *marks = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *storage = Py_None,
                      *flops = Py_None, *seeds = Py_None, *exact_obj = NULL,
                      *points_obj = NULL;
+    long long max_work = 4000000000LL;
     double time_limit = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOdOpO:plan_frontier",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOLdOO:plan_frontier",
                                      keywords, &graph, &num_fwd, &role,
                                      &storage, &flops, &seeds, &exact_obj,
-                                     &time_limit, &points_obj, &use_model,
+                                     &max_work, &time_limit, &points_obj,
                                      &marks))
         return NULL;
     if (missing("plan_frontier", num_fwd, role, Py_None) < 0)
@@ -215,15 +199,20 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     PyObject *masks = NULL;
     if (load(&c, graph, num_fwd, role, storage, flops, marks) < 0)
         goto out;
-    c.opt.use_memory_model = (uint8_t)use_model;
     c.opt.exact_max_free = 16;
+    c.opt.max_work = (int64_t)max_work;
     c.opt.max_points = 1024;
     c.opt.time_limit_s = time_limit;
-    if (int_option(exact_obj, "exact_max_free", 0, 30,
+    if (int32_option(exact_obj, "exact_max_free", 0, 30,
                    &c.opt.exact_max_free) < 0 ||
-        int_option(points_obj, "max_points", 1, 1 << 20,
+        int32_option(points_obj, "max_points", 1, 1 << 20,
                    &c.opt.max_points) < 0)
         goto out;
+    if (max_work < 1) {
+        PyErr_Format(PyExc_ValueError, "max_work = %lld must be at least 1",
+                     max_work);
+        goto out;
+    }
     if (!(time_limit > 0.0)) {
         PyErr_Format(PyExc_ValueError, "time_limit = %g must be positive",
                      time_limit);
@@ -270,12 +259,14 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     }
     if (_PyBytes_Resize(&masks, (Py_ssize_t)f.n_points * n) < 0)
         goto out;
-    result = Py_BuildValue("(NNOiLOO)",
+    result = Py_BuildValue("(NNOiLOOLO)",
                            fxcut_typed_view(peaks, f.n_points, "q", 8),
                            fxcut_typed_view(costs, f.n_points, "q", 8), masks,
                            (int)f.n_free, (long long)f.n_evals,
                            f.exact ? Py_True : Py_False,
-                           f.timed_out ? Py_True : Py_False);
+                           f.timed_out ? Py_True : Py_False,
+                           (long long)f.work,
+                           f.out_of_work ? Py_True : Py_False);
 out:
     Py_XDECREF(masks);
     free(peaks);

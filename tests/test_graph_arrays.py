@@ -415,10 +415,9 @@ SIGNATURES = {
     "aggressive_options": "(options, /)",
     "memory_simulate": "(graph, /, *, num_fwd_outputs, saved, storage_of=None, flops=None, marks=None, "
                        "timeline=False)",
-    "plan_simulate": "(graph, /, *, num_fwd_outputs, role, saved, storage_of=None, flops=None, "
-                     "use_memory_model=False, marks=None)",
+    "plan_simulate": "(graph, /, *, num_fwd_outputs, role, saved, storage_of=None, flops=None, marks=None)",
     "plan_frontier": "(graph, /, *, num_fwd_outputs, role, storage_of=None, flops=None, seeds=None, "
-                     "exact_max_free=16, time_limit=1.0, max_points=1024, use_memory_model=False, marks=None)",
+                     "exact_max_free=16, max_work=4000000000, time_limit=1.0, max_points=1024, marks=None)",
 }
 
 

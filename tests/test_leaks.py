@@ -158,16 +158,17 @@ def _cases() -> list[Case]:
     plan_full = {**plan_ok, "storage_of": array("i", range(n)), "flops": array("q", [7] * n)}
     plan_cases: list[Case] = [
         ("plan_simulate", ps, (ok,), {**plan_ok, "saved": bytes(n)}, None),
-        ("plan_simulate/model", ps, (ok,), {**plan_full, "saved": bytes([1] * n), "use_memory_model": True}, None),
+        ("plan_simulate/all saved", ps, (ok,), {**plan_full, "saved": bytes([1] * n)}, None),
         ("plan_simulate/bad role", ps, (ok,), {**plan_ok, "role": bytes([9] * n), "saved": bytes(n)}, ValueError),
         ("plan_simulate/storage length", ps, (ok,), {**plan_ok, "saved": bytes(n), "storage_of": array("i", [0])},
          ValueError),
         ("plan_simulate/bad graph", ps, (bad_index,), {**plan_ok, "saved": bytes(n)}, IndexError),
         ("plan_simulate/missing role", ps, (ok,), {"num_fwd_outputs": 1, "saved": bytes(n)}, TypeError),
         ("plan_frontier", pf, (ok,), {**plan_full, "seeds": bytes(2 * n)}, None),
-        ("plan_frontier/model", pf, (ok,), {**plan_full, "use_memory_model": True, "exact_max_free": 0}, None),
+        ("plan_frontier/search", pf, (ok,), {**plan_full, "exact_max_free": 0, "max_work": 500}, None),
         ("plan_frontier/seeds length", pf, (ok,), {**plan_ok, "seeds": bytes(n + 1)}, ValueError),
         ("plan_frontier/time limit", pf, (ok,), {**plan_ok, "time_limit": 0.0}, ValueError),
+        ("plan_frontier/max_work", pf, (ok,), {**plan_ok, "max_work": 0}, ValueError),
         ("plan_frontier/exact_max_free", pf, (ok,), {**plan_ok, "exact_max_free": 99}, ValueError),
         ("plan_frontier/bad graph", pf, (bad_index,), plan_ok, IndexError),
     ]

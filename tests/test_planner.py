@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import fxcut
-from fxcut import _C
+from fxcut import _C, build, extract
 from fxcut.budget import decide_plan
 from fxcut.lower import lower_plan
 from fxcut.plan import make_plan
@@ -31,115 +31,19 @@ from fxcut.planner import PeakPlanner, PlanProblem, _mask, pick
 sys.path.insert(0, str(Path(__file__).parent))
 import zoo  # noqa: E402
 from random_joint import random_joint  # noqa: E402
+from memory_reference import reference_peaks  # noqa: E402
+from test_memory_model import _consistent_getitems  # noqa: E402
+from torch.utils._ordered_set import OrderedSet  # noqa: E402
 from training import eager_step, train_step  # noqa: E402
-
-# --------------------------------------------------------------------------- an independent simulator
-
-
-def py_simulate(prob: PlanProblem, mask: bytes) -> tuple[int, int]:
-    """(peak, recompute flops) of ``mask`` under the semantics stated at the
-    top of csrc/plan.c, written from that text alone."""
-    a = prob.arrays
-    n = len(a)
-    ins = [list(a.in_idx[a.in_ptr[i]:a.in_ptr[i + 1]]) for i in range(n)]
-    roles = prob.roles
-    root = list(range(n))
-    for i in range(n):
-        root[i] = root[prob.storage[i]] if prob.storage[i] != i else i
-    skip = _C.F_VAL_IS_SEQ | _C.F_NON_TENSOR | _C.F_SYM | _C.F_FREE_OBJECT
-
-    def nbytes(r: int) -> int:
-        if roles[r] == _C.PLAN_ROLE_INPUT or a.flags[r] & skip or a.nbytes[r] <= 0:
-            return 0
-        return int(a.nbytes[r])
-
-    nfo = prob.num_fwd_outputs
-    bw_out = [o for o in a.outputs[nfo:] if o >= 0]
-    fw_out = [o for o in a.outputs[:nfo] if o >= 0]
-    state: dict[int, str] = {}
-    todo = list(bw_out)
-    while todo:
-        x = todo.pop()
-        if x in state:
-            continue
-        r = roles[x]
-        st = {_C.PLAN_ROLE_INPUT: "in", _C.PLAN_ROLE_BACKWARD: "bw", _C.PLAN_ROLE_SAVE: "saved",
-              _C.PLAN_ROLE_RECOMPUTE: "re"}.get(r, "saved" if mask[x] else "re")
-        state[x] = st
-        if st in ("bw", "re"):
-            todo.extend(ins[x])
-    saved = [i for i in range(n) if state.get(i) == "saved"]
-    cost = sum(prob.flops[i] for i in range(n) if state.get(i) == "re")
-    fw: set[int] = set()
-    todo = fw_out + saved
-    while todo:
-        x = todo.pop()
-        if x not in fw:
-            fw.add(x)
-            todo.extend(ins[x])
-    fw_sched = [i for i in range(n) if i in fw and roles[i] != _C.PLAN_ROLE_INPUT]
-    bwset = {i for i, s in state.items() if s in ("bw", "re")}
-    first = next((i for i in sorted(bwset) if any(a.flags[u] & _C.F_TANGENT for u in ins[i])), None)
-    bw_sched: list[int] = []
-    done: set[int] = set()
-
-    def pull(v: int) -> None:
-        if v in done:
-            return
-        group, todo2 = {v}, [v]
-        while todo2:
-            x = todo2.pop()
-            for u in ins[x]:
-                if u in bwset and u not in done and u not in group:
-                    group.add(u)
-                    todo2.append(u)
-        for x in sorted(group):
-            done.add(x)
-            bw_sched.append(x)
-
-    for v in sorted(bwset):
-        if first is None or v >= first:
-            pull(v)
-    for o in bw_out:
-        if o in bwset:
-            pull(o)
-
-    def run(sched: list[int], pinned: set[int], live: set[int]) -> int:
-        last: dict[int, int] = {}
-        for t, v in enumerate(sched):
-            last[root[v]] = t
-            for u in ins[v]:
-                last[root[u]] = t
-        cur = sum(nbytes(r) for r in live)
-        peak = cur
-        for t, v in enumerate(sched):
-            if root[v] == v and nbytes(v) > 0 and v not in live:
-                live.add(v)
-                cur += nbytes(v)
-            peak = max(peak, cur)
-            for r in {root[u] for u in ins[v]} | {root[v]}:
-                if r in live and r not in pinned and last.get(r, -1) <= t:
-                    live.discard(r)
-                    cur -= nbytes(r)
-        return peak
-
-    fw_peak = run(fw_sched, {root[o] for o in fw_out} | {root[s] for s in saved}, set())
-    used_bw = {root[u] for v in bw_sched for u in ins[v]} | {root[v] for v in bw_sched}
-    start = {root[s] for s in saved if nbytes(root[s]) > 0 and root[s] in used_bw}
-    bw_peak = run(bw_sched, {root[o] for o in bw_out}, start)
-    return max(fw_peak, bw_peak), cost
-
 
 # --------------------------------------------------------------------------- helpers
 
 
-def _problem(module: torch.fx.GraphModule, num_fwd_outputs: int, statics: Any = None,
-             *, memory_model: bool) -> tuple[PlanProblem, Any]:
+def _problem(module: torch.fx.GraphModule, num_fwd_outputs: int, statics: Any = None) -> tuple[PlanProblem, Any]:
     plan = make_plan(module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
                      objective=_Keep())
     chosen = decide_plan(plan, lower_plan(plan))
     prob = PeakPlanner().problem(chosen, num_fwd_outputs)
-    prob.use_memory_model = memory_model
     return prob, chosen
 
 
@@ -178,8 +82,7 @@ def _random_cases(count: int, max_free: int = 10) -> list[int]:
     for seed in range(400):
         j = random_joint(seed, n_fw=12)
         try:
-            prob, chosen = _problem(j.module, j.num_fwd_outputs, j.static_lifetime_input_indices,
-                                    memory_model=False)
+            prob, chosen = _problem(j.module, j.num_fwd_outputs, j.static_lifetime_input_indices)
         except Exception:
             continue
         if chosen.stage == "no_backward":
@@ -193,35 +96,60 @@ def _random_cases(count: int, max_free: int = 10) -> list[int]:
 
 
 RANDOM_SEEDS = _random_cases(12)
+#: small enough to build torch's modules for every decision (at most 2^6)
+ORACLE_SEEDS = _random_cases(4, max_free=6)
 
 
 # --------------------------------------------------------------------------- exact mode
 
 
-@pytest.mark.parametrize("seed", RANDOM_SEEDS)
-def test_exact_mode_is_the_brute_force_frontier_own_model(seed: int) -> None:
+def _reference_point(plan: Any, prob: PlanProblem, mask: bytes) -> tuple[int, int]:
+    """(peak, recompute flops) of the decision ``mask`` measured on the
+    modules torch's own extraction builds for it (tests/memory_reference.py
+    walks them), not by the C memory model: the saved set is the model's
+    normalised one (which values the backward reads), everything else torch's."""
+    a = prob.arrays
+    saved = [a.nodes[i] for i in range(len(a)) if prob.simulate(mask).saved[i]]
+    fw, bw = build.torch_build_modules(plan.joint_module, extract.split_saved(saved), prob.num_fwd_outputs,
+                                       OrderedSet(), False, False)
+    fw_peak, bw_peak = reference_peaks(plan.joint_module, fw, bw)
+    index = {node.name: i for i, node in enumerate(a.nodes)}
+    dep = bytearray(len(a))  # tangent-dependent: the backward's own work, not recompute
+    for i in range(len(a)):
+        dep[i] = bool(a.kind[i] == _C.KIND_PLACEHOLDER and a.flags[i] & (_C.F_TANGENT | _C.F_BWD_SEED)) or any(
+            dep[u] for u in a.in_idx[a.in_ptr[i]:a.in_ptr[i + 1]])
+    flops = sum(prob.flops[index[n.name]] for n in bw.graph.nodes
+                if n.op == "call_function" and n.name in index and not dep[index[n.name]])
+    return max(fw_peak, bw_peak), flops
+
+
+@pytest.mark.parametrize("seed", ORACLE_SEEDS)
+def test_exact_mode_is_the_frontier_of_torchs_built_modules(seed: int) -> None:
+    """Exact mode against an independent oracle: every decision over the
+    free values, each measured on torch's own forward/backward modules."""
     j = random_joint(seed, n_fw=12)
-    prob, _ = _problem(j.module, j.num_fwd_outputs, j.static_lifetime_input_indices, memory_model=False)
+    _consistent_getitems(j.module)
+    plan = make_plan(j.module, num_fwd_outputs=j.num_fwd_outputs,
+                     static_lifetime_input_indices=j.static_lifetime_input_indices, objective=_Keep())
+    chosen = decide_plan(plan, lower_plan(plan))
+    build.build(plan, chosen, list(chosen.saved), None)  # torch's DCE/CSE on the module, as the route does
+    prob = PeakPlanner().problem(chosen, j.num_fwd_outputs)
     free = _free_reachable(prob)
-    base = bytearray(len(prob.arrays))
     points = []
     for bits in itertools.product((0, 1), repeat=len(free)):
-        m = bytearray(base)
+        m = bytearray(len(prob.arrays))
         for i, b in zip(free, bits):
             m[i] = b
-        points.append(py_simulate(prob, bytes(m)))
-    front = prob.frontier([], exact_max_free=16, time_limit=30.0)
+        points.append(_reference_point(plan, prob, bytes(m)))
+    front = prob.frontier([], exact_max_free=16)
     assert front.exact and front.n_free == len(free)
     assert list(zip(front.peak_bytes, front.recompute_flops)) == _brute_front(points)
-    # each point's mask realises its (peak, cost) in the independent simulator
-    for p, c, m in zip(front.peak_bytes, front.recompute_flops, front.masks):
-        assert py_simulate(prob, m) == (p, c)
 
 
 @pytest.mark.parametrize("seed", RANDOM_SEEDS[:6])
 def test_exact_mode_is_the_brute_force_frontier_memory_model(seed: int) -> None:
     j = random_joint(seed, n_fw=12)
-    prob, _ = _problem(j.module, j.num_fwd_outputs, j.static_lifetime_input_indices, memory_model=True)
+    prob, _ = _problem(j.module, j.num_fwd_outputs, j.static_lifetime_input_indices)
     free = _free_reachable(prob)
     points = []
     for bits in itertools.product((0, 1), repeat=len(free)):
@@ -230,7 +158,7 @@ def test_exact_mode_is_the_brute_force_frontier_memory_model(seed: int) -> None:
             m[i] = b
         s = prob.simulate(bytes(m))
         points.append((s.peak_bytes, s.recompute_flops))
-    front = prob.frontier([], exact_max_free=16, time_limit=30.0)
+    front = prob.frontier([], exact_max_free=16)
     assert front.exact
     assert list(zip(front.peak_bytes, front.recompute_flops)) == _brute_front(points)
     # the least cost under every limit: pick() is the brute-force optimum
@@ -246,20 +174,19 @@ def test_exact_mode_is_the_brute_force_frontier_memory_model(seed: int) -> None:
 ZOO = ["gpt2", "llama", "vit", "moe", "llama_bf16", "gpt2_ckpt"]
 
 
-def _plan(name: str, budget: float) -> Any:
-    # A time limit the search never reaches (its restarts are bounded): each
-    # budget's plan then comes from the same complete search, so monotonicity
-    # is checked, not the machine's speed (under ASan the default 2 s limit
-    # cuts the search short at different points for different budgets).
+def _plan(name: str, budget: float, **options: Any) -> Any:
+    # The default options: the search stops at its work budget (a count, the
+    # same on every machine), the time limit is a safety net it never meets.
     cap = zoo.capture(name)
-    fn = fxcut.planned_partitioner(budget, time_limit=600.0)
+    fn = fxcut.planned_partitioner(budget, **options)
     fn(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
-    return fn.planner.last
+    assert not fn.planner.last.timed_out
+    return fn.planner.last, fn.planner.last_frontier
 
 
 @pytest.mark.parametrize("name", ZOO)
 def test_peak_is_monotonic_and_b1_dominates_torch(name: str) -> None:
-    plans = [_plan(name, b) for b in (0.0, 0.3, 0.7, 1.0)]
+    plans = [_plan(name, b)[0] for b in (0.0, 0.3, 0.7, 1.0)]
     peaks = [p.peak_bytes for p in plans]
     assert peaks == sorted(peaks), peaks
     top = plans[-1]
@@ -268,8 +195,22 @@ def test_peak_is_monotonic_and_b1_dominates_torch(name: str) -> None:
     assert plans[0].peak_bytes == plans[0].lowest_peak_bytes <= top.torch_peak_bytes
 
 
-@pytest.mark.parametrize("name", ["mlp", "gpt2", "llama", "vit", "moe", "gpt2_dropout", "llama_sac",
-                                  "resnet", "lstm"])
+def test_separate_calls_cut_short_by_the_work_budget_stay_monotonic() -> None:
+    """A work budget that stops llama's search long before it would end
+    (~1/15 of the evaluations it needs): separately made calls for four
+    budgets stop at the same point (same evaluations, same frontier), so
+    their peaks are ordered as the budgets, however loaded the machine."""
+    runs = [_plan("llama", b, max_work=2_000_000) for b in (0.0, 0.3, 0.7, 1.0)]
+    fronts = [f for _, f in runs]
+    assert all(f.out_of_work and not f.timed_out for f in fronts)
+    assert len({(f.n_evals, f.work, tuple(f.peak_bytes), tuple(f.recompute_flops)) for f in fronts}) == 1
+    peaks = [c.peak_bytes for c, _ in runs]
+    assert peaks == sorted(peaks) and peaks[0] < peaks[-1], peaks
+    # the full default search reaches lower: the budget did cut it short
+    assert _plan("llama", 0.0)[0].peak_bytes < peaks[0]
+
+
+@pytest.mark.parametrize("name", list(zoo.CASES))
 @pytest.mark.parametrize("budget", [0.0, 1.0])
 def test_training_step_matches_eager(name: str, budget: float) -> None:
     case = zoo.CASES[name]
@@ -290,8 +231,8 @@ def test_training_step_matches_eager(name: str, budget: float) -> None:
 def test_plan_saves_what_torch_must_save_and_recomputes_what_it_must() -> None:
     cap = zoo.capture("llama_sac")
     prob, chosen = _problem(cap.fresh(), cap.num_fwd_outputs, cap.partition_kwargs.get(
-        "static_lifetime_input_indices"), memory_model=True)
-    choice = _plan("llama_sac", 0.0)
+        "static_lifetime_input_indices"))
+    choice, _ = _plan("llama_sac", 0.0)
     sim = prob.simulate(_mask(len(prob.arrays), choice.saved))
     saved = set(i for i in range(len(prob.arrays)) if sim.saved[i])
     tag = chosen.decision.tag
@@ -352,7 +293,7 @@ def test_bad_options_raise_naming_them(kwargs: dict[str, Any], name: str) -> Non
 
 def test_bad_core_input_names_it() -> None:
     cap = zoo.capture("mlp")
-    prob, _ = _problem(cap.fresh(), cap.num_fwd_outputs, memory_model=False)
+    prob, _ = _problem(cap.fresh(), cap.num_fwd_outputs)
     bad = bytearray(prob.roles)
     bad[-1] = 9
     with pytest.raises(ValueError, match=r"role\[%d\]" % (len(bad) - 1)):

@@ -249,7 +249,6 @@ def plan_simulate(
     saved: Buffer,
     storage_of: Buffer | None = None,
     flops: Buffer | None = None,
-    use_memory_model: bool = False,
     marks: Buffer | None = None,
 ) -> tuple[int, int, int, int, int, int, int, int, bytes, memoryview, memoryview]: ...
 def plan_frontier(
@@ -262,8 +261,8 @@ def plan_frontier(
     flops: Buffer | None = None,
     seeds: Buffer | None = None,
     exact_max_free: int = 16,
+    max_work: int = 4000000000,
     time_limit: float = 1.0,
     max_points: int = 1024,
-    use_memory_model: bool = False,
     marks: Buffer | None = None,
-) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool]: ...
+) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool]: ...

@@ -52,6 +52,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("fxcut")
 
 DEFAULT_SEED_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
+#: The search's work budget: units of (nodes + edges) per simulated decision.
+#: The search stops there, at the same point on every machine, so separate
+#: calls on one graph search the same frontier (monotonic in the budget).
+DEFAULT_MAX_WORK = 40_000_000
+#: The wall-clock safety net of the search (seconds), far above what the
+#: work budget takes: a limit, not the usual stop.
+DEFAULT_TIME_LIMIT = 60.0
 
 
 
@@ -115,6 +122,8 @@ class Frontier(NamedTuple):
     n_evals: int
     exact: bool
     timed_out: bool
+    work: int
+    out_of_work: bool
 
 
 @dataclass
@@ -126,26 +135,32 @@ class PlanProblem:
     roles: bytes
     storage: array[int]
     flops: array[int]
-    use_memory_model: bool = True
     marks: bytes | None = None
 
     def simulate(self, saved: bytes | Sequence[int], roles: bytes | None = None) -> Simulation:
         mask = saved if isinstance(saved, bytes) else _mask(len(self.arrays), saved)
         out = core.plan_simulate(self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
-                                 saved=mask, storage_of=self.storage, flops=self.flops,
-                               use_memory_model=self.use_memory_model, marks=self.marks)
+                                 saved=mask, storage_of=self.storage, flops=self.flops, marks=self.marks)
         return Simulation(*out)
 
+    def model_point(self, saved: Sequence[int]) -> tuple[int, int]:
+        """(peak, recompute FLOPs) of the decision saving exactly ``saved``:
+        the memory model alone, no plan role applied."""
+        from . import memory
+
+        est = memory.simulate(self.arrays, saved, self.num_fwd_outputs, storage=self.storage, flops=self.flops,
+                              marks=self.marks)
+        return est.peak_bytes, est.recompute_flops
+
     def frontier(self, seeds: Sequence[bytes], *, roles: bytes | None = None, exact_max_free: int = 16,
-                 time_limit: float = 1.0, max_points: int = 1024) -> Frontier:
+                 max_work: int = DEFAULT_MAX_WORK, time_limit: float = 60.0, max_points: int = 1024) -> Frontier:
         n = len(self.arrays)
-        peaks, costs, masks, n_free, n_evals, exact, timed_out = core.plan_frontier(
+        peaks, costs, masks, n_free, n_evals, exact, timed_out, work, out_of_work = core.plan_frontier(
             self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
             storage_of=self.storage, flops=self.flops, seeds=b"".join(seeds), exact_max_free=exact_max_free,
-            time_limit=time_limit, max_points=max_points, use_memory_model=self.use_memory_model,
-            marks=self.marks)
+            max_work=max_work, time_limit=time_limit, max_points=max_points, marks=self.marks)
         return Frontier(list(peaks), list(costs), [masks[k * n:(k + 1) * n] for k in range(len(peaks))],
-                        n_free, n_evals, exact, timed_out)
+                        n_free, n_evals, exact, timed_out, work, out_of_work)
 
 
 def _mask(n: int, saved: Sequence[int]) -> bytes:
@@ -186,6 +201,8 @@ class PlanChoice:
     regions: dict[float, int] = field(default_factory=dict)
     #: torch's decision at each seed budget: (simulated peak, recompute flops)
     torch_points: dict[float, tuple[int, int]] = field(default_factory=dict)
+    #: the wall-clock safety net stopped a search (the plan may then differ between calls)
+    timed_out: bool = False
 
 
 def _check_number(name: str, value: object, lo: float, hi: float, *, integer: bool = False) -> None:
@@ -200,18 +217,25 @@ class PeakPlanner:
 
     ``memory_budget``: b in [0, 1] on the peak (module docstring).
     ``exact_max_candidates``: enumerate every decision when at most this many
-    forward values are free to save or recompute (0..24).  ``time_limit``:
-    seconds for the search (> 0).  ``seed_budgets``: torch budgets whose
+    forward values are free to save or recompute (0..24).  ``max_work``:
+    the search's deterministic budget (units of nodes + edges per simulated
+    decision, >= 1): it stops there on every machine, so plans for two
+    budgets on one graph come from the same search and their peaks are
+    ordered as the budgets.  ``time_limit``: a wall-clock safety net in
+    seconds (> 0); a search it cuts short may differ between calls
+    (``PlanChoice.timed_out``).  ``seed_budgets``: torch budgets whose
     decisions seed the search (1.0 is always included: it defines b=1).
     Region budgets (``torch.autograd.graph.region_activation_memory_budget``)
     override ``memory_budget`` for the values of their region: each region
     is planned with its own limit, in graph order, the others held fixed.
     """
 
-    def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16, time_limit: float = 2.0,
+    def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
+                 max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
                  seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS) -> None:
         _check_number("memory_budget", memory_budget, 0.0, 1.0)
         _check_number("exact_max_candidates", exact_max_candidates, 0, 24, integer=True)
+        _check_number("max_work", max_work, 1, 2**62, integer=True)
         _check_number("time_limit", time_limit, 1e-6, math.inf)
         try:
             seeds = [float(check_budget(b)) for b in seed_budgets]
@@ -219,6 +243,7 @@ class PeakPlanner:
             raise ValueError(f"seed_budgets: {e}") from None
         self.memory_budget = float(memory_budget)
         self.exact_max_candidates = int(exact_max_candidates)
+        self.max_work = int(max_work)
         self.time_limit = float(time_limit)
         self.seed_budgets = sorted(set(seeds) | {1.0})
         self.last: PlanChoice | None = None
@@ -227,7 +252,7 @@ class PeakPlanner:
 
     def __repr__(self) -> str:
         return (f"PeakPlanner(memory_budget={self.memory_budget!r}, exact_max_candidates="
-                f"{self.exact_max_candidates!r}, time_limit={self.time_limit!r})")
+                f"{self.exact_max_candidates!r}, max_work={self.max_work!r}, time_limit={self.time_limit!r})")
 
     def choose_saved(self, plan: Plan, decision: BudgetDecision) -> list[int]:
         """The saved node indices (into ``decision.decision.arrays``) for
@@ -271,21 +296,25 @@ class PeakPlanner:
         seeds = self.torch_seeds(joint_module.graph, chosen, num_fwd_outputs, static_lifetime_input_indices,
                                  estimates)
         seed_masks = [_mask(n, s) for s in seeds.values()]
-        torch_points = {}
-        for b, m in zip(seeds, seed_masks):
-            sim = prob.simulate(m)
-            torch_points[b] = (sim.peak_bytes, sim.recompute_flops)
+        # torch's points: the memory model on torch's own saved sets, not
+        # through the plan's roles (which may only narrow what a plan does)
+        torch_points = {b: prob.model_point(s) for b, s in seeds.items()}
         torch_sim = prob.simulate(seed_masks[0])
+        if (torch_sim.peak_bytes, torch_sim.recompute_flops) != torch_points[1.0]:
+            log.warning("plan: torch's default decision simulates to %s under the plan's roles, %s as torch "
+                        "made it", (torch_sim.peak_bytes, torch_sim.recompute_flops), torch_points[1.0])
         self.last_problem = prob
         groups = _region_groups(prob, self.memory_budget)
         current = seed_masks[0]
-        lowest, points, exact = torch_sim.peak_bytes, 0, True
+        lowest, points, exact, timed_out = torch_sim.peak_bytes, 0, True, False
         per_region: dict[float, int] = {}
         limit_each = self.time_limit / max(1, len(groups))
+        work_each = max(1, self.max_work // max(1, len(groups)))
         for budget, members in groups:
             roles = _roles_for(prob.roles, members, current)
             front = prob.frontier(seed_masks + [current], roles=roles, exact_max_free=self.exact_max_candidates,
-                                  time_limit=limit_each)
+                                  max_work=work_each, time_limit=limit_each)
+            timed_out = timed_out or front.timed_out
             base = prob.simulate(current, roles).peak_bytes
             k = pick(front, budget, base)
             current = front.masks[k]
@@ -298,7 +327,7 @@ class PeakPlanner:
         saved = [i for i in range(n) if current[i]]
         self.last = PlanChoice(saved, final.peak_bytes, final.recompute_flops, torch_sim.peak_bytes,
                                torch_sim.recompute_flops, lowest, points, exact, time.perf_counter() - t0,
-                               per_region, torch_points)
+                               per_region, torch_points, timed_out)
         log.info("plan: budget %g, peak %d (torch %d, lowest %d), recompute %d flops (torch %d), %d points, %.1f ms",
                  self.memory_budget, final.peak_bytes, torch_sim.peak_bytes, lowest, final.recompute_flops,
                  torch_sim.recompute_flops, points, self.last.seconds * 1e3)
@@ -343,14 +372,15 @@ def _roles_for(roles: bytes, members: list[int], current: bytes) -> bytes:
 # --------------------------------------------------------------------------- the partition function
 
 
-def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int = 16, time_limit: float = 2.0,
+def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
+                        max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
                         seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS) -> Any:
     """A partition_fn with torch's signature ``(joint_module, joint_inputs,
     compiler="inductor", *, num_fwd_outputs, static_lifetime_input_indices=None)``
     whose saved set is :class:`PeakPlanner`'s (options as there; a bad one
     raises ValueError naming it).  The default path does the rest."""
-    planner = PeakPlanner(memory_budget, exact_max_candidates=exact_max_candidates, time_limit=time_limit,
-                          seed_budgets=seed_budgets)
+    planner = PeakPlanner(memory_budget, exact_max_candidates=exact_max_candidates, max_work=max_work,
+                          time_limit=time_limit, seed_budgets=seed_budgets)
 
     def planned_partition(joint_module: fx.GraphModule, joint_inputs: Any, compiler: str = "inductor", *,
                           num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,
@@ -365,5 +395,5 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
     return planned_partition
 
 
-__all__ = ["DEFAULT_SEED_BUDGETS", "Frontier", "PeakPlanner", "PlanChoice", "PlanProblem", "Simulation",
+__all__ = ["DEFAULT_MAX_WORK", "DEFAULT_SEED_BUDGETS", "DEFAULT_TIME_LIMIT", "Frontier", "PeakPlanner", "PlanChoice", "PlanProblem", "Simulation",
            "node_flops", "pick", "plan_roles", "planned_partitioner", "storage_of"]
