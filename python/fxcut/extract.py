@@ -70,7 +70,7 @@ def _select(nodes: list[fx.Node], inputs: list[fx.Node], outputs: list[Any], sub
             continue
         op = node.op
         if op == "call_function":
-            if all(x in valid for x in node._input_nodes):
+            if valid.issuperset(node._input_nodes):
                 valid.add(node)
                 copied.append(node)
         elif op == "get_attr":
@@ -174,6 +174,11 @@ _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _set_attr = object.__setattr__
 
 
+_Node = fx.Node
+_new_node = fx.Node.__new__
+_init_node_base = torch._C._NodeBase.__init__
+
+
 def _meta_copy(meta: dict[str, Any]) -> dict[str, Any]:
     """``copy.copy(meta)``, as torch's ``node_copy`` copies it."""
     return meta.copy() if meta.__class__ is dict else copy.copy(meta)
@@ -211,13 +216,18 @@ class _Copier:
             return graph.node_copy(node, self.env.__getitem__)
         self.raw_sym = False
         args = map_aggregate(node.args, self.leaf)
-        kwargs = map_aggregate(node.kwargs, self.leaf)
-        if self.raw_sym and node.op in ("call_function", "call_method", "call_module"):
+        kwargs = map_aggregate(node.kwargs, self.leaf) if node.kwargs else immutable_dict()
+        op = node.op
+        if self.raw_sym and op in ("call_function", "call_method", "call_module"):
             return graph.node_copy(node, self.env.__getitem__)
         if not kwargs:
             kwargs = immutable_dict()
         name = self.namespace.create_name(node.name, None)
-        new = fx.Node(graph, name, node.op, node.target, args, kwargs, node.type)
+        # ``fx.Node(...)`` minus its checks of op and target, which the
+        # node copied from passed: the same two steps its __init__ ends with.
+        new = _new_node(_Node)
+        _init_node_base(new, graph, name, op, node.target, node.type)
+        new._update_args_kwargs(args, kwargs)
         self.namespace.associate_name_with_obj(name, new)
         graph._insert(new)
         self.table.insert(new)
