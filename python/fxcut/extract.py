@@ -70,7 +70,7 @@ def _select(nodes: list[fx.Node], inputs: list[fx.Node], outputs: list[Any], sub
             continue
         op = node.op
         if op == "call_function":
-            if all(x in valid for x in node._input_nodes):
+            if valid.issuperset(node._input_nodes):
                 valid.add(node)
                 copied.append(node)
         elif op == "get_attr":
@@ -166,6 +166,23 @@ def _output_meta(out: fx.Node, values: list[Any], descs: list[Any]) -> None:
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
+#: Sets an attribute without ``Node.__setattr__``, which (on every supported
+#: release) takes the node out of its graph's find-nodes table and puts it
+#: back at the end of its bucket: for a node just created, the last of its
+#: bucket already, that changes nothing but costs three ``hasattr`` and two
+#: dict operations per node.
+_set_attr = object.__setattr__
+
+
+_Node = fx.Node
+_new_node = fx.Node.__new__
+_init_node_base = torch._C._NodeBase.__init__
+
+
+def _meta_copy(meta: dict[str, Any]) -> dict[str, Any]:
+    """``copy.copy(meta)``, as torch's ``node_copy`` copies it."""
+    return meta.copy() if meta.__class__ is dict else copy.copy(meta)
+
 
 class _Copier:
     """``Graph.node_copy`` into one graph, without ``create_node``'s pytree
@@ -199,18 +216,23 @@ class _Copier:
             return graph.node_copy(node, self.env.__getitem__)
         self.raw_sym = False
         args = map_aggregate(node.args, self.leaf)
-        kwargs = map_aggregate(node.kwargs, self.leaf)
-        if self.raw_sym and node.op in ("call_function", "call_method", "call_module"):
+        kwargs = map_aggregate(node.kwargs, self.leaf) if node.kwargs else immutable_dict()
+        op = node.op
+        if self.raw_sym and op in ("call_function", "call_method", "call_module"):
             return graph.node_copy(node, self.env.__getitem__)
         if not kwargs:
             kwargs = immutable_dict()
         name = self.namespace.create_name(node.name, None)
-        new = fx.Node(graph, name, node.op, node.target, args, kwargs, node.type)
+        # ``fx.Node(...)`` minus its checks of op and target, which the
+        # node copied from passed: the same two steps its __init__ ends with.
+        new = _new_node(_Node)
+        _init_node_base(new, graph, name, op, node.target, node.type)
+        new._update_args_kwargs(args, kwargs)
         self.namespace.associate_name_with_obj(name, new)
         graph._insert(new)
         self.table.insert(new)
         graph._len += 1
-        new.meta = copy.copy(node.meta)
+        _set_attr(new, "meta", _meta_copy(node.meta))  # the newest node: see _set_attr
         return new
 
 
@@ -231,7 +253,7 @@ def _extraction_graph(sel: _Selection, descs: list[Any], flag_backward: bool) ->
     env: dict[fx.Node, fx.Node] = {}
     for node in sel.inputs:
         new = graph.placeholder(node.name)
-        new.meta = node.meta
+        _set_attr(new, "meta", node.meta)  # the newest node: see _set_attr
         env[node] = new
     namespace = graph._graph_namespace
     kept = sel.kept
@@ -283,7 +305,7 @@ def _reordered_backward(sel: _Selection, descs: list[Any], flag_backward: bool) 
         # name: ``reluOut`` -> ``relu_out``, ``__saved__`` -> ``saved``) and
         # the reordering copies that name.
         new = graph.create_node("placeholder", node.name, (), {}, None, None)
-        new.meta = copy.copy(node.meta)
+        _set_attr(new, "meta", _meta_copy(node.meta))  # the newest node: see _set_attr
         env[node] = new
     copier = _Copier(graph, env)
 
@@ -491,8 +513,13 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     ]
     fw_sel = _select(nodes, primals + fwd_seed, list(fwd_outputs) + saved_values + saved_sym_nodes,
                      "forward", impure_random, must_fw, must_bw)
-    bw_sel = _select(nodes, saved_sym_nodes + saved_values + tangents + bwd_seed, bwd_outputs,
-                     "backward", impure_random, must_fw, must_bw)
+    bw_inputs = saved_sym_nodes + saved_values + tangents + bwd_seed
+    bw_input_set = set(bw_inputs)
+    if len(bw_input_set) == len(bw_inputs) and bw_input_set == set(probe.inputs):
+        # What survives depends on the set of inputs only: the probe's.
+        bw_sel = _Selection(bw_inputs, probe.copied, probe.kept, probe.outputs)
+    else:
+        bw_sel = _select(nodes, bw_inputs, bwd_outputs, "backward", impure_random, must_fw, must_bw)
 
     fw_graph = _extraction_graph(fw_sel, fw_descs, flag_backward=False)
     _raise_getitems(fw_graph)

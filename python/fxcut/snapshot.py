@@ -39,12 +39,30 @@ class _GraphState:
         self.graph = graph
         nodes = list(graph.nodes)
         self.nodes = nodes
-        # Parallel lists (no per-node object: this runs on every partition).
+        # Parallel flat lists, no per-node object (this runs on every
+        # partition, and every container it made would live through the
+        # whole call, for the garbage collector to traverse): node i's users
+        # are users[user_at[i]:user_at[i + 1]], its meta's keys and values
+        # meta_keys / meta_values[meta_at[i]:meta_at[i + 1]].
         self.args = [n.args for n in nodes]
         self.kwargs = [n.kwargs for n in nodes]
-        self.users = [tuple(n.users) for n in nodes]
         self.metas = [n.meta for n in nodes]
-        self.meta_items = [m.copy() for m in self.metas]
+        users: list[fx.Node] = []
+        user_at = [0]
+        meta_keys: list[str] = []
+        meta_values: list[Any] = []
+        meta_at = [0]
+        for node, meta in zip(nodes, self.metas):
+            users.extend(node.users)
+            user_at.append(len(users))
+            meta_keys.extend(meta)
+            meta_values.extend(meta.values())
+            meta_at.append(len(meta_keys))
+        self.users = users
+        self.user_at = user_at
+        self.meta_keys = meta_keys
+        self.meta_values = meta_values
+        self.meta_at = meta_at
         self.fields = {name: getattr(graph, name, _MISSING) for name in fx_internals.graph_fields}
         namespace = graph._graph_namespace
         self.namespace = namespace
@@ -80,14 +98,17 @@ class _GraphState:
             )
         for node, args, kwargs in zip(nodes, self.args, self.kwargs):
             node._update_args_kwargs(args, kwargs)
-        for node, users, meta, items in zip(nodes, self.users, self.metas, self.meta_items):
-            if tuple(node.users) != users:
+        for i, (node, meta) in enumerate(zip(nodes, self.metas)):
+            users = self.users[self.user_at[i]:self.user_at[i + 1]]
+            if list(node.users) != users:
                 node.users = dict.fromkeys(users)
             if node.meta is not meta:
                 node.meta = meta
-            if meta.keys() != items.keys() or any(meta[k] is not v for k, v in items.items()):
+            a, b = self.meta_at[i], self.meta_at[i + 1]
+            keys, values = self.meta_keys[a:b], self.meta_values[a:b]
+            if list(meta) != keys or any(meta[k] is not v for k, v in zip(keys, values)):
                 meta.clear()
-                meta.update(items)
+                meta.update(zip(keys, values))
         for name, value in self.fields.items():
             if value is _MISSING:
                 if hasattr(graph, name):
