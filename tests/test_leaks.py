@@ -182,7 +182,7 @@ def _cases() -> list[Case]:
         ("plan_frontier/exact_max_free", pf, (ok,), {**plan_ok, "exact_max_free": 99}, ValueError),
         ("plan_frontier/bad graph", pf, (bad_index,), plan_ok, IndexError),
     ]
-    return plan_cases + [
+    return plan_cases + _cse_key_cases() + [
         ("validate", _C.validate, (ok,), {}, None),
         ("validate/bad index", _C.validate, (bad_index,), {}, IndexError),
         ("validate/not arrays", _C.validate, (object(),), {}, TypeError),
@@ -236,6 +236,37 @@ def _cases() -> list[Case]:
         ("knapsack/not a number", kn, (mem, [1.0, "x", 2.0], 0.5, "dp"), {}, TypeError),
         ("knapsack/huge int", kn, (mem, [1.0, 10**400, 2.0], 0.5, "dp"), {}, OverflowError),
         ("knapsack/negative memory", kn, ([-1.0], [1.0], 0.5, "dp"), {}, ValueError),
+    ]
+
+
+def _cse_key_cases() -> list[Case]:
+    """_C.cse_key (fxcut.prepare's per-node CSE key): a key, the fallback
+    (None), and its error paths (a leaf test that raises, an unhashable
+    leaf, a bad config)."""
+    import collections
+
+    from fxcut.prepare import cse_key_config
+
+    g = fx.Graph()
+    x, y = g.placeholder("primals_1"), g.placeholder("primals_2")
+    env = {y: x}
+    config = cse_key_config(True)
+    args = (x, [y, 1.5, 2j, {"k": (y, None)}], torch.float16)
+    kwargs = {"dim": -1, "out": [x]}
+
+    def raising_is_leaf(value: Any) -> bool:
+        raise RuntimeError("leaf test")
+
+    raising = (*config[:5], raising_is_leaf, *config[6:])
+    pair = collections.namedtuple("pair", "a b")(x, y)
+    ck = _C.cse_key
+    return [
+        ("cse_key", ck, (args, kwargs, env, config), {}, None),
+        ("cse_key/fallback", ck, ((x, pair), {}, env, config), {}, None),
+        ("cse_key/fallback in kwargs", ck, ((x,), {"p": pair}, env, config), {}, None),
+        ("cse_key/leaf test raises", ck, ((x, [object()]), {}, env, raising), {}, RuntimeError),
+        ("cse_key/unhashable leaf", ck, ((x, [y, slice(1)]), {}, env, config), {}, TypeError),
+        ("cse_key/bad config", ck, (args, kwargs, env, config[:3]), {}, TypeError),
     ]
 
 

@@ -267,3 +267,6 @@ def plan_frontier(
     use_memory_model: bool = False,
     marks: Buffer | None = None,
 ) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool]: ...
+def cse_key(
+    args: Any, kwargs: Any, env: dict[Any, Any], config: tuple[Any, ...]
+) -> tuple[tuple[Any, ...], Any, tuple[Any, ...], Any, int] | None: ...
