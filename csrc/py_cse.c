@@ -196,8 +196,8 @@ static int flatten_value(const cse_config *cfg, PyObject *value, PyObject **leav
 }
 
 const char fxcut_py_cse_key_doc[] =
-    "cse_key(args, kwargs, env, config) -> (args, args_spec, kwargs, kwargs_spec, hash_arg) or None\n\n"
-    "fx_graph_cse's key of one node: each of ``args`` and ``kwargs`` flattened as pytree does\n"
+    "cse_key($module, args, kwargs, env, config)\n--\n\n"
+    "-> (args, args_spec, kwargs, kwargs_spec, hash_arg) or None: fx_graph_cse's key of one node: each of ``args`` and ``kwargs`` flattened as pytree does\n"
     "(leaves substituted: nodes through ``env``, symbolic values by their ``.node``, floats\n"
     "and complexes through config's by_bits unless None), its structure as a key that compares\n"
     "like a TreeSpec, and hash_arg = hash of the (leaf, type(leaf)) pairs.  ``config``: the\n"
