@@ -245,19 +245,21 @@ def plan_cse(
     region = 0
     # is_mutation_op of an OpOverload target (outside inductor's namespace) is its
     # schema's is_mutable alone: one answer per target.
-    mutable_target: dict[Any, bool] = {}
+    # Keyed by id(target): the nodes hold their targets for the whole plan, and
+    # an OpOverload's __hash__ is Python.
+    mutable_target: dict[int, bool] = {}
     for node in nodes:
         target = node.target
         if isinstance(target, OpOverload) and target.namespace != "inductor":
-            mutates = mutable_target.get(target)
+            mutates = mutable_target.get(id(target))
             if mutates is None:
-                mutates = mutable_target[target] = bool(is_mutation_op(node))
+                mutates = mutable_target[id(target)] = bool(is_mutation_op(node))
         else:
             mutates = is_mutation_op(node)
         if mutates:
             region += 1
         region_ids[node] = region
-    never_merged: dict[Any, bool] = {}  # target -> a random op or aten.empty (never merged)
+    never_merged: dict[int, bool] = {}  # id(target) -> a random op or aten.empty (never merged)
 
     output = nodes[-1]
     output_storages = {k for k in (_storage_key(n) for n in output.all_input_nodes) if k is not None}
@@ -275,17 +277,10 @@ def plan_cse(
         env[n] = n
         if n.op in ("placeholder", "output", "get_attr"):
             continue
-        try:
-            never = never_merged.get(n.target)
-        except TypeError:  # an unhashable target
-            never = None
+        never = never_merged.get(id(n.target))
         if never is None:
             target = get_aten_target(n)
-            never = target in rand_ops or target is empty
-            try:
-                never_merged[n.target] = never
-            except TypeError:
-                pass
+            never = never_merged[id(n.target)] = target in rand_ops or target is empty
         if never or n in skip_bases:
             continue
         if rules.cse_skips_impure and _impure(n, facts, True):
