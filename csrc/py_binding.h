@@ -108,6 +108,7 @@ FXCUT_ENTRY(budget_plan) FXCUT_ENTRY(knapsack)
 FXCUT_ENTRY(aggressive_options)
 FXCUT_ENTRY(memory_simulate)
 FXCUT_ENTRY(plan_simulate) FXCUT_ENTRY(plan_frontier)
+FXCUT_ENTRY(cse_key) FXCUT_ENTRY(lower_read)
 #undef FXCUT_ENTRY
 
 /* The result types py_decide.c, py_knapsack.c and py_memory.c fill (module.c makes
@@ -125,6 +126,7 @@ extern PyStructSequence_Desc fxcut_memory_desc;
     FXCUT_KW_METHOD(min_cut), FXCUT_KW_METHOD(partition_decide),              \
     FXCUT_KW_METHOD(budget_plan), FXCUT_KW_METHOD(knapsack),                  \
     FXCUT_KW_METHOD(aggressive_options), FXCUT_KW_METHOD(memory_simulate),      \
-    FXCUT_KW_METHOD(plan_simulate), FXCUT_KW_METHOD(plan_frontier),
+    FXCUT_KW_METHOD(plan_simulate), FXCUT_KW_METHOD(plan_frontier),         \
+    FXCUT_KW_METHOD(cse_key), FXCUT_KW_METHOD(lower_read),
 
 #endif /* FXCUT_PY_BINDING_H */

@@ -418,6 +418,8 @@ SIGNATURES = {
     "plan_simulate": "(graph, /, *, num_fwd_outputs, role, saved, storage_of=None, flops=None, marks=None)",
     "plan_frontier": "(graph, /, *, num_fwd_outputs, role, storage_of=None, flops=None, seeds=None, "
                      "exact_max_free=16, max_work=4000000000, time_limit=1.0, max_points=1024, marks=None)",
+    "cse_key": "(args, kwargs, env, config)",
+    "lower_read": "(nodes, index, replace, kind_of_op, flags_of, slow, config)",
 }
 
 
@@ -508,3 +510,119 @@ def test_knapsack_results_are_typed() -> None:
     assert list(r.order) == [0, 2, 1] and list(r.save) == [1, 0, 1] and r.value == 4.0
     save, order, value, peak = r
     assert peak == r.peak_bytes >= 0
+
+
+# --------------------------------------------------------------------------- the C reader
+
+_FIELDS = ("kind", "flags", "tag", "ac_graph_id", "nbytes", "arg_ptr", "arg_idx", "in_ptr", "in_idx", "outputs")
+
+
+def _both_paths(graph: fx.Graph, **kw: Any) -> tuple[GraphArrays, GraphArrays]:
+    from fxcut.lower import lower_for_partition
+    from fxcut.ops import default_facts
+
+    facts = default_facts()
+    py = lower_for_partition(graph, facts, impure_random=True, use_c=False, **kw)
+    c = lower_for_partition(graph, facts, impure_random=True, use_c=True, **kw)
+    return py, c
+
+
+def _assert_same_arrays(py: GraphArrays, c: GraphArrays) -> None:
+    for f in _FIELDS:
+        assert getattr(c, f) == getattr(py, f), f
+        assert getattr(c, f).typecode == getattr(py, f).typecode, f
+    assert c.nodes == py.nodes and c.index == py.index
+
+
+@pytest.mark.parametrize("name", ["gpt2_dynamic", "llama_sac", "moe", "gpt2_dropout"])
+def test_c_reader_lowers_zoo_graphs_like_the_python_path(name: str) -> None:
+    """_C.lower_read's arrays equal the Python path's on real joint graphs
+    (symbolic sizes, selective checkpointing tags, ac_graph_id, random ops,
+    tuple values), as is and through a DCE/CSE plan (removed + replace)."""
+    import zoo
+
+    from fxcut import prepare
+    from fxcut.ops import default_facts
+
+    graph = zoo.capture(name).fresh().graph
+    _assert_same_arrays(*_both_paths(graph))
+    prep = prepare.plan(graph, default_facts(), cse=True, impure_random=True)
+    _assert_same_arrays(*_both_paths(graph, removed=prep.removed, replace=prep.replace))
+
+
+def _odd_graph() -> tuple[fx.Graph, dict[fx.Node, fx.Node], fx.Node]:
+    """Placeholders of every role, a node with no meta, a non-tensor and a
+    sequence value, a symbolic size, meta keys that need the slow path, a
+    partitioner tag that is not a str, a str subclass target, non-Node args,
+    and two inputs that one replacement merges."""
+    g = fx.Graph()
+    meta = torch.empty(0, device="meta")
+
+    def ph(name: str, val: Any = None) -> fx.Node:
+        n = g.placeholder(name)
+        if val is not None:
+            n.meta["val"] = val
+        return n
+
+    class Name(str):
+        pass
+
+    x = ph("primals_1", torch.empty(4, 8, device="meta"))
+    y = ph("primals_2", torch.empty(4, 8, dtype=torch.float16, device="meta"))
+    ph("tangents_1", torch.empty(4, 8, device="meta"))
+    ph("fwd_seed", torch.empty((), dtype=torch.int64, device="meta"))
+    ph("bwd_base_offset", torch.empty((), dtype=torch.int64, device="meta"))
+    ph("primals_3")  # no meta at all
+    odd_name = g.placeholder("p")
+    odd_name.target = Name("tangents_odd")
+    odd_name.meta["val"] = meta
+    aten = torch.ops.aten
+    a = g.call_function(aten.mul.Tensor, (x, 2.0))
+    a.meta["val"] = torch.empty(4, 8, device="meta")
+    a.meta["partitioner_tag"] = "is_backward"
+    b = g.call_function(aten.mul.Tensor, (y, 2.0))
+    b.meta.update(val=torch.empty(4, 8, device="meta"), partitioner_tag=["not", "a", "str"])
+    c = g.call_function(aten.add_.Tensor, (a, b))
+    c.meta.update(val=torch.empty(4, 8, device="meta"), partitioner_tag="is_backward", recompute=None)
+    d = g.call_function(aten.sum.default, (c,))
+    d.meta.update(val=torch.empty((), device="meta"), ac_graph_id=3, has_backward_hook=True)
+    e = g.call_function(aten.split.Tensor, (d, 2))
+    e.meta["val"] = [torch.empty(2, device="meta"), torch.empty(2, device="meta")]
+    f = g.call_function(aten.sym_size.int, (x, 0))
+    f.meta["val"] = 4
+    h = g.call_function(aten.cat.default, ([a, b, x], 0), {"out": None})  # Nodes inside a list
+    h.meta["val"] = torch.empty(12, 8, device="meta")
+    k = g.call_function(aten.add.Tensor, (a, b))  # b is replaced by a below: one input
+    k.meta["val"] = torch.empty(4, 8, device="meta")
+    g.output(([k, h, None, e, f],))
+    return g, {b: a}, k
+
+
+def test_c_reader_takes_odd_nodes_through_the_slow_path() -> None:
+    g, replace, merged = _odd_graph()
+    _assert_same_arrays(*_both_paths(g))
+    py, c = _both_paths(g, replace=replace)
+    _assert_same_arrays(py, c)
+    k = py.index[merged]
+    assert list(c.in_idx[c.in_ptr[k]:c.in_ptr[k + 1]]) == [c.index[merged.args[0]]]  # a and b: one input
+
+
+def test_c_reader_leaves_a_foreign_node_to_the_python_error() -> None:
+    """A node that uses a node of another graph: the reader gives up and the
+    Python path raises its LoweringError naming the node."""
+    from fxcut.lower import LoweringError
+
+    other = fx.Graph()
+    stranger = other.placeholder("x")
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(2, device="meta")
+    n = g.call_function(torch.ops.aten.add.Tensor, (x, stranger))
+    n.meta["val"] = torch.empty(2, device="meta")
+    g.output((n,))
+    for use_c in (False, True):
+        from fxcut.lower import lower_for_partition
+        from fxcut.ops import default_facts
+
+        with pytest.raises(LoweringError, match=f"node '{n.name}' uses 'x'"):
+            lower_for_partition(g, default_facts(), impure_random=True, use_c=use_c)

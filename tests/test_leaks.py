@@ -172,7 +172,7 @@ def _cases() -> list[Case]:
         ("plan_frontier/exact_max_free", pf, (ok,), {**plan_ok, "exact_max_free": 99}, ValueError),
         ("plan_frontier/bad graph", pf, (bad_index,), plan_ok, IndexError),
     ]
-    return plan_cases + [
+    return plan_cases + _cse_key_cases() + _lower_read_cases() + [
         ("validate", _C.validate, (ok,), {}, None),
         ("validate/bad index", _C.validate, (bad_index,), {}, IndexError),
         ("validate/not arrays", _C.validate, (object(),), {}, TypeError),
@@ -226,6 +226,80 @@ def _cases() -> list[Case]:
         ("knapsack/not a number", kn, (mem, [1.0, "x", 2.0], 0.5, "dp"), {}, TypeError),
         ("knapsack/huge int", kn, (mem, [1.0, 10**400, 2.0], 0.5, "dp"), {}, OverflowError),
         ("knapsack/negative memory", kn, ([-1.0], [1.0], 0.5, "dp"), {}, ValueError),
+    ]
+
+
+def _cse_key_cases() -> list[Case]:
+    """_C.cse_key (fxcut.prepare's per-node CSE key): a key, the fallback
+    (None), and its error paths (a leaf test that raises, an unhashable
+    leaf, a bad config)."""
+    import collections
+
+    from fxcut.prepare import cse_key_config
+
+    g = fx.Graph()
+    x, y = g.placeholder("primals_1"), g.placeholder("primals_2")
+    env = {y: x}
+    config = cse_key_config(True)
+    args = (x, [y, 1.5, 2j, {"k": (y, None)}], torch.float16)
+    kwargs = {"dim": -1, "out": [x]}
+
+    def raising_is_leaf(value: Any) -> bool:
+        raise RuntimeError("leaf test")
+
+    raising = (*config[:5], raising_is_leaf, *config[6:])
+    pair = collections.namedtuple("pair", "a b")(x, y)
+    ck = _C.cse_key
+    return [
+        ("cse_key", ck, (args, kwargs, env, config), {}, None),
+        ("cse_key/fallback", ck, ((x, pair), {}, env, config), {}, None),
+        ("cse_key/fallback in kwargs", ck, ((x,), {"p": pair}, env, config), {}, None),
+        ("cse_key/leaf test raises", ck, ((x, [object()]), {}, env, raising), {}, RuntimeError),
+        ("cse_key/unhashable leaf", ck, ((x, [y, slice(1)]), {}, env, config), {}, TypeError),
+        ("cse_key/bad config", ck, (args, kwargs, env, config[:3]), {}, TypeError),
+    ]
+
+
+def _lower_read_cases() -> list[Case]:
+    """_C.lower_read (fxcut.lower's C reader): plain and slow-path nodes, a
+    replacement, the give-up (None) on a foreign node, and its error paths
+    (the slow path raising or answering nonsense, a bad config)."""
+    from fxcut.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
+
+    facts = default_facts()
+    node_facts = _NodeFacts(facts, _ValueFacts(facts, True), True)
+    config = node_facts.reader_config()
+    g = fx.Graph()
+    x, t = g.placeholder("primals_1"), g.placeholder("tangents_1")
+    for n in (x, t):
+        n.meta["val"] = torch.empty(4, device="meta")
+    a = g.call_function(aten.mul.Tensor, (x, t))
+    b = g.call_function(aten.mul.Tensor, (x, t))
+    c = g.call_function(aten.add.Tensor, (a, b))
+    for n in (a, b, c):
+        n.meta.update(val=torch.empty(4, device="meta"), partitioner_tag="is_backward")
+    s = g.call_function(aten.split.Tensor, (c, 2))
+    s.meta["val"] = [torch.empty(2, device="meta")] * 2
+    g.output(([c, s],))
+    nodes = list(g.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    stranger = fx.Graph().placeholder("y")
+    foreign = {**index}
+    del foreign[t]
+
+    def raising(node: fx.Node) -> Any:
+        raise RuntimeError("slow path")
+
+    lr = _C.lower_read
+    base = (nodes, index, None, KIND_OF_OP, facts.flags, node_facts, config)
+    return [
+        ("lower_read", lr, base, {}, None),
+        ("lower_read/replace", lr, (nodes, index, {b: a}, *base[3:]), {}, None),
+        ("lower_read/give up", lr, (nodes, foreign, *base[2:]), {}, None),
+        ("lower_read/stranger", lr, ([x, stranger], index, *base[2:]), {}, None),
+        ("lower_read/slow raises", lr, (*base[:5], raising, config), {}, RuntimeError),
+        ("lower_read/slow answers nonsense", lr, (*base[:5], lambda n: "x", config), {}, TypeError),
+        ("lower_read/bad config", lr, (*base[:6], config[:4]), {}, TypeError),
     ]
 
 

@@ -5,6 +5,7 @@ graph torch's partitioner builds with ``eliminate_dead_code`` and
 from __future__ import annotations
 
 import copy
+import operator
 
 import pytest
 import torch
@@ -103,3 +104,65 @@ def test_random_graph_prepares_like_torch(seed: int) -> None:
     a = _torch_prepared(copy.deepcopy(rj.module))
     b, _ = _fxcut_prepared(copy.deepcopy(rj.module))
     _assert_same_graph(a, b)
+
+
+def _odd_args_graph() -> fx.Graph:
+    """Nodes whose args hold every kind of value fx_graph_cse keys on: nested
+    fx lists and dicts, floats (0.0 vs -0.0, nan), complexes, dtypes, a
+    namedtuple (a pytree container fx does not make), a slice, None."""
+    import collections
+
+    Pair = collections.namedtuple("Pair", "a b")
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    y = g.placeholder("primals_2")
+    cat = torch.ops.aten.cat.default
+    g.call_function(cat, ([x, y], 0))
+    g.call_function(cat, ([x, y],), {"dim": 0})
+    g.call_function(torch.ops.aten.add.Tensor, (x, 0.0))
+    g.call_function(torch.ops.aten.add.Tensor, (x, -0.0))
+    g.call_function(torch.ops.aten.add.Tensor, (x, float("nan")))
+    g.call_function(torch.ops.aten.add.Tensor, (x, 1j))
+    g.call_function(torch.ops.aten.add.Tensor, (x, 1))
+    g.call_function(torch.ops.aten.add.Tensor, (x, True))
+    g.call_function(torch.ops.aten._to_copy.default, (x,), {"dtype": torch.float16, "layout": torch.strided})
+    g.call_function(operator.getitem, (x, (None, Ellipsis, "s")))
+    g.call_function(operator.getitem, (x, Pair(x, {"k": [y, 2.5]})))
+    g.call_function(operator.getitem, (x, {"b": [x, (y, {"c": 3})], "a": None}))
+    g.output((x,))
+    return g
+
+
+@pytest.mark.parametrize("floats_by_bits", [False, True])
+def test_c_cse_key_equals_the_python_key(floats_by_bits: bool) -> None:
+    """_C.cse_key gives exactly prepare.python_cse_key's key (leaves, their
+    substitution, structure, hash) on odd args and on every node of a zoo
+    joint graph, or None where pytree must flatten (the namedtuple)."""
+    from fxcut import _C
+
+    graphs = [_odd_args_graph(), zoo.capture("gpt2_dynamic").fresh().graph]
+    config = prepare.cse_key_config(floats_by_bits)
+    fallbacks = 0
+    for graph in graphs:
+        nodes = list(graph.nodes)
+        env = {n: nodes[0] for n in nodes[1::2]}  # substitution of every other node
+        for n in nodes:
+            want = prepare.python_cse_key(n.args, n.kwargs, env, floats_by_bits)
+            got = _C.cse_key(n.args, n.kwargs, env, config)
+            if got is None:
+                fallbacks += 1
+                continue
+            assert got == want, n.name
+            assert [type(a) for a in got[0]] == [type(a) for a in want[0]], n.name
+    assert fallbacks == 1  # the namedtuple's node
+
+
+def test_c_cse_key_rejects_a_bad_config() -> None:
+    from fxcut import _C
+
+    with pytest.raises(TypeError, match="config"):
+        _C.cse_key((), {}, {}, ("not", "enough"))
+    config = list(prepare.cse_key_config(False))
+    config[5] = 3  # tree_is_leaf not callable
+    with pytest.raises(TypeError, match="callable"):
+        _C.cse_key((), {}, {}, tuple(config))

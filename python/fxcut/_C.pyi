@@ -266,3 +266,15 @@ def plan_frontier(
     max_points: int = 1024,
     marks: Buffer | None = None,
 ) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool]: ...
+def cse_key(
+    args: Any, kwargs: Any, env: dict[Any, Any], config: tuple[Any, ...]
+) -> tuple[tuple[Any, ...], Any, tuple[Any, ...], Any, int] | None: ...
+def lower_read(
+    nodes: list[Any],
+    index: dict[Any, int],
+    replace: dict[Any, Any] | None,
+    kind_of_op: dict[str, int],
+    flags_of: Any,
+    slow: Any,
+    config: tuple[Any, ...],
+) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[int]] | None: ...

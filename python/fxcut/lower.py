@@ -133,13 +133,21 @@ def _lower(
     removed: set[fx.Node] | None = None,
     replace: dict[fx.Node, fx.Node] | None = None,
     edges: bool = True,
+    use_c: bool = True,
 ) -> GraphArrays:
     """One pass over ``graph.nodes``.  ``removed`` nodes are left out and
     every use of a ``replace`` key is lowered as a use of its value: the
-    graph as dead-code elimination and CSE will leave it (fxcut.prepare)."""
+    graph as dead-code elimination and CSE will leave it (fxcut.prepare).
+    ``use_c``: read the nodes through the C reader (``_C.lower_read``) when
+    lowering for the partition; False, or a graph the reader leaves, takes
+    the Python path (the same arrays)."""
     if not isinstance(graph, fx.Graph):
         raise TypeError(f"expected a torch.fx.Graph, got {type(graph).__name__}")
     nodes = [n for n in graph.nodes if n not in removed] if removed else list(graph.nodes)
+    if use_c and with_meta and edges and value_facts is not None and (with_inputs or replace):
+        read = _read_in_c(nodes, facts, value_facts, replace)
+        if read is not None:
+            return read
     if replace:
         return _lower_replaced(nodes, facts, value_facts, with_meta, replace)
     return _lower_nodes(nodes, facts, value_facts, with_meta, with_inputs, edges)
@@ -163,39 +171,13 @@ def _lower_nodes(
     node_cls = fx.Node
     arg_append = arg_idx.append
     in_append = in_idx.append
-    target_flags = facts.flags
     kind_of_op = KIND_OF_OP
-    convert = torch.ops.prims.convert_element_type.default
-    invoke_subgraph = getattr(torch.ops.higher_order, "invoke_subgraph", None)
-    to_copy = torch.ops.aten._to_copy.default
-    cast_bit = _C.F_CAST
-    mask = _FLAGS_MASK
+    node_facts = _NodeFacts(facts, value_facts, with_meta)
 
     for i, node in enumerate(nodes):
         op = node.op
         kind[i] = kind_of_op[op]
-        if op == "call_function":
-            target = node.target
-            bits = target_flags(target)
-            if target is invoke_subgraph and invoke_subgraph_has_effects(node):
-                bits |= _C.F_WITH_EFFECTS
-            if target is convert or (target is to_copy and is_cast_op(node)[0]):
-                bits |= cast_bit
-        elif op == "placeholder":
-            bits = _placeholder_flags(node)
-        else:
-            bits = 0
-        if value_facts is not None:
-            bits, nbytes[i] = value_facts(node, bits)
-        if with_meta:
-            meta = node.meta
-            if "recompute" in meta:
-                tag[i] = _recompute_tag(node)
-            if "ac_graph_id" in meta:
-                ac_value, ac_flag = _ac_graph_id(node)
-                ac_graph_id[i] = ac_value
-                bits |= ac_flag
-        flags[i] = bits & mask
+        flags[i], nbytes[i], tag[i], ac_graph_id[i] = node_facts(node)
 
         if not edges:
             continue
@@ -215,6 +197,88 @@ def _lower_nodes(
         if op == "output":
             outputs.extend(index[a] if a.__class__ is node_cls else -1 for a in _output_leaves(node))
 
+    return GraphArrays(nodes=nodes, index=index, kind=kind, flags=flags, tag=tag, ac_graph_id=ac_graph_id,
+                       nbytes=nbytes, arg_ptr=arg_ptr, arg_idx=arg_idx, in_ptr=in_ptr, in_idx=in_idx,
+                       outputs=outputs)
+
+
+class _NodeFacts:
+    """One node's (flags, nbytes, tag, ac_graph_id) as lowering computes them:
+    the Python path's, and the C reader's for any node it does not take as
+    plain (``_C.lower_read``)."""
+
+    def __init__(self, facts: TargetFacts, value_facts: Any, with_meta: bool) -> None:
+        self.target_flags = facts.flags
+        self.value_facts = value_facts
+        self.with_meta = with_meta
+        self.convert = torch.ops.prims.convert_element_type.default
+        self.invoke_subgraph = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+        self.to_copy = torch.ops.aten._to_copy.default
+
+    def __call__(self, node: fx.Node) -> tuple[int, int, int, int]:
+        op = node.op
+        if op == "call_function":
+            target = node.target
+            bits = self.target_flags(target)
+            if target is self.invoke_subgraph and invoke_subgraph_has_effects(node):
+                bits |= _C.F_WITH_EFFECTS
+            if target is self.convert or (target is self.to_copy and is_cast_op(node)[0]):
+                bits |= _C.F_CAST
+        elif op == "placeholder":
+            bits = _placeholder_flags(node)
+        else:
+            bits = 0
+        nbytes = 0
+        if self.value_facts is not None:
+            bits, nbytes = self.value_facts(node, bits)
+        tag, ac_value = _C.TAG_NONE, 0
+        if self.with_meta:
+            meta = node.meta
+            if "recompute" in meta:
+                tag = _recompute_tag(node)
+            if "ac_graph_id" in meta:
+                ac_value, ac_flag = _ac_graph_id(node)
+                bits |= ac_flag
+        return bits & _FLAGS_MASK, nbytes, tag, ac_value
+
+    def reader_config(self) -> tuple[Any, ...]:
+        """``config`` of ``_C.lower_read``: what makes a node plain."""
+        vf = self.value_facts
+        special = tuple(t for t in (self.convert, self.to_copy, self.invoke_subgraph) if t is not None)
+        return (fx.Node, torch.Tensor, special, ("recompute", "ac_graph_id", "has_backward_hook"),
+                _HOP, vf.impure_bit, _F_IMPURE, _FLAGS_MASK, _C.KIND_CALL_FUNCTION, _F_GETITEM, vf.triton_hop,
+                _MUTABLE, _F_IS_BACKWARD_TAG, _F_MUST_BE_IN_BW, _C.KIND_PLACEHOLDER,
+                _C.F_TANGENT, _C.F_FWD_SEED, _C.F_BWD_SEED, _C.F_PRIMAL)
+
+
+def _read_in_c(nodes: list[fx.Node], facts: TargetFacts, value_facts: _ValueFacts,
+               replace: dict[fx.Node, fx.Node] | None) -> GraphArrays | None:
+    """``_lower`` with meta and value facts, through the C reader; None where
+    the reader leaves a graph to the Python path (which then raises what it
+    raises)."""
+    index = {node: i for i, node in enumerate(nodes)}
+    node_facts = _NodeFacts(facts, value_facts, True)
+    out = _C.lower_read(nodes, index, replace or None, KIND_OF_OP, facts.flags, node_facts,
+                        node_facts.reader_config())
+    if out is None:
+        return None
+    kind_b, flags_b, tag_b, ac_b, nbytes_b, arg_ptr_b, arg_idx_b, in_ptr_b, in_idx_b, output_at = out
+    arrays = []
+    for code, raw in (("B", kind_b), ("I", flags_b), ("b", tag_b), ("i", ac_b), ("q", nbytes_b),
+                      ("i", arg_ptr_b), ("i", arg_idx_b), ("i", in_ptr_b), ("i", in_idx_b)):
+        a = array(code)
+        a.frombytes(raw)
+        arrays.append(a)
+    kind, flags, tag, ac_graph_id, nbytes, arg_ptr, arg_idx, in_ptr, in_idx = arrays
+    outputs = array("i")
+    node_cls = fx.Node
+    try:
+        for i in output_at:
+            outputs.extend(
+                index[replace.get(a, a) if replace else a] if a.__class__ is node_cls else -1
+                for a in _output_leaves(nodes[i]))
+    except KeyError:
+        return None
     return GraphArrays(nodes=nodes, index=index, kind=kind, flags=flags, tag=tag, ac_graph_id=ac_graph_id,
                        nbytes=nbytes, arg_ptr=arg_ptr, arg_idx=arg_idx, in_ptr=in_ptr, in_idx=in_idx,
                        outputs=outputs)
@@ -390,6 +454,7 @@ def lower_for_partition(
     impure_random: bool,
     removed: set[fx.Node] | None = None,
     replace: dict[fx.Node, fx.Node] | None = None,
+    use_c: bool = True,
 ) -> GraphArrays:
     """Everything the partition decision reads: structure, target flags,
     per-node value facts, tags, ac_graph_id and byte sizes -- of the graph
@@ -397,7 +462,7 @@ def lower_for_partition(
     start = time.perf_counter()
     arrays = _lower(
         graph, facts, value_facts=_ValueFacts(facts, impure_random), with_meta=True,
-        removed=removed, replace=replace,
+        removed=removed, replace=replace, use_c=use_c,
     )
     arrays.seconds = time.perf_counter() - start
     return arrays

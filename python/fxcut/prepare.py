@@ -20,10 +20,12 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._ops import OpOverload
 from torch.fx.graph import CodeGen, _Namespace
-from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._pytree import tree_flatten
+from torch.fx.immutable_collections import immutable_dict, immutable_list
+from torch.utils._pytree import tree_flatten, tree_is_leaf
 
+from . import _C
 from .ops import TargetFacts, aten_target, default_facts, is_impure, mutable_hop_targets, mutated_inputs
 from .versions import Rules, rules_or_nearest
 
@@ -65,13 +67,61 @@ def plan_dead_code(nodes: list[fx.Node], facts: TargetFacts, impure_random: bool
 
 
 def _storage_key(node: fx.Node) -> Any:
+    """The identity torch's ``StorageWeakRef`` compares and hashes by (the
+    storage's address), without making a weak reference per node."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return None
     try:
-        return StorageWeakRef(val.untyped_storage())  # type: ignore[no-untyped-call]  # unannotated in torch
+        return val.untyped_storage()._cdata
     except NotImplementedError:
         return None
+
+
+#: A leaf in a structure key (``_flatten``): torch's leaf TreeSpec.
+_LEAF: tuple[Any, ...] = ("None", None, ())
+_CONTAINERS: dict[type, str] = {t: str(t) for t in (tuple, list, dict, immutable_list, immutable_dict)}
+_KNOWN_LEAVES: frozenset[type] = frozenset({
+    fx.Node, int, float, bool, str, type(None), complex, torch.dtype, torch.device, torch.layout,
+    torch.memory_format, torch.SymInt, torch.SymFloat, torch.SymBool,
+})
+
+
+class _NotFast(Exception):
+    """A value holds a pytree container ``_flatten`` does not know."""
+
+
+def _flatten_into(value: Any, leaves: list[Any]) -> tuple[Any, ...]:
+    cls = value.__class__
+    name = _CONTAINERS.get(cls)
+    if name is None:
+        if cls in _KNOWN_LEAVES or tree_is_leaf(value):
+            leaves.append(value)
+            return _LEAF
+        raise _NotFast
+    if cls is dict or cls is immutable_dict:
+        return (name, list(value), tuple([_flatten_into(v, leaves) for v in value.values()]))
+    return (name, None, tuple([_flatten_into(v, leaves) for v in value]))
+
+
+def _spec_key(spec: Any) -> tuple[Any, ...]:
+    """A pytree TreeSpec as the key ``_flatten_into`` builds: equal exactly
+    when the TreeSpecs are (same ``str(type)``, context and children)."""
+    if spec.type is None:
+        return _LEAF
+    return (str(spec.type), spec.context, tuple(_spec_key(c) for c in spec._children))
+
+
+def _flatten(value: Any) -> tuple[list[Any], tuple[Any, ...]]:
+    """``tree_flatten(value)``'s leaves, and its TreeSpec as a key that
+    compares the way TreeSpecs do; fx's containers without pytree's
+    per-call machinery, anything else through pytree itself."""
+    leaves: list[Any] = []
+    try:
+        return leaves, _flatten_into(value, leaves)
+    except _NotFast:
+        leaves, spec = tree_flatten(value)
+        return leaves, _spec_key(spec)
 
 
 @dataclass(frozen=True)
@@ -90,6 +140,39 @@ def _by_bits(value: Any) -> Any:
     if type(value) is complex:
         return _FloatBits("complex", struct.pack(">dd", value.real, value.imag))
     return value
+
+
+_SYM_TYPES = (torch.SymBool, torch.SymInt, torch.SymFloat)
+#: A node's CSE key: (args, args_spec, kwargs, kwargs_spec, hash_arg) -- each of
+#: args and kwargs flattened and substituted as ``fx_graph_cse`` does, its
+#: structure as ``_flatten`` keys it, and the hash torch's table keys on.
+CseKey = tuple[tuple[Any, ...], Any, tuple[Any, ...], Any, int]
+
+
+def _substitute(values: Any, env: dict[fx.Node, fx.Node], floats_by_bits: bool) -> tuple[tuple[Any, ...], Any]:
+    leaves, spec = _flatten(values)
+    for i, v in enumerate(leaves):
+        if isinstance(v, fx.Node) and v in env:
+            leaves[i] = env[v]
+        if isinstance(v, _SYM_TYPES):
+            leaves[i] = v.node
+        if floats_by_bits:
+            leaves[i] = _by_bits(leaves[i])
+    return tuple(leaves), spec
+
+
+def python_cse_key(args: Any, kwargs: Any, env: dict[fx.Node, fx.Node], floats_by_bits: bool) -> CseKey:
+    """A node's CSE key (``CseKey``), in Python: the reference for, and the
+    fallback of, the C extension's ``cse_key``."""
+    a, a_spec = _substitute(args, env, floats_by_bits)
+    k, k_spec = _substitute(kwargs, env, floats_by_bits)
+    return a, a_spec, k, k_spec, hash((tuple((x, type(x)) for x in a), tuple((x, type(x)) for x in k)))
+
+
+def cse_key_config(floats_by_bits: bool) -> tuple[Any, ...]:
+    """The ``config`` argument of the C extension's ``cse_key``."""
+    return (fx.Node, _SYM_TYPES, _CONTAINERS, (dict, immutable_dict), _KNOWN_LEAVES, tree_is_leaf,
+            _by_bits if floats_by_bits else None, _LEAF)
 
 
 def _backward_ancestors(nodes: list[fx.Node], num_fwd_outputs: int) -> set[fx.Node]:
@@ -135,6 +218,7 @@ def plan_cse(
     rules: Rules | None = None,
     num_fwd_outputs: int | None = None,
     facts: TargetFacts | None = None,
+    use_c: bool = True,
 ) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node, int]]:
     """``fx_graph_cse``'s choices over ``nodes`` (the graph after dead-code
     elimination): duplicate -> representative, and the mutation region of
@@ -142,7 +226,10 @@ def plan_cse(
     ``rules``: the running release's CSE rules (fxcut.versions).
     ``num_fwd_outputs``: as the partitioner runs CSE (from 2.14 it keeps
     values the backward needs apart from the others); None plans
-    ``fx_graph_cse`` called on its own."""
+    ``fx_graph_cse`` called on its own.  ``use_c``: each node's key (its
+    flattened, substituted args and kwargs and their hash) from the C
+    extension's ``cse_key``; False, or a node whose args hold a pytree
+    container other than fx's, computes it in Python (the same key)."""
     rules = rules or rules_or_nearest()
     facts = facts or default_facts()
     backward: set[fx.Node] | None = None
@@ -156,58 +243,68 @@ def plan_cse(
 
     region_ids: dict[fx.Node, int] = {}
     region = 0
+    # is_mutation_op of an OpOverload target (outside inductor's namespace) is its
+    # schema's is_mutable alone: one answer per target.
+    # Keyed by id(target): the nodes hold their targets for the whole plan, and
+    # an OpOverload's __hash__ is Python.
+    mutable_target: dict[int, bool] = {}
     for node in nodes:
-        if is_mutation_op(node):
+        target = node.target
+        if isinstance(target, OpOverload) and target.namespace != "inductor":
+            mutates = mutable_target.get(id(target))
+            if mutates is None:
+                mutates = mutable_target[id(target)] = bool(is_mutation_op(node))
+        else:
+            mutates = is_mutation_op(node)
+        if mutates:
             region += 1
         region_ids[node] = region
+    never_merged: dict[int, bool] = {}  # id(target) -> a random op or aten.empty (never merged)
 
     output = nodes[-1]
     output_storages = {k for k in (_storage_key(n) for n in output.all_input_nodes) if k is not None}
-    sym_types = (torch.SymBool, torch.SymInt, torch.SymFloat)
     env: dict[fx.Node, fx.Node] = {}
     hash_env: dict[tuple[Any, Any, int], fx.Node] = {}
-    token_map: dict[tuple[Any, Any, int], dict[str, Any]] = {}
+    token_map: dict[tuple[Any, Any, int], tuple[Any, ...]] = {}
+    keys_stream = rules.cse_keys_stream
     replace: dict[fx.Node, fx.Node] = {}
     empty = torch.ops.aten.empty
     floats_by_bits = rules.cse_floats_by_bits
 
-    def substitute(values: Any) -> tuple[tuple[Any, ...], Any]:
-        leaves, spec = tree_flatten(values)
-        for i, v in enumerate(leaves):
-            if isinstance(v, fx.Node) and v in env:
-                leaves[i] = env[v]
-            if isinstance(v, sym_types):
-                leaves[i] = v.node
-            if floats_by_bits:
-                leaves[i] = _by_bits(leaves[i])
-        return tuple(leaves), spec
-
+    c_key = _C.cse_key if use_c else None
+    config = cse_key_config(floats_by_bits)
     for n in nodes:
         env[n] = n
         if n.op in ("placeholder", "output", "get_attr"):
             continue
-        target = get_aten_target(n)
-        if target in rand_ops or target is empty or n in skip_bases:
+        never = never_merged.get(id(n.target))
+        if never is None:
+            target = get_aten_target(n)
+            never = never_merged[id(n.target)] = target in rand_ops or target is empty
+        if never or n in skip_bases:
             continue
         if rules.cse_skips_impure and _impure(n, facts, True):
             continue
         if output_storages:
-            key = _storage_key(n)
-            if key is not None and key in output_storages:
+            storage = _storage_key(n)
+            if storage is not None and storage in output_storages:
                 continue
         val = n.meta.get("val")
         if isinstance(val, sympy.Symbol) and free_unbacked_symbols(val):
             continue
-        args, args_spec = substitute(n.args)
-        kwargs, kwargs_spec = substitute(n.kwargs)
+        key = c_key(n.args, n.kwargs, env, config) if c_key is not None else None
+        if key is None:
+            key = python_cse_key(n.args, n.kwargs, env, floats_by_bits)
+        args, args_spec, kwargs, kwargs_spec, hash_arg = key
         extra_key = (n in backward) if backward is not None else None
-        token = {"target": n.target, "extra_key": extra_key, "args": args, "args_spec": args_spec,
-                 "kwargs": kwargs, "kwargs_spec": kwargs_spec}
-        if rules.cse_keys_stream:
+        # fx_graph_cse's token, a dict in torch, as a tuple of the same values in a fixed order.
+        if keys_stream:
             custom = n.meta.get("custom", {})
-            token["custom_context"] = (custom.get("stream", 0), custom.get("mempool"), custom.get("mempool_device"))
-        hash_val = (n.target, extra_key,
-                    hash((tuple((a, type(a)) for a in args), tuple((a, type(a)) for a in kwargs))))
+            token: tuple[Any, ...] = (n.target, extra_key, args, args_spec, kwargs, kwargs_spec,
+                                      (custom.get("stream", 0), custom.get("mempool"), custom.get("mempool_device")))
+        else:
+            token = (n.target, extra_key, args, args_spec, kwargs, kwargs_spec)
+        hash_val = (n.target, extra_key, hash_arg)
         known = hash_val in hash_env
         overwrite = False
         if known and token_map[hash_val] == token:

@@ -1,0 +1,268 @@
+/*
+ * cse_key: the key torch's fx_graph_cse computes for one node, read from its
+ * args and kwargs in one C pass (fxcut.prepare.plan_cse calls it per node).
+ *
+ * For each of args and kwargs: the pytree leaves in order, each substituted
+ * as torch's CSE substitutes them (a node by its representative in `env`,
+ * a SymInt/SymFloat/SymBool by its `.node`, a float or complex through
+ * `by_bits` when given), and the structure as a key that compares the way
+ * pytree TreeSpecs do: (str(type), context, children) for a container,
+ * `leaf` for a leaf.  Plus hash_arg, the hash torch keys its table on.
+ *
+ * Only fx's containers (tuple, list, dict, immutable_list, immutable_dict,
+ * exactly those types) are walked here; a value of any other type is a leaf
+ * when it is one of `known_leaves` or `tree_is_leaf(value)` says so, and
+ * otherwise (a namedtuple, a user-registered pytree node) the call returns
+ * None and the caller flattens the node through pytree itself.
+ *
+ * Holds the GIL throughout (it reads Python objects); no global state.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "py_binding.h"
+
+typedef struct {
+    PyObject *env;          /* dict: node -> representative */
+    PyObject *node_cls;     /* torch.fx.Node */
+    PyObject *sym_types;    /* tuple of SymInt, SymFloat, SymBool */
+    PyObject *containers;   /* dict: exact container type -> str(type) */
+    PyObject *dict_types;   /* tuple of the dict-like container types */
+    PyObject *known_leaves; /* frozenset of leaf types */
+    PyObject *is_leaf;      /* pytree.tree_is_leaf */
+    PyObject *by_bits;      /* callable or None */
+    PyObject *leaf;         /* the leaf's structure key */
+} cse_config;
+
+/* 1: a leaf, 0: not one (a container this walk does not know), -1: error. */
+static int known_leaf(const cse_config *cfg, PyObject *value) {
+    int known = PySet_Contains(cfg->known_leaves, (PyObject *)Py_TYPE(value));
+    if (known != 0) {
+        return known;
+    }
+    PyObject *r = PyObject_CallOneArg(cfg->is_leaf, value);
+    if (r == NULL) {
+        return -1;
+    }
+    int truth = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return truth;
+}
+
+/* The substituted leaf (new reference), or NULL with an exception. */
+static PyObject *substitute(const cse_config *cfg, PyObject *value) {
+    PyObject *out = value;
+    int is_node = PyObject_IsInstance(value, cfg->node_cls);
+    if (is_node < 0) {
+        return NULL;
+    }
+    if (is_node) {
+        PyObject *mapped = PyDict_GetItemWithError(cfg->env, value);
+        if (mapped == NULL && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (mapped != NULL) {
+            out = mapped;
+        }
+    }
+    int is_sym = PyObject_IsInstance(value, cfg->sym_types);
+    if (is_sym < 0) {
+        return NULL;
+    }
+    if (is_sym) {
+        return PyObject_GetAttrString(value, "node");
+    }
+    if (cfg->by_bits != Py_None &&
+        (PyFloat_CheckExact(out) || PyComplex_CheckExact(out))) {
+        return PyObject_CallOneArg(cfg->by_bits, out);
+    }
+    Py_INCREF(out);
+    return out;
+}
+
+/* The structure key of `value` (new reference), its leaves appended to
+ * `leaves`; Py_None (new reference) when a container is not fx's, NULL with
+ * an exception on error. */
+static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leaves) {
+    PyObject *name = PyDict_GetItemWithError(cfg->containers, (PyObject *)Py_TYPE(value));
+    if (name == NULL) {
+        if (PyErr_Occurred()) {
+            return NULL;
+        }
+        int leaf = known_leaf(cfg, value);
+        if (leaf < 0) {
+            return NULL;
+        }
+        if (!leaf) {
+            Py_RETURN_NONE;
+        }
+        PyObject *sub = substitute(cfg, value);
+        if (sub == NULL) {
+            return NULL;
+        }
+        int rc = PyList_Append(leaves, sub);
+        Py_DECREF(sub);
+        if (rc < 0) {
+            return NULL;
+        }
+        Py_INCREF(cfg->leaf);
+        return cfg->leaf;
+    }
+    if (Py_EnterRecursiveCall(" in fxcut's CSE key")) {
+        return NULL;
+    }
+    PyObject *context = NULL, *items = NULL, *children = NULL, *result = NULL;
+    int is_dict = PyObject_IsInstance(value, cfg->dict_types);
+    if (is_dict < 0) {
+        goto done;
+    }
+    if (is_dict) {
+        context = PySequence_List(value);                    /* the keys, in order */
+        items = context ? PyDict_Values(value) : NULL;
+    } else {
+        Py_INCREF(Py_None);
+        context = Py_None;
+        items = PySequence_List(value);
+    }
+    if (items == NULL) {
+        goto done;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    children = PyTuple_New(n);
+    if (children == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *child = flatten(cfg, PyList_GET_ITEM(items, i), leaves);
+        if (child == NULL) {
+            goto done;
+        }
+        if (child == Py_None) {
+            result = child;                                   /* not fx's: give up */
+            goto done;
+        }
+        PyTuple_SET_ITEM(children, i, child);
+    }
+    result = PyTuple_Pack(3, name, context, children);
+done:
+    Py_LeaveRecursiveCall();
+    Py_XDECREF(context);
+    Py_XDECREF(items);
+    Py_XDECREF(children);
+    return result;
+}
+
+/* tuple((a, type(a)) for a in leaves), new reference. */
+static PyObject *typed_pairs(PyObject *leaves) {
+    Py_ssize_t n = PyTuple_GET_SIZE(leaves);
+    PyObject *pairs = PyTuple_New(n);
+    if (pairs == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(leaves, i);
+        PyObject *pair = PyTuple_Pack(2, a, (PyObject *)Py_TYPE(a));
+        if (pair == NULL) {
+            Py_DECREF(pairs);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(pairs, i, pair);
+    }
+    return pairs;
+}
+
+/* (leaves tuple, structure key) of one value, or Py_None; new references. */
+static int flatten_value(const cse_config *cfg, PyObject *value, PyObject **leaves_out,
+                         PyObject **spec_out) {
+    PyObject *leaves = PyList_New(0);
+    if (leaves == NULL) {
+        return -1;
+    }
+    PyObject *spec = flatten(cfg, value, leaves);
+    if (spec == NULL || spec == Py_None) {
+        Py_DECREF(leaves);
+        *spec_out = spec;
+        *leaves_out = NULL;
+        return spec == NULL ? -1 : 0;
+    }
+    *leaves_out = PyList_AsTuple(leaves);
+    Py_DECREF(leaves);
+    if (*leaves_out == NULL) {
+        Py_DECREF(spec);
+        return -1;
+    }
+    *spec_out = spec;
+    return 0;
+}
+
+const char fxcut_py_cse_key_doc[] =
+    "cse_key($module, args, kwargs, env, config)\n--\n\n"
+    "-> (args, args_spec, kwargs, kwargs_spec, hash_arg) or None: fx_graph_cse's key of one node: each of ``args`` and ``kwargs`` flattened as pytree does\n"
+    "(leaves substituted: nodes through ``env``, symbolic values by their ``.node``, floats\n"
+    "and complexes through config's by_bits unless None), its structure as a key that compares\n"
+    "like a TreeSpec, and hash_arg = hash of the (leaf, type(leaf)) pairs.  ``config``: the\n"
+    "tuple (node_cls, sym_types, containers, dict_types, known_leaves, tree_is_leaf, by_bits,\n"
+    "leaf_key).  None where a value holds a pytree container other than fx's.";
+
+PyObject *fxcut_py_cse_key(PyObject *module, PyObject *args, PyObject *kwargs) {
+    (void)module;
+    static char *keywords[] = {"args", "kwargs", "env", "config", NULL};
+    PyObject *node_args, *node_kwargs, *config_obj;
+    cse_config cfg;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!:cse_key", keywords, &node_args,
+                                     &node_kwargs, &PyDict_Type, &cfg.env, &PyTuple_Type,
+                                     &config_obj)) {
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(config_obj, "OO!O!O!O!OOO:cse_key config", &cfg.node_cls,
+                          &PyTuple_Type, &cfg.sym_types, &PyDict_Type, &cfg.containers,
+                          &PyTuple_Type, &cfg.dict_types, &PyFrozenSet_Type,
+                          &cfg.known_leaves, &cfg.is_leaf, &cfg.by_bits, &cfg.leaf)) {
+        return NULL;
+    }
+    if (!PyCallable_Check(cfg.is_leaf) || (cfg.by_bits != Py_None && !PyCallable_Check(cfg.by_bits))) {
+        PyErr_SetString(PyExc_TypeError, "cse_key config: tree_is_leaf and by_bits must be callable");
+        return NULL;
+    }
+    PyObject *a_leaves = NULL, *a_spec = NULL, *k_leaves = NULL, *k_spec = NULL;
+    PyObject *a_pairs = NULL, *k_pairs = NULL, *both = NULL, *result = NULL;
+    if (flatten_value(&cfg, node_args, &a_leaves, &a_spec) < 0) {
+        return NULL;
+    }
+    if (a_spec == Py_None) {
+        return a_spec;
+    }
+    if (flatten_value(&cfg, node_kwargs, &k_leaves, &k_spec) < 0) {
+        goto done;
+    }
+    if (k_spec == Py_None) {
+        result = k_spec;
+        k_spec = NULL;
+        goto done;
+    }
+    a_pairs = typed_pairs(a_leaves);
+    k_pairs = a_pairs ? typed_pairs(k_leaves) : NULL;
+    both = k_pairs ? PyTuple_Pack(2, a_pairs, k_pairs) : NULL;
+    if (both == NULL) {
+        goto done;
+    }
+    Py_hash_t h = PyObject_Hash(both);
+    if (h == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    PyObject *hash_obj = PyLong_FromSsize_t(h);
+    if (hash_obj == NULL) {
+        goto done;
+    }
+    result = PyTuple_Pack(5, a_leaves, a_spec, k_leaves, k_spec, hash_obj);
+    Py_DECREF(hash_obj);
+done:
+    Py_XDECREF(a_leaves);
+    Py_XDECREF(a_spec);
+    Py_XDECREF(k_leaves);
+    Py_XDECREF(k_spec);
+    Py_XDECREF(a_pairs);
+    Py_XDECREF(k_pairs);
+    Py_XDECREF(both);
+    return result;
+}

@@ -1,0 +1,609 @@
+/*
+ * lower_read: fxcut.lower's per-node pass over an fx graph's node list, in C.
+ *
+ * For every node: its kind (from `op`), the CSR of its positional Node args
+ * and of its input nodes (uses redirected through `replace`, inputs then
+ * deduplicated in first-use order), and -- for a plain node -- its flag bits
+ * and byte size.  A plain node is a call_function whose target's flags (from
+ * `flags_of`, memoised per target in a table local to the call) carry none
+ * of `slow_bits`, whose target is none of `special_targets`, whose meta has
+ * none of `slow_meta_keys`, and whose meta["val"] is a tensor of an exact
+ * int numel and dtype itemsize.  Every other node's (flags, nbytes, tag,
+ * ac_graph_id) comes from calling `slow(node)`, fxcut.lower's Python facts
+ * of one node, so the two paths cannot disagree on anything but the plain
+ * case (tests/test_graph_arrays.py compares them node for node).
+ *
+ * Returns None, leaving the Python path to run (and raise its error), when a
+ * node's op is unknown, a used node is not in `index`, a count does not fit
+ * 32 bits, or a plain node's size is out of range.  Holds the GIL (it reads
+ * Python objects); no global state.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "py_binding.h"
+
+/* Target -> flags, open addressing on the target's address. */
+typedef struct {
+    PyObject **keys; /* borrowed: the nodes hold their targets */
+    uint64_t *bits;
+    size_t cap, used;
+} target_table;
+
+static size_t slot_of(const target_table *t, PyObject *key) {
+    size_t h = ((size_t)(uintptr_t)key >> 4) * (size_t)0x9E3779B97F4A7C15ull;
+    size_t i = h & (t->cap - 1);
+    while (t->keys[i] != NULL && t->keys[i] != key) {
+        i = (i + 1) & (t->cap - 1);
+    }
+    return i;
+}
+
+static int table_grow(target_table *t) {
+    size_t cap = t->cap ? t->cap * 2 : 64;
+    PyObject **keys = calloc(cap, sizeof *keys);
+    uint64_t *bits = calloc(cap, sizeof *bits);
+    if (keys == NULL || bits == NULL) {
+        free(keys);
+        free(bits);
+        PyErr_NoMemory();
+        return -1;
+    }
+    target_table bigger = {keys, bits, cap, 0};
+    for (size_t i = 0; i < t->cap; i++) {
+        if (t->keys[i] != NULL) {
+            size_t j = slot_of(&bigger, t->keys[i]);
+            bigger.keys[j] = t->keys[i];
+            bigger.bits[j] = t->bits[i];
+            bigger.used++;
+        }
+    }
+    free(t->keys);
+    free(t->bits);
+    *t = bigger;
+    return 0;
+}
+
+/* The target's flags through `flags_of`, memoised; -1 with an exception. */
+static int target_flags(target_table *t, PyObject *flags_of, PyObject *target, uint64_t *out) {
+    if (t->cap == 0 || 2 * (t->used + 1) > t->cap) {
+        if (table_grow(t) < 0) {
+            return -1;
+        }
+    }
+    size_t i = slot_of(t, target);
+    if (t->keys[i] == target) {
+        *out = t->bits[i];
+        return 0;
+    }
+    PyObject *r = PyObject_CallOneArg(flags_of, target);
+    if (r == NULL) {
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(r);
+    Py_DECREF(r);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    t->keys[i] = target;
+    t->bits[i] = (uint64_t)v;
+    t->used++;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* A growable int32 array. */
+typedef struct {
+    int32_t *p;
+    size_t len, cap;
+} ivec;
+
+static int ivec_push(ivec *v, int32_t x) {
+    if (v->len == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 256;
+        int32_t *p = realloc(v->p, cap * sizeof *p);
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        v->p = p;
+        v->cap = cap;
+    }
+    v->p[v->len++] = x;
+    return 0;
+}
+
+typedef struct {
+    PyObject *index, *replace, *kind_of_op, *flags_of, *slow, *node_cls, *tensor_cls;
+    PyObject *special_targets, *slow_meta_keys, *triton_hop;
+    PyObject *s_op, *s_target, *s_args, *s__args, *s_input_nodes, *s_meta, *s_val, *s_numel, *s_itemsize;
+    PyObject *s_tangents, *s_fwd_seed, *s_fwd_base_offset, *s_bwd_seed, *s_bwd_base_offset;
+    uint64_t slow_bits, impure_bits, impure_flag, mask, getitem_bit;
+    uint64_t mutable_bit, is_backward_flag, must_bw_flag;
+    uint64_t f_tangent, f_fwd_seed, f_bwd_seed, f_primal;
+    PyObject *s_partitioner_tag;
+    long kind_call_function, kind_placeholder;
+} reader;
+
+/* The position of a used node (through replace); -2: not in the graph
+ * (give up), -1: error. */
+static Py_ssize_t position_of(const reader *r, PyObject *node) {
+    if (r->replace != Py_None) {
+        PyObject *to = PyDict_GetItemWithError(r->replace, node);
+        if (to == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        if (to != NULL) {
+            node = to;
+        }
+    }
+    PyObject *pos = PyDict_GetItemWithError(r->index, node);
+    if (pos == NULL) {
+        return PyErr_Occurred() ? -1 : -2;
+    }
+    Py_ssize_t v = PyLong_AsSsize_t(pos);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return v < 0 ? -2 : v;
+}
+
+/* The flags meta["partitioner_tag"] adds to `*bits` (torch's is_backward
+ * and must-be-in-backward tests); 0 if the tag is not an exact str (the
+ * slow path compares it), 1 otherwise, -1 on error. */
+static int tag_bits(const reader *r, PyObject *meta, uint64_t *bits) {
+    PyObject *tag = PyDict_GetItemWithError(meta, r->s_partitioner_tag);
+    if (tag == NULL) {
+        return PyErr_Occurred() ? -1 : 1;
+    }
+    if (tag == Py_None) {
+        return 1;
+    }
+    if (!PyUnicode_CheckExact(tag)) {
+        return 0;
+    }
+    if (PyUnicode_CompareWithASCIIString(tag, "is_backward") == 0) {
+        *bits |= r->is_backward_flag;
+        if (*bits & r->mutable_bit) {
+            *bits |= r->must_bw_flag;
+        }
+    } else if (PyUnicode_CompareWithASCIIString(tag, "must_be_in_backward") == 0) {
+        *bits |= r->must_bw_flag;
+    }
+    return 1;
+}
+
+/* 1 and *nbytes for a plain node's tensor size, 0 if not plain, -1 error. */
+static int plain_size(const reader *r, PyObject *meta, int64_t *nbytes) {
+    Py_ssize_t nkeys = PyTuple_GET_SIZE(r->slow_meta_keys);
+    for (Py_ssize_t k = 0; k < nkeys; k++) {
+        int has = PyDict_Contains(meta, PyTuple_GET_ITEM(r->slow_meta_keys, k));
+        if (has != 0) {
+            return has < 0 ? -1 : 0;
+        }
+    }
+    PyObject *val = PyDict_GetItemWithError(meta, r->s_val);
+    if (val == NULL) {
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    int is_tensor = PyType_IsSubtype(Py_TYPE(val), (PyTypeObject *)r->tensor_cls) ? 1
+                    : PyObject_IsInstance(val, r->tensor_cls);
+    if (is_tensor <= 0) {
+        return is_tensor;
+    }
+    /* numel() * itemsize, checked (Tensor.nbytes would wrap past 2^63); a
+     * symbolic numel is the slow path's. */
+    int plain = 0;
+    PyObject *numel = PyObject_CallMethodNoArgs(val, r->s_numel);
+    PyObject *itemsize = numel ? PyObject_GetAttr(val, r->s_itemsize) : NULL;
+    if (itemsize == NULL) {
+        plain = -1;
+    } else if (PyLong_CheckExact(numel) && PyLong_CheckExact(itemsize)) {
+        int overflow = 0;
+        long long a = PyLong_AsLongLongAndOverflow(numel, &overflow);
+        long long b = overflow ? 0 : PyLong_AsLongLongAndOverflow(itemsize, &overflow);
+        if ((a == -1 || b == -1) && PyErr_Occurred()) {
+            plain = -1;
+        } else if (!overflow && a >= 0 && b >= 0 && (b == 0 || a <= INT64_MAX / b)) {
+            *nbytes = (int64_t)(a * b);
+            plain = 1;
+        }
+    }
+    Py_XDECREF(numel);
+    Py_XDECREF(itemsize);
+    return plain;
+}
+
+/* node.args: fx.Node's property returns its `_args` slot, read directly
+ * (a subclass goes through its own `args`). */
+static PyObject *node_args_of(const reader *r, PyObject *node) {
+    return PyObject_GetAttr(node, (PyObject *)Py_TYPE(node) == r->node_cls ? r->s__args : r->s_args);
+}
+
+/* 1 if `name` holds `part`, 0 if not, -1 on error. */
+static int holds(PyObject *name, PyObject *part) {
+    Py_ssize_t at = PyUnicode_Find(name, part, 0, PY_SSIZE_T_MAX, 1);
+    return at == -2 ? -1 : at >= 0;
+}
+
+/* A placeholder named by an exact str whose meta["val"] is a tensor of an
+ * exact size and whose meta has none of the slow keys: its flags (the role
+ * its name gives) and size; 1 if so, 0 if the slow path's, -1 on error. */
+static int plain_placeholder(const reader *r, PyObject *node, uint32_t *flags, int64_t *nbytes) {
+    PyObject *target = PyObject_GetAttr(node, r->s_target);
+    if (target == NULL) {
+        return -1;
+    }
+    int plain = 0;
+    uint64_t bits = r->f_primal;
+    if (PyUnicode_CheckExact(target)) {
+        int t = holds(target, r->s_tangents);
+        int f = t ? 0 : holds(target, r->s_fwd_seed);
+        f = (t || f) ? f : holds(target, r->s_fwd_base_offset);
+        int b = (t || f) ? 0 : holds(target, r->s_bwd_seed);
+        b = (t || f || b) ? b : holds(target, r->s_bwd_base_offset);
+        if (t < 0 || f < 0 || b < 0) {
+            Py_DECREF(target);
+            return -1;
+        }
+        bits = t ? r->f_tangent : f ? r->f_fwd_seed : b ? r->f_bwd_seed : r->f_primal;
+        plain = 1;
+    }
+    Py_DECREF(target);
+    if (!plain) {
+        return 0;
+    }
+    PyObject *meta = PyObject_GetAttr(node, r->s_meta);
+    if (meta == NULL) {
+        return -1;
+    }
+    plain = PyDict_CheckExact(meta) ? plain_size(r, meta, nbytes) : 0;
+    Py_DECREF(meta);
+    if (plain > 0) {
+        *flags = (uint32_t)(bits & r->mask);
+    }
+    return plain;
+}
+
+/* 1 if node.args[0] is not exactly a Node or is one whose target is the
+ * triton hop (the slow path decides), 0 otherwise, -1 on error. */
+static int getitem_of(const reader *r, PyObject *node) {
+    PyObject *node_args = node_args_of(r, node);
+    if (node_args == NULL) {
+        return -1;
+    }
+    int slow = 1;
+    if (PyTuple_Check(node_args) && PyTuple_GET_SIZE(node_args) > 0 &&
+        (PyObject *)Py_TYPE(PyTuple_GET_ITEM(node_args, 0)) == r->node_cls) {
+        PyObject *target = PyObject_GetAttr(PyTuple_GET_ITEM(node_args, 0), r->s_target);
+        if (target == NULL) {
+            Py_DECREF(node_args);
+            return -1;
+        }
+        slow = target == r->triton_hop;
+        Py_DECREF(target);
+    }
+    Py_DECREF(node_args);
+    return slow;
+}
+
+static PyObject *bytes_of(const void *p, size_t count, size_t size) {
+    return PyBytes_FromStringAndSize(count ? (const char *)p : "", (Py_ssize_t)(count * size));
+}
+
+const char fxcut_py_lower_read_doc[] =
+    "lower_read($module, nodes, index, replace, kind_of_op, flags_of, slow, config)\n--\n\n"
+    "-> tuple | None: fxcut.lower's per-node pass in C: (kind, flags, tag, ac_graph_id, nbytes, arg_ptr, arg_idx,\n"
+    "in_ptr, in_idx) as bytes in the graph array's item types, and the positions of the output\n"
+    "nodes.  ``slow(node)`` gives (flags, nbytes, tag, ac_graph_id) of a node that is not plain;\n"
+    "``config``: (node_cls, tensor_cls, special_targets, slow_meta_keys, slow_bits, impure_bits,\n"
+    "impure_flag, mask, kind_call_function, getitem_bit, triton_hop, mutable_bit, is_backward_flag,\n"
+    "must_be_in_backward_flag, kind_placeholder, F_TANGENT, F_FWD_SEED, F_BWD_SEED, F_PRIMAL).  None where the Python path must run.";
+
+PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs) {
+    (void)module;
+    static char *keywords[] = {"nodes", "index", "replace", "kind_of_op", "flags_of", "slow", "config", NULL};
+    PyObject *nodes, *config;
+    reader r;
+    memset(&r, 0, sizeof r);
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OO!OOO!:lower_read", keywords, &PyList_Type,
+                                     &nodes, &PyDict_Type, &r.index, &r.replace, &PyDict_Type,
+                                     &r.kind_of_op, &r.flags_of, &r.slow, &PyTuple_Type, &config)) {
+        return NULL;
+    }
+    unsigned long long slow_bits, impure_bits, impure_flag, mask, getitem_bit;
+    unsigned long long mutable_bit, is_backward_flag, must_bw_flag;
+    unsigned long long f_tangent, f_fwd_seed, f_bwd_seed, f_primal;
+    if (!PyArg_ParseTuple(config, "OOO!O!KKKKlKOKKKlKKKK:lower_read config", &r.node_cls,
+                          &r.tensor_cls, &PyTuple_Type, &r.special_targets, &PyTuple_Type,
+                          &r.slow_meta_keys, &slow_bits, &impure_bits, &impure_flag, &mask,
+                          &r.kind_call_function, &getitem_bit, &r.triton_hop, &mutable_bit,
+                          &is_backward_flag, &must_bw_flag, &r.kind_placeholder, &f_tangent,
+                          &f_fwd_seed, &f_bwd_seed, &f_primal)) {
+        return NULL;
+    }
+    if (!PyType_Check(r.tensor_cls)) {
+        PyErr_SetString(PyExc_TypeError, "lower_read config: tensor_cls must be a type");
+        return NULL;
+    }
+    r.f_tangent = f_tangent;
+    r.f_fwd_seed = f_fwd_seed;
+    r.f_bwd_seed = f_bwd_seed;
+    r.f_primal = f_primal;
+    r.getitem_bit = getitem_bit;
+    r.mutable_bit = mutable_bit;
+    r.is_backward_flag = is_backward_flag;
+    r.must_bw_flag = must_bw_flag;
+    if (r.replace != Py_None && !PyDict_Check(r.replace)) {
+        PyErr_SetString(PyExc_TypeError, "lower_read: replace must be a dict or None");
+        return NULL;
+    }
+    if (!PyCallable_Check(r.flags_of) || !PyCallable_Check(r.slow)) {
+        PyErr_SetString(PyExc_TypeError, "lower_read: flags_of and slow must be callable");
+        return NULL;
+    }
+    r.slow_bits = slow_bits;
+    r.impure_bits = impure_bits;
+    r.impure_flag = impure_flag;
+    r.mask = mask;
+    Py_ssize_t n = PyList_GET_SIZE(nodes);
+    if (n >= INT32_MAX) {
+        Py_RETURN_NONE;
+    }
+    size_t un = (size_t)n;
+    uint8_t *kind = malloc(un + 1);
+    uint32_t *flags = malloc((un + 1) * sizeof *flags);
+    int8_t *tag = malloc(un + 1);
+    int32_t *ac = malloc((un + 1) * sizeof *ac);
+    int64_t *nbytes = malloc((un + 1) * sizeof *nbytes);
+    int32_t *arg_ptr = calloc(un + 1, sizeof *arg_ptr);
+    int32_t *in_ptr = calloc(un + 1, sizeof *in_ptr);
+    int32_t *seen = malloc((un + 1) * sizeof *seen); /* dedup of inputs: last node that used it */
+    ivec arg_idx = {NULL, 0, 0}, in_idx = {NULL, 0, 0};
+    target_table table = {NULL, NULL, 0, 0};
+    PyObject *outputs = PyList_New(0);
+    PyObject *result = NULL;
+    int give_up = 0;
+    static const char *names[] = {"op", "target", "args", "_args", "_input_nodes", "meta", "val", "numel", "itemsize",
+                                  "partitioner_tag", "tangents", "fwd_seed", "fwd_base_offset",
+                                  "bwd_seed", "bwd_base_offset"};
+    PyObject **interned[] = {&r.s_op, &r.s_target, &r.s_args, &r.s__args, &r.s_input_nodes, &r.s_meta,
+                             &r.s_val, &r.s_numel, &r.s_itemsize, &r.s_partitioner_tag, &r.s_tangents,
+                             &r.s_fwd_seed, &r.s_fwd_base_offset, &r.s_bwd_seed,
+                             &r.s_bwd_base_offset};
+    if (!kind || !flags || !tag || !ac || !nbytes || !arg_ptr || !in_ptr || !seen) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (outputs == NULL) {
+        goto done;
+    }
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        *interned[k] = PyUnicode_InternFromString(names[k]);
+        if (*interned[k] == NULL) {
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < un; i++) {
+        seen[i] = -1;
+    }
+
+    for (Py_ssize_t i = 0; i < n && !give_up; i++) {
+        PyObject *node = PyList_GET_ITEM(nodes, i);
+        PyObject *op = PyObject_GetAttr(node, r.s_op);
+        if (op == NULL) {
+            goto done;
+        }
+        PyObject *k = PyDict_GetItemWithError(r.kind_of_op, op);
+        Py_DECREF(op);
+        if (k == NULL) {
+            if (PyErr_Occurred()) {
+                goto done;
+            }
+            give_up = 1;
+            break;
+        }
+        long kv = PyLong_AsLong(k);
+        if (kv == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        kind[i] = (uint8_t)kv;
+        int plain = 0;
+        if (kv == r.kind_call_function) {
+            PyObject *target = PyObject_GetAttr(node, r.s_target);
+            if (target == NULL) {
+                goto done;
+            }
+            uint64_t bits = 0;
+            int special = 0;
+            for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(r.special_targets); s++) {
+                special |= PyTuple_GET_ITEM(r.special_targets, s) == target;
+            }
+            int rc = special ? 0 : target_flags(&table, r.flags_of, target, &bits);
+            Py_DECREF(target); /* the node holds it: the table's borrowed key stays valid */
+            if (rc < 0) {
+                goto done;
+            }
+            if (!special && (bits & r.getitem_bit) && r.triton_hop != Py_None) {
+                /* a getitem of a triton kernel's output is the slow path's */
+                int of_triton = getitem_of(&r, node);
+                if (of_triton < 0) {
+                    goto done;
+                }
+                special = of_triton;
+            }
+            if (!special && !(bits & r.slow_bits)) {
+                PyObject *meta = PyObject_GetAttr(node, r.s_meta);
+                if (meta == NULL) {
+                    goto done;
+                }
+                int64_t size = 0;
+                plain = PyDict_CheckExact(meta) ? plain_size(&r, meta, &size) : 0;
+                if (plain > 0) {
+                    plain = tag_bits(&r, meta, &bits);
+                }
+                Py_DECREF(meta);
+                if (plain < 0) {
+                    goto done;
+                }
+                if (plain) {
+                    if (bits & r.impure_bits) {
+                        bits |= r.impure_flag;
+                    }
+                    flags[i] = (uint32_t)(bits & r.mask);
+                    nbytes[i] = size;
+                    tag[i] = (int8_t)FXCUT_TAG_NONE;
+                    ac[i] = 0;
+                }
+            }
+        }
+        if (kv == r.kind_placeholder) {
+            plain = plain_placeholder(&r, node, &flags[i], &nbytes[i]);
+            if (plain < 0) {
+                goto done;
+            }
+            if (plain) {
+                tag[i] = (int8_t)FXCUT_TAG_NONE;
+                ac[i] = 0;
+            }
+        }
+        if (!plain) {
+            PyObject *facts = PyObject_CallOneArg(r.slow, node);
+            if (facts == NULL) {
+                goto done;
+            }
+            unsigned long long fb;
+            long long nb;
+            int tg, acv;
+            int ok = PyTuple_Check(facts) &&
+                     PyArg_ParseTuple(facts, "KLii:lower_read slow", &fb, &nb, &tg, &acv);
+            Py_DECREF(facts);
+            if (!ok) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_TypeError, "lower_read: slow(node) must return a tuple");
+                }
+                goto done;
+            }
+            flags[i] = (uint32_t)(fb & r.mask);
+            nbytes[i] = (int64_t)nb;
+            tag[i] = (int8_t)tg;
+            ac[i] = (int32_t)acv;
+        }
+
+        /* Edges: positional Node args, then every input node. */
+        PyObject *node_args = node_args_of(&r, node);
+        if (node_args == NULL) {
+            goto done;
+        }
+        if (!PyTuple_Check(node_args)) {
+            Py_DECREF(node_args);
+            give_up = 1;
+            break;
+        }
+        for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(node_args) && !give_up; a++) {
+            PyObject *arg = PyTuple_GET_ITEM(node_args, a);
+            if ((PyObject *)Py_TYPE(arg) != r.node_cls) {
+                continue;
+            }
+            Py_ssize_t p = position_of(&r, arg);
+            if (p == -1 || (p >= 0 && ivec_push(&arg_idx, (int32_t)p) < 0)) {
+                Py_DECREF(node_args);
+                goto done;
+            }
+            give_up = p == -2 || p >= n;
+        }
+        Py_DECREF(node_args);
+        PyObject *inputs = give_up ? NULL : PyObject_GetAttr(node, r.s_input_nodes);
+        if (give_up) {
+            break;
+        }
+        if (inputs == NULL) {
+            goto done;
+        }
+        if (!PyDict_Check(inputs)) {
+            Py_DECREF(inputs);
+            give_up = 1;
+            break;
+        }
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        while (!give_up && PyDict_Next(inputs, &pos, &key, &value)) {
+            Py_ssize_t p = position_of(&r, key);
+            if (p == -1) {
+                Py_DECREF(inputs);
+                goto done;
+            }
+            if (p == -2 || p >= n) {
+                give_up = 1;
+                break;
+            }
+            if (seen[p] == (int32_t)i) {
+                continue; /* two inputs replaced by one representative */
+            }
+            seen[p] = (int32_t)i;
+            if (ivec_push(&in_idx, (int32_t)p) < 0) {
+                Py_DECREF(inputs);
+                goto done;
+            }
+        }
+        Py_DECREF(inputs);
+        if (arg_idx.len >= INT32_MAX || in_idx.len >= INT32_MAX) {
+            give_up = 1;
+        }
+        arg_ptr[i + 1] = (int32_t)arg_idx.len;
+        in_ptr[i + 1] = (int32_t)in_idx.len;
+        if (kv == FXCUT_OUTPUT) {
+            PyObject *where = PyLong_FromSsize_t(i);
+            if (where == NULL || PyList_Append(outputs, where) < 0) {
+                Py_XDECREF(where);
+                goto done;
+            }
+            Py_DECREF(where);
+        }
+    }
+    if (give_up) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto done;
+    }
+    {
+        PyObject *parts[10] = {
+            bytes_of(kind, un, 1), bytes_of(flags, un, 4), bytes_of(tag, un, 1),
+            bytes_of(ac, un, 4), bytes_of(nbytes, un, 8), bytes_of(arg_ptr, un + 1, 4),
+            bytes_of(arg_idx.p, arg_idx.len, 4), bytes_of(in_ptr, un + 1, 4),
+            bytes_of(in_idx.p, in_idx.len, 4), outputs};
+        int complete = 1;
+        for (int k = 0; k < 9; k++) {
+            complete &= parts[k] != NULL;
+        }
+        if (complete) {
+            result = PyTuple_Pack(10, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5],
+                                  parts[6], parts[7], parts[8], parts[9]);
+        }
+        for (int k = 0; k < 9; k++) {
+            Py_XDECREF(parts[k]);
+        }
+    }
+done:
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        Py_XDECREF(*interned[k]);
+    }
+    Py_XDECREF(outputs);
+    free(kind);
+    free(flags);
+    free(tag);
+    free(ac);
+    free(nbytes);
+    free(arg_ptr);
+    free(in_ptr);
+    free(seen);
+    free(arg_idx.p);
+    free(in_idx.p);
+    free(table.keys);
+    free(table.bits);
+    return result;
+}
