@@ -150,7 +150,7 @@ def markdown(results: list[dict[str, Any]], big: dict[str, Any] | None, command:
            "torch's whole partition_fn; fxcut's planner alone and its whole partition_fn.", "",
            "Measured peaks (\"meas.\"): the forward, then the boxed backward, of the modules each partition_fn "
            "built, run on real CPU tensors, every allocation read from the torch profiler "
-           "(bench/measure_memory.py's measured_peak, branch `memory`); they include op-internal workspace "
+           "(bench/measure_memory.py's measured_peak); they include op-internal workspace "
            "the model leaves out. \"torch peak\" simulates fxcut's exact-torch decision at b (equal to torch's by "
            "the fidelity suite) with the memory model, on exactly the values it saves; \"torch meas.\" measures the modules torch's own partition_fn built.", "",
            "b means different things on the two sides: torch's activation_memory_budget limits the summed "
@@ -184,7 +184,7 @@ def markdown(results: list[dict[str, Any]], big: dict[str, Any] | None, command:
             "recompute with a peak no higher than torch's min-cut: compare the FLOPs columns at b=1 (torch's "
             "min-cut recomputes more). It is reached with `fxcut.integrations.deepspeed.install(memory_budget=b)` "
             "or `fxcut.aot_backend(zero3_params=..., memory_budget=b)` / `inductor_backend(...)`. How much the "
-            "min-cut recomputes beyond the closure on each model: docs/zero3_recompute.md (branch `memory`).", ""]
+            "min-cut recomputes beyond the closure on each model: docs/zero3_recompute.md.", ""]
     out += ["## Targets", ""]
     mono = [k for k, ok in targets["monotonic"] if not ok]
     out.append(f"- fxcut's peak monotonic in b: {'met' if not mono else 'MISSED on ' + ', '.join(mono)} "
