@@ -122,9 +122,10 @@ typedef struct {
     PyObject *special_targets, *slow_meta_keys, *triton_hop;
     PyObject *s_op, *s_target, *s_args, *s__args, *s_input_nodes, *s_meta, *s_val, *s_numel, *s_itemsize;
     PyObject *s_tangents, *s_fwd_seed, *s_fwd_base_offset, *s_bwd_seed, *s_bwd_base_offset;
-    uint64_t slow_bits, impure_bits, impure_flag, mask, getitem_bit;
-    uint64_t mutable_bit, is_backward_flag, must_bw_flag;
-    uint64_t f_tangent, f_fwd_seed, f_bwd_seed, f_primal;
+    /* Flag values from the config tuple, parsed straight in ("K"). */
+    unsigned long long slow_bits, impure_bits, impure_flag, mask, getitem_bit;
+    unsigned long long mutable_bit, is_backward_flag, must_bw_flag;
+    unsigned long long f_tangent, f_fwd_seed, f_bwd_seed, f_primal;
     PyObject *s_partitioner_tag;
     long kind_call_function, kind_placeholder;
 } reader;
@@ -315,29 +316,19 @@ PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs
                                      &r.kind_of_op, &r.flags_of, &r.slow, &PyTuple_Type, &config)) {
         return NULL;
     }
-    unsigned long long slow_bits, impure_bits, impure_flag, mask, getitem_bit;
-    unsigned long long mutable_bit, is_backward_flag, must_bw_flag;
-    unsigned long long f_tangent, f_fwd_seed, f_bwd_seed, f_primal;
     if (!PyArg_ParseTuple(config, "OOO!O!KKKKlKOKKKlKKKK:lower_read config", &r.node_cls,
                           &r.tensor_cls, &PyTuple_Type, &r.special_targets, &PyTuple_Type,
-                          &r.slow_meta_keys, &slow_bits, &impure_bits, &impure_flag, &mask,
-                          &r.kind_call_function, &getitem_bit, &r.triton_hop, &mutable_bit,
-                          &is_backward_flag, &must_bw_flag, &r.kind_placeholder, &f_tangent,
-                          &f_fwd_seed, &f_bwd_seed, &f_primal)) {
+                          &r.slow_meta_keys, &r.slow_bits, &r.impure_bits, &r.impure_flag,
+                          &r.mask, &r.kind_call_function, &r.getitem_bit, &r.triton_hop,
+                          &r.mutable_bit, &r.is_backward_flag, &r.must_bw_flag,
+                          &r.kind_placeholder, &r.f_tangent, &r.f_fwd_seed, &r.f_bwd_seed,
+                          &r.f_primal)) {
         return NULL;
     }
     if (!PyType_Check(r.tensor_cls)) {
         PyErr_SetString(PyExc_TypeError, "lower_read config: tensor_cls must be a type");
         return NULL;
     }
-    r.f_tangent = f_tangent;
-    r.f_fwd_seed = f_fwd_seed;
-    r.f_bwd_seed = f_bwd_seed;
-    r.f_primal = f_primal;
-    r.getitem_bit = getitem_bit;
-    r.mutable_bit = mutable_bit;
-    r.is_backward_flag = is_backward_flag;
-    r.must_bw_flag = must_bw_flag;
     if (r.replace != Py_None && !PyDict_Check(r.replace)) {
         PyErr_SetString(PyExc_TypeError, "lower_read: replace must be a dict or None");
         return NULL;
@@ -346,10 +337,6 @@ PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs
         PyErr_SetString(PyExc_TypeError, "lower_read: flags_of and slow must be callable");
         return NULL;
     }
-    r.slow_bits = slow_bits;
-    r.impure_bits = impure_bits;
-    r.impure_flag = impure_flag;
-    r.mask = mask;
     Py_ssize_t n = PyList_GET_SIZE(nodes);
     if (n >= INT32_MAX) {
         Py_RETURN_NONE;
