@@ -1,7 +1,8 @@
 """Compare fxcut's built forward/backward modules with torch's, field by field.
 
 ``signature(gm, joint)`` turns a module into plain data: whether it is a
-lazy module and still lazy, its code, its graph's name table, every node
+lazy module and still lazy, its code (with its line-number map, prologue position and
+globals), its graph's name table, every node
 (name, op, target, arguments, type, users in order, meta keys in order and
 values, whether its meta dict is the joint node's own dict), and the module
 attributes AOT Autograd reads.  Tensors and other objects compare by
@@ -68,15 +69,25 @@ def signature(gm: fx.GraphModule, joint: fx.GraphModule) -> dict[str, Any]:
         "module": (gm.training, _norm(gm.meta), _norm(dict(gm.named_buffers())),
                    _norm(dict(gm.named_parameters())), [k for k, _ in gm.named_children()],
                    gm._tracer_cls, _norm(getattr(gm, "_tracer_extras", None))),
-        "code": gm.code,  # read last: it compiles a lazy module
+        "code": gm.code,  # read first of these: it compiles a lazy module
+        "generated": generated(gm),
         "spec": (str(getattr(gm, "_in_spec", None)), str(getattr(gm, "_out_spec", None))),
     }
+
+
+def generated(gm: fx.GraphModule) -> tuple[Any, ...]:
+    """What code generation left on a compiled module besides its code:
+    the line-number map, the prologue position and the forward's globals."""
+    forward_globals = type(gm).forward.__globals__
+    return (getattr(gm, "_lineno_map", None), getattr(gm, "_prologue_start", None),
+            sorted((k, id(v)) for k, v in forward_globals.items() if k != "__builtins__"))
 
 
 def joint_signature(joint: fx.GraphModule) -> dict[str, Any]:
     return {
         "nodes": [node_signature(n, {}) for n in joint.graph.nodes],
         "code": joint.code,
+        "generated": generated(joint),
     }
 
 

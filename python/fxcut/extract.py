@@ -36,6 +36,7 @@ import torch.fx as fx
 from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import map_aggregate
 
+from .codegen import generated_code
 from .ops import dce_impure_random, is_mutable_op, must_be_in_backward, must_be_in_forward
 from .versions import BUILDER_FXCUT, is_assert_only_symbool, rules_or_nearest
 
@@ -530,11 +531,14 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
         bw_graph = _extraction_graph(bw_sel, bwd_descs, flag)
     _raise_getitems(bw_graph)
 
-    fw_module = _make_graph_module(joint_module, fw_graph)
-    if reordered:
-        bw_module = fx.GraphModule(joint_module, bw_graph)
-    else:
-        bw_module = _make_graph_module(joint_module, bw_graph)
+    # Code generated as torch's generator writes it (fxcut.codegen), faster.
+    with generated_code(fw_graph):
+        fw_module = _make_graph_module(joint_module, fw_graph)
+    with generated_code(bw_graph):
+        if reordered:
+            bw_module = fx.GraphModule(joint_module, bw_graph)
+        else:
+            bw_module = _make_graph_module(joint_module, bw_graph)
     return fw_module, bw_module
 
 

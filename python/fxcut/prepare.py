@@ -26,6 +26,7 @@ from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.utils._pytree import tree_flatten, tree_is_leaf
 
 from . import _C
+from .codegen import generated_code
 from .ops import TargetFacts, aten_target, default_facts, is_impure, mutable_hop_targets, mutated_inputs
 from .versions import Rules, rules_or_nearest
 
@@ -377,7 +378,8 @@ def apply(joint_module: fx.GraphModule, prep: Preparation, expected: list[fx.Nod
             graph.erase_node(duplicate)
     if prep.region_ids is not None:
         _as_fresh_graph(graph)
-    joint_module.recompile()
+    with generated_code(graph):
+        joint_module.recompile()
     if list(graph.nodes) != expected:
         raise PreparationMismatch("dead-code elimination / CSE did not remove exactly the planned nodes")
 
