@@ -5,6 +5,7 @@ graph torch's partitioner builds with ``eliminate_dead_code`` and
 from __future__ import annotations
 
 import copy
+from typing import Any
 import operator
 
 import pytest
@@ -166,3 +167,41 @@ def test_c_cse_key_rejects_a_bad_config() -> None:
     config[5] = 3  # tree_is_leaf not callable
     with pytest.raises(TypeError, match="callable"):
         _C.cse_key((), {}, {}, tuple(config))
+
+
+def _namespace_state(ns: Any) -> tuple[Any, ...]:
+    return (sorted(ns._used_names), sorted(ns._base_count.items()), dict(ns._obj_to_name))
+
+
+_NAME_PARTS = ["add", "add_1", "add_3", "sum", "sum_1", "x_01", "x_1", "9x", "", "a-b", "self", "class",
+               "torch", "_", "relu_0_7", "getitem", "getitem_12", "primals_1", "tangents_1"]
+
+
+@pytest.mark.parametrize("names", [
+    ["add", "add_1", "add", "add_3", "add"],
+    ["add_3", "add", "add_1", "add_2", "add_4"],
+    ["sum", "sum_1", "sum", "class", "9x", "", "a-b", "x_01", "x_1", "x"],
+    list(_NAME_PARTS),
+    list(reversed(_NAME_PARTS)) * 2,
+])
+def test_names_registered_as_create_name_registers_them(names: list[str]) -> None:
+    from torch.fx.graph import _Namespace
+
+    expected = _Namespace()
+    for name in names:
+        expected.create_name(name, None)
+    assert _namespace_state(prepare._names_registered(names)) == _namespace_state(expected)
+
+
+def test_names_registered_on_random_name_lists() -> None:
+    import random
+
+    from torch.fx.graph import _Namespace
+
+    rng = random.Random(7)
+    for _ in range(300):
+        names = [rng.choice(_NAME_PARTS) + rng.choice(["", "", "_1", "_2", "_10", "_02"]) for _ in range(rng.randint(0, 30))]
+        expected = _Namespace()
+        for name in names:
+            expected.create_name(name, None)
+        assert _namespace_state(prepare._names_registered(names)) == _namespace_state(expected), names

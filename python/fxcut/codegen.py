@@ -25,9 +25,7 @@ modules and on odd graphs, on every supported release
 
 from __future__ import annotations
 
-import keyword
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,10 +36,6 @@ from torch._ops import OpOverload
 from torch.fx.graph import CodeGen, PythonCode
 from torch.fx.immutable_collections import immutable_list
 
-#: A name torch's fresh code namespace gives back unchanged when it is unique:
-#: an identifier whose numeric suffix, if any, has no leading zero.
-_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NUMBERED = re.compile(r"(.*)_(\d+)$")
 #: Values whose repr torch's generator writes as is.
 _REPR_TYPES: frozenset[type] = frozenset({
     int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format,
@@ -52,20 +46,18 @@ class _Outside(Exception):
     """The graph is not of the kind :func:`python_code` generates."""
 
 
-def _reserved_names() -> frozenset[str]:
-    import builtins
+def _check_names(nodes: list[fx.Node]) -> None:
+    """Every node's name is what torch's fresh code namespace gives it back:
+    a name its name pattern takes as is, not one it must not shadow (a
+    keyword, a builtin, a registered global; nor ``self``, the function's
+    first parameter), and unique (fx's graph namespace keeps it so)."""
+    from torch.fx.graph import _illegal_names, _name_regex
 
-    from torch.fx.graph import _custom_builtins
-
-    return frozenset(keyword.kwlist) | frozenset(builtins.__dict__) | frozenset(_custom_builtins) | {"self"}
-
-
-def _check_name(name: str, reserved: frozenset[str]) -> None:
-    if name in reserved or _PLAIN_NAME.fullmatch(name) is None:
-        raise _Outside(name)
-    numbered = _NUMBERED.match(name)
-    if numbered is not None and numbered.group(2) != str(int(numbered.group(2))):
-        raise _Outside(name)
+    match = _name_regex.match
+    for node in nodes:
+        name = node.name
+        if name in _illegal_names or name == "self" or match(name) is None:
+            raise _Outside(name)
 
 
 class _Writer:
@@ -130,11 +122,9 @@ def _generate(graph: fx.Graph) -> PythonCode:
     if type(codegen) is not CodeGen or os.environ.get("FX_GRAPH_SHOW_META", "0") == "1":
         raise _Outside(codegen)
     nodes = list(graph.nodes)
-    reserved = _reserved_names()
-    for node in nodes:
-        _check_name(node.name, reserved)
-        if node.type is not None:
-            raise _Outside(node)
+    _check_names(nodes)
+    if any(node.type is not None for node in nodes):
+        raise _Outside(graph)
 
     # The last use of every value: the first user met walking backwards.
     last_user: dict[fx.Node, fx.Node] = {}

@@ -332,15 +332,34 @@ def plan(graph: fx.Graph, facts: TargetFacts, *, cse: bool, impure_random: bool,
     return Preparation(dead=dead, replace=replace, region_ids=region_ids)
 
 
+def _names_registered(names: list[str]) -> _Namespace:
+    """A fresh ``_Namespace`` after ``create_name(name, None)`` for each of
+    ``names`` in order, without the call where it would keep the name as is
+    (an unused name its pattern takes, nothing it must not shadow): the name
+    is recorded, with the count of its base, as ``create_name`` records it."""
+    from torch.fx.graph import _illegal_names, _name_regex
+
+    namespace = _Namespace()
+    used, counts = namespace._used_names, namespace._base_count
+    match = _name_regex.match
+    for name in names:
+        m = match(name)
+        if m is None or name in used or name in _illegal_names:
+            namespace.create_name(name, None)
+            continue
+        base, num = m.group(1, 2)
+        counts[base] = counts.get(base, 0) if num is None else int(num)
+        used.add(name)
+    return namespace
+
+
 def _as_fresh_graph(graph: fx.Graph) -> None:
     """Give ``graph`` the state of the new Graph torch's CSE copies into: the
     default code generator, no tracer, and a name table of the surviving
     nodes only (so nodes created later get the names torch's would)."""
-    namespace = _Namespace()
-    position: dict[fx.Node, int] = {}
-    for i, node in enumerate(graph.nodes):
-        namespace.create_name(node.name, None)
-        position[node] = i
+    nodes = list(graph.nodes)
+    namespace = _names_registered([node.name for node in nodes])
+    position = {node: i for i, node in enumerate(nodes)}
     # A copied graph registers every node's users in graph order; rewriting
     # arguments in place moves a user to the end of its inputs' user lists.
     for node in graph.nodes:
