@@ -89,7 +89,7 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
 #: The files whose code can change a partition (the decision path: what
 #: InductorPartitioner runs, and every fxcut module that imports), relative to
 #: the package.  tests/test_package_shape.py checks it against the imports.
-DECISION_FILES = ("budget.py", "build.py", "core.py", "explain.py", "extract.py", "guard.py", "knapsack.py",
+DECISION_FILES = ("budget.py", "build.py", "codegen.py", "core.py", "explain.py", "extract.py", "guard.py", "knapsack.py",
                   "lower.py", "memory.py", "ops.py", "outpath.py", "partition.py", "plan.py", "planner.py",
                   "prepare.py", "roles.py", "snapshot.py", "versions.py", "zero3.py",
                   os.path.join("integrations", "torch_compile.py"))
