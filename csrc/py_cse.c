@@ -21,18 +21,16 @@
 #include <Python.h>
 
 #include "py_binding.h"
+#include "py_cse.h"
 
-typedef struct {
-    PyObject *env;          /* dict: node -> representative */
-    PyObject *node_cls;     /* torch.fx.Node */
-    PyObject *sym_types;    /* tuple of SymInt, SymFloat, SymBool */
-    PyObject *containers;   /* dict: exact container type -> str(type) */
-    PyObject *dict_types;   /* tuple of the dict-like container types */
-    PyObject *known_leaves; /* frozenset of leaf types */
-    PyObject *is_leaf;      /* pytree.tree_is_leaf */
-    PyObject *by_bits;      /* callable or None */
-    PyObject *leaf;         /* the leaf's structure key */
-} cse_config;
+
+/* 1 when `value` is certainly not an instance of a symbolic type nor a
+ * node (an exact int, float, bool, str, complex or None): isinstance needs
+ * no asking. */
+static int plain_scalar(PyObject *value) {
+    return value == Py_None || PyLong_CheckExact(value) || PyBool_Check(value) ||
+           PyFloat_CheckExact(value) || PyUnicode_CheckExact(value) || PyComplex_CheckExact(value);
+}
 
 /* 1: a leaf, 0: not one (a container this walk does not know), -1: error. */
 static int known_leaf(const cse_config *cfg, PyObject *value) {
@@ -52,9 +50,13 @@ static int known_leaf(const cse_config *cfg, PyObject *value) {
 /* The substituted leaf (new reference), or NULL with an exception. */
 static PyObject *substitute(const cse_config *cfg, PyObject *value) {
     PyObject *out = value;
-    int is_node = PyObject_IsInstance(value, cfg->node_cls);
-    if (is_node < 0) {
-        return NULL;
+    int plain = plain_scalar(value);
+    int is_node = 0, is_sym = 0;
+    if (!plain) {
+        is_node = (PyObject *)Py_TYPE(value) == cfg->node_cls ? 1 : PyObject_IsInstance(value, cfg->node_cls);
+        if (is_node < 0) {
+            return NULL;
+        }
     }
     if (is_node) {
         PyObject *mapped = PyDict_GetItemWithError(cfg->env, value);
@@ -65,9 +67,11 @@ static PyObject *substitute(const cse_config *cfg, PyObject *value) {
             out = mapped;
         }
     }
-    int is_sym = PyObject_IsInstance(value, cfg->sym_types);
-    if (is_sym < 0) {
-        return NULL;
+    if (!plain && (PyObject *)Py_TYPE(value) != cfg->node_cls) {
+        is_sym = PyObject_IsInstance(value, cfg->sym_types);
+        if (is_sym < 0) {
+            return NULL;
+        }
     }
     if (is_sym) {
         return PyObject_GetAttrString(value, "node");
@@ -80,16 +84,30 @@ static PyObject *substitute(const cse_config *cfg, PyObject *value) {
     return out;
 }
 
+/* 1 if `cls` is one of the (exact) dict-like container types. */
+static int is_dict_type(const cse_config *cfg, PyObject *cls) {
+    Py_ssize_t n = PyTuple_GET_SIZE(cfg->dict_types);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyTuple_GET_ITEM(cfg->dict_types, i) == cls) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The structure key of `value` (new reference), its leaves appended to
  * `leaves`; Py_None (new reference) when a container is not fx's, NULL with
  * an exception on error. */
 static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leaves) {
-    PyObject *name = PyDict_GetItemWithError(cfg->containers, (PyObject *)Py_TYPE(value));
-    if (name == NULL) {
-        if (PyErr_Occurred()) {
+    PyObject *name = NULL;
+    if (!plain_scalar(value)) {
+        name = PyDict_GetItemWithError(cfg->containers, (PyObject *)Py_TYPE(value));
+        if (name == NULL && PyErr_Occurred()) {
             return NULL;
         }
-        int leaf = known_leaf(cfg, value);
+    }
+    if (name == NULL) {
+        int leaf = plain_scalar(value) ? 1 : known_leaf(cfg, value);
         if (leaf < 0) {
             return NULL;
         }
@@ -112,28 +130,31 @@ static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leave
         return NULL;
     }
     PyObject *context = NULL, *items = NULL, *children = NULL, *result = NULL;
-    int is_dict = PyObject_IsInstance(value, cfg->dict_types);
-    if (is_dict < 0) {
-        goto done;
-    }
-    if (is_dict) {
+    Py_INCREF(name); /* a leaf test may drop the containers dict's entry */
+    if (is_dict_type(cfg, (PyObject *)Py_TYPE(value))) {
         context = PySequence_List(value);                    /* the keys, in order */
         items = context ? PyDict_Values(value) : NULL;
     } else {
         Py_INCREF(Py_None);
         context = Py_None;
-        items = PySequence_List(value);
+        if (PyTuple_Check(value)) {                         /* immutable: walked in place */
+            Py_INCREF(value);
+            items = value;
+        } else {
+            items = PySequence_Tuple(value);
+        }
     }
     if (items == NULL) {
         goto done;
     }
-    Py_ssize_t n = PyList_GET_SIZE(items);
+    Py_ssize_t n = PyTuple_Check(items) ? PyTuple_GET_SIZE(items) : PyList_GET_SIZE(items);
     children = PyTuple_New(n);
     if (children == NULL) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *child = flatten(cfg, PyList_GET_ITEM(items, i), leaves);
+        PyObject *item = PyTuple_Check(items) ? PyTuple_GET_ITEM(items, i) : PyList_GET_ITEM(items, i);
+        PyObject *child = flatten(cfg, item, leaves);
         if (child == NULL) {
             goto done;
         }
@@ -146,6 +167,7 @@ static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leave
     result = PyTuple_Pack(3, name, context, children);
 done:
     Py_LeaveRecursiveCall();
+    Py_DECREF(name);
     Py_XDECREF(context);
     Py_XDECREF(items);
     Py_XDECREF(children);
@@ -195,44 +217,52 @@ static int flatten_value(const cse_config *cfg, PyObject *value, PyObject **leav
     return 0;
 }
 
-const char fxcut_py_cse_key_doc[] =
-    "cse_key($module, args, kwargs, env, config)\n--\n\n"
-    "-> (args, args_spec, kwargs, kwargs_spec, hash_arg) or None: fx_graph_cse's key of one node: each of ``args`` and ``kwargs`` flattened as pytree does\n"
-    "(leaves substituted: nodes through ``env``, symbolic values by their ``.node``, floats\n"
-    "and complexes through config's by_bits unless None), its structure as a key that compares\n"
-    "like a TreeSpec, and hash_arg = hash of the (leaf, type(leaf)) pairs.  ``config``: the\n"
-    "tuple (node_cls, sym_types, containers, dict_types, known_leaves, tree_is_leaf, by_bits,\n"
-    "leaf_key).  None where a value holds a pytree container other than fx's.";
+int fxcut_cse_parse_config(PyObject *config, const char *what, cse_config *cfg) {
+    cfg->env = NULL;
+    if (!PyTuple_Check(config)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected the tuple cse_key_config builds, got %.100s", what,
+                     Py_TYPE(config)->tp_name);
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(config) != 8) {
+        PyErr_Format(PyExc_TypeError, "%s: expected 8 items (node_cls, sym_types, containers, dict_types, "
+                     "known_leaves, tree_is_leaf, by_bits, leaf_key), got %zd", what, PyTuple_GET_SIZE(config));
+        return -1;
+    }
+    cfg->node_cls = PyTuple_GET_ITEM(config, 0);
+    cfg->sym_types = PyTuple_GET_ITEM(config, 1);
+    cfg->containers = PyTuple_GET_ITEM(config, 2);
+    cfg->dict_types = PyTuple_GET_ITEM(config, 3);
+    cfg->known_leaves = PyTuple_GET_ITEM(config, 4);
+    cfg->is_leaf = PyTuple_GET_ITEM(config, 5);
+    cfg->by_bits = PyTuple_GET_ITEM(config, 6);
+    cfg->leaf = PyTuple_GET_ITEM(config, 7);
+    const char *bad = !PyTuple_Check(cfg->sym_types) ? "sym_types (a tuple)"
+                      : !PyDict_Check(cfg->containers) ? "containers (a dict)"
+                      : !PyTuple_Check(cfg->dict_types) ? "dict_types (a tuple)"
+                      : !PyFrozenSet_Check(cfg->known_leaves) ? "known_leaves (a frozenset)"
+                      : NULL;
+    if (bad != NULL) {
+        PyErr_Format(PyExc_TypeError, "%s: bad %s", what, bad);
+        return -1;
+    }
+    if (!PyCallable_Check(cfg->is_leaf) || (cfg->by_bits != Py_None && !PyCallable_Check(cfg->by_bits))) {
+        PyErr_Format(PyExc_TypeError, "%s: tree_is_leaf and by_bits must be callable", what);
+        return -1;
+    }
+    return 0;
+}
 
-PyObject *fxcut_py_cse_key(PyObject *module, PyObject *args, PyObject *kwargs) {
-    (void)module;
-    static char *keywords[] = {"args", "kwargs", "env", "config", NULL};
-    PyObject *node_args, *node_kwargs, *config_obj;
-    cse_config cfg;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!:cse_key", keywords, &node_args,
-                                     &node_kwargs, &PyDict_Type, &cfg.env, &PyTuple_Type,
-                                     &config_obj)) {
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(config_obj, "OO!O!O!O!OOO:cse_key config", &cfg.node_cls,
-                          &PyTuple_Type, &cfg.sym_types, &PyDict_Type, &cfg.containers,
-                          &PyTuple_Type, &cfg.dict_types, &PyFrozenSet_Type,
-                          &cfg.known_leaves, &cfg.is_leaf, &cfg.by_bits, &cfg.leaf)) {
-        return NULL;
-    }
-    if (!PyCallable_Check(cfg.is_leaf) || (cfg.by_bits != Py_None && !PyCallable_Check(cfg.by_bits))) {
-        PyErr_SetString(PyExc_TypeError, "cse_key config: tree_is_leaf and by_bits must be callable");
-        return NULL;
-    }
+PyObject *fxcut_cse_node_key(const cse_config *cfg, PyObject *node_args, PyObject *node_kwargs) {
     PyObject *a_leaves = NULL, *a_spec = NULL, *k_leaves = NULL, *k_spec = NULL;
     PyObject *a_pairs = NULL, *k_pairs = NULL, *both = NULL, *result = NULL;
-    if (flatten_value(&cfg, node_args, &a_leaves, &a_spec) < 0) {
+    if (flatten_value(cfg, node_args, &a_leaves, &a_spec) < 0) {
         return NULL;
     }
     if (a_spec == Py_None) {
         return a_spec;
     }
-    if (flatten_value(&cfg, node_kwargs, &k_leaves, &k_spec) < 0) {
+    if (flatten_value(cfg, node_kwargs, &k_leaves, &k_spec) < 0) {
         goto done;
     }
     if (k_spec == Py_None) {
@@ -265,4 +295,29 @@ done:
     Py_XDECREF(k_pairs);
     Py_XDECREF(both);
     return result;
+}
+
+const char fxcut_py_cse_key_doc[] =
+    "cse_key($module, args, kwargs, env, config)\n--\n\n"
+    "-> (args, args_spec, kwargs, kwargs_spec, hash_arg) or None: fx_graph_cse's key of one node: each of ``args`` and ``kwargs`` flattened as pytree does\n"
+    "(leaves substituted: nodes through ``env``, symbolic values by their ``.node``, floats\n"
+    "and complexes through config's by_bits unless None), its structure as a key that compares\n"
+    "like a TreeSpec, and hash_arg = hash of the (leaf, type(leaf)) pairs.  ``config``: the\n"
+    "tuple (node_cls, sym_types, containers, dict_types, known_leaves, tree_is_leaf, by_bits,\n"
+    "leaf_key).  None where a value holds a pytree container other than fx's.";
+
+PyObject *fxcut_py_cse_key(PyObject *module, PyObject *args, PyObject *kwargs) {
+    (void)module;
+    static char *keywords[] = {"args", "kwargs", "env", "config", NULL};
+    PyObject *node_args, *node_kwargs, *env, *config_obj;
+    cse_config cfg;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O:cse_key", keywords, &node_args,
+                                     &node_kwargs, &PyDict_Type, &env, &config_obj)) {
+        return NULL;
+    }
+    if (fxcut_cse_parse_config(config_obj, "cse_key config", &cfg) < 0) {
+        return NULL;
+    }
+    cfg.env = env;
+    return fxcut_cse_node_key(&cfg, node_args, node_kwargs);
 }

@@ -1,0 +1,32 @@
+/*
+ * py_cse.h -- the CSE key of one node (py_cse.c), shared by the cse_key
+ * entry point and prepare_plan (py_prepare.c).  Binding files only.
+ */
+#ifndef FXCUT_PY_CSE_H
+#define FXCUT_PY_CSE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+typedef struct {
+    PyObject *env;          /* dict: node -> representative */
+    PyObject *node_cls;     /* torch.fx.Node */
+    PyObject *sym_types;    /* tuple of SymInt, SymFloat, SymBool */
+    PyObject *containers;   /* dict: exact container type -> str(type) */
+    PyObject *dict_types;   /* tuple of the dict-like container types (exact) */
+    PyObject *known_leaves; /* frozenset of leaf types */
+    PyObject *is_leaf;      /* pytree.tree_is_leaf */
+    PyObject *by_bits;      /* callable or None */
+    PyObject *leaf;         /* the leaf's structure key */
+} cse_config;
+
+/* Fills *cfg (borrowed references) from the config tuple cse_key_config
+ * builds; env is left NULL.  -1 with a TypeError naming `what` if malformed. */
+int fxcut_cse_parse_config(PyObject *config, const char *what, cse_config *cfg);
+
+/* (args, args_spec, kwargs, kwargs_spec, hash_arg) of one node, a new
+ * reference; Py_None (new reference) when a value holds a pytree container
+ * other than fx's; NULL with an exception on error. */
+PyObject *fxcut_cse_node_key(const cse_config *cfg, PyObject *args, PyObject *kwargs);
+
+#endif /* FXCUT_PY_CSE_H */
