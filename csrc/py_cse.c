@@ -63,6 +63,19 @@ static PyObject *substitute(const cse_config *cfg, PyObject *value) {
         if (mapped == NULL && PyErr_Occurred()) {
             return NULL;
         }
+        if (mapped != NULL && cfg->rank != NULL) {
+            PyObject *when = PyDict_GetItemWithError(cfg->rank, value);
+            if (when == NULL && PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_ssize_t at = when ? PyLong_AsSsize_t(when) : PY_SSIZE_T_MAX;
+            if (at == -1 && PyErr_Occurred()) {
+                return NULL;
+            }
+            if (at >= cfg->limit) {
+                mapped = NULL; /* env got it later */
+            }
+        }
         if (mapped != NULL) {
             out = mapped;
         }
@@ -217,8 +230,179 @@ static int flatten_value(const cse_config *cfg, PyObject *value, PyObject **leav
     return 0;
 }
 
+/* CPython's tuple hash (xxHash-based, Objects/tupleobject.c), fed one item
+ * hash at a time: hash_arg without building its tuples.
+ * fxcut_cse_hashes_like_tuples checks it against the interpreter's. */
+#if SIZEOF_PY_UHASH_T > 4
+#define XXPRIME_1 ((Py_uhash_t)11400714785074694791ULL)
+#define XXPRIME_2 ((Py_uhash_t)14029467366897019727ULL)
+#define XXPRIME_5 ((Py_uhash_t)2870177450012600261ULL)
+#define XXROTATE(x) (((x) << 31) | ((x) >> 33))
+#else
+#define XXPRIME_1 ((Py_uhash_t)2654435761UL)
+#define XXPRIME_2 ((Py_uhash_t)2246822519UL)
+#define XXPRIME_5 ((Py_uhash_t)374761393UL)
+#define XXROTATE(x) (((x) << 13) | ((x) >> 19))
+#endif
+
+typedef struct {
+    Py_uhash_t acc;
+    Py_ssize_t len;
+} tuple_hash;
+
+static void th_init(tuple_hash *h) {
+    h->acc = XXPRIME_5;
+    h->len = 0;
+}
+
+static void th_add(tuple_hash *h, Py_hash_t item) {
+    h->acc += (Py_uhash_t)item * XXPRIME_2;
+    h->acc = XXROTATE(h->acc);
+    h->acc *= XXPRIME_1;
+    h->len++;
+}
+
+static Py_hash_t th_done(const tuple_hash *h) {
+    Py_uhash_t acc = h->acc + ((Py_uhash_t)h->len ^ (XXPRIME_5 ^ 3527539UL));
+    return acc == (Py_uhash_t)-1 ? 1546275796 : (Py_hash_t)acc;
+}
+
+/* Adds hash((leaf, type(leaf))) of the substituted leaf to h. */
+static int hash_leaf(const cse_config *cfg, PyObject *value, tuple_hash *h) {
+    PyObject *sub = substitute(cfg, value);
+    if (sub == NULL) {
+        return -1;
+    }
+    Py_hash_t a = PyObject_Hash(sub);
+    Py_hash_t t = a == -1 ? -1 : PyObject_Hash((PyObject *)Py_TYPE(sub));
+    Py_DECREF(sub);
+    if (t == -1) {
+        return -1;
+    }
+    tuple_hash pair;
+    th_init(&pair);
+    th_add(&pair, a);
+    th_add(&pair, t);
+    th_add(h, th_done(&pair));
+    return 0;
+}
+
+/* Adds the (leaf, type) hashes of value's leaves to h, as flatten walks
+ * them: 1, 0 for a container not fx's, -1 on error. */
+static int hash_walk(const cse_config *cfg, PyObject *value, tuple_hash *h) {
+    PyObject *name = NULL;
+    int plain = plain_scalar(value);
+    if (!plain) {
+        name = PyDict_GetItemWithError(cfg->containers, (PyObject *)Py_TYPE(value));
+        if (name == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    if (name == NULL) {
+        int leaf = plain ? 1 : known_leaf(cfg, value);
+        if (leaf <= 0) {
+            return leaf;
+        }
+        return hash_leaf(cfg, value, h) < 0 ? -1 : 1;
+    }
+    if (Py_EnterRecursiveCall(" in fxcut's CSE key")) {
+        return -1;
+    }
+    /* Walked in place, as Python's for loop walks them (no copy made). */
+    int rc = 1;
+    if (is_dict_type(cfg, (PyObject *)Py_TYPE(value))) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (rc == 1 && PyDict_Next(value, &pos, &key, &item)) {
+            Py_INCREF(item);
+            rc = hash_walk(cfg, item, h);
+            Py_DECREF(item);
+        }
+    } else if (PyTuple_Check(value)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value) && rc == 1; i++) {
+            rc = hash_walk(cfg, PyTuple_GET_ITEM(value, i), h);
+        }
+    } else if (PyList_Check(value)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value) && rc == 1; i++) {
+            PyObject *item = PyList_GET_ITEM(value, i);
+            Py_INCREF(item);
+            rc = hash_walk(cfg, item, h);
+            Py_DECREF(item);
+        }
+    } else {
+        PyObject *items = PySequence_Tuple(value);
+        if (items == NULL) {
+            rc = -1;
+        }
+        for (Py_ssize_t i = 0; items != NULL && i < PyTuple_GET_SIZE(items) && rc == 1; i++) {
+            rc = hash_walk(cfg, PyTuple_GET_ITEM(items, i), h);
+        }
+        Py_XDECREF(items);
+    }
+    Py_LeaveRecursiveCall();
+    return rc;
+}
+
+int fxcut_cse_node_hash(const cse_config *cfg, PyObject *node_args, PyObject *node_kwargs, Py_hash_t *hash_arg) {
+    tuple_hash a, k, both;
+    th_init(&a);
+    th_init(&k);
+    int rc = hash_walk(cfg, node_args, &a);
+    if (rc == 1) {
+        rc = hash_walk(cfg, node_kwargs, &k);
+    }
+    if (rc == 1) {
+        th_init(&both);
+        th_add(&both, th_done(&a));
+        th_add(&both, th_done(&k));
+        *hash_arg = th_done(&both);
+    }
+    return rc;
+}
+
+int fxcut_cse_hashes_like_tuples(void) {
+    PyObject *sample = Py_BuildValue("((O(OO)(sO))())", Py_None, (PyObject *)&PyLong_Type, Py_None,
+                                     "x", (PyObject *)&PyUnicode_Type);
+    if (sample == NULL) {
+        return -1;
+    }
+    Py_hash_t want = PyObject_Hash(sample);
+    Py_DECREF(sample);
+    if (want == -1) {
+        return -1;
+    }
+    /* ((None, (int, None), ("x", str)), ()) item by item. */
+    PyObject *x = PyUnicode_FromString("x");
+    if (x == NULL) {
+        return -1;
+    }
+    Py_hash_t hx = PyObject_Hash(x);
+    Py_DECREF(x);
+    if (hx == -1) {
+        return -1;
+    }
+    tuple_hash outer, first, p1, p2, empty;
+    th_init(&p1);
+    th_add(&p1, PyObject_Hash((PyObject *)&PyLong_Type));
+    th_add(&p1, PyObject_Hash(Py_None));
+    th_init(&p2);
+    th_add(&p2, hx);
+    th_add(&p2, PyObject_Hash((PyObject *)&PyUnicode_Type));
+    th_init(&first);
+    th_add(&first, PyObject_Hash(Py_None));
+    th_add(&first, th_done(&p1));
+    th_add(&first, th_done(&p2));
+    th_init(&empty);
+    th_init(&outer);
+    th_add(&outer, th_done(&first));
+    th_add(&outer, th_done(&empty));
+    return th_done(&outer) == want;
+}
+
 int fxcut_cse_parse_config(PyObject *config, const char *what, cse_config *cfg) {
     cfg->env = NULL;
+    cfg->rank = NULL;
+    cfg->limit = 0;
     if (!PyTuple_Check(config)) {
         PyErr_Format(PyExc_TypeError, "%s: expected the tuple cse_key_config builds, got %.100s", what,
                      Py_TYPE(config)->tp_name);

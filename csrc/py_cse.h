@@ -18,15 +18,26 @@ typedef struct {
     PyObject *is_leaf;      /* pytree.tree_is_leaf */
     PyObject *by_bits;      /* callable or None */
     PyObject *leaf;         /* the leaf's structure key */
+    PyObject *rank;         /* NULL, or dict: node -> when env got it (0, 1, ...) */
+    Py_ssize_t limit;       /* with rank: only env's first `limit` entries apply */
 } cse_config;
 
 /* Fills *cfg (borrowed references) from the config tuple cse_key_config
- * builds; env is left NULL.  -1 with a TypeError naming `what` if malformed. */
+ * builds; env and rank are left NULL.  -1 with a TypeError naming `what` if malformed. */
 int fxcut_cse_parse_config(PyObject *config, const char *what, cse_config *cfg);
 
 /* (args, args_spec, kwargs, kwargs_spec, hash_arg) of one node, a new
  * reference; Py_None (new reference) when a value holds a pytree container
  * other than fx's; NULL with an exception on error. */
 PyObject *fxcut_cse_node_key(const cse_config *cfg, PyObject *args, PyObject *kwargs);
+
+/* hash_arg of that key without building it: 1 and *hash_arg, 0 where the
+ * key needs pytree (as above), -1 with an exception (the errors the key
+ * would raise).  Valid only where fxcut_cse_hashes_like_tuples says so. */
+int fxcut_cse_node_hash(const cse_config *cfg, PyObject *args, PyObject *kwargs, Py_hash_t *hash_arg);
+
+/* 1 if this interpreter hashes tuples as fxcut_cse_node_hash computes it,
+ * 0 if not, -1 on error. */
+int fxcut_cse_hashes_like_tuples(void);
 
 #endif /* FXCUT_PY_CSE_H */

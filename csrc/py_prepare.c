@@ -89,6 +89,11 @@ typedef struct {
     PyObject **key_of;          /* a table entry's key (owned) */
     PyObject **ctx_of;          /* a table entry's stream context (owned) */
     PyObject **target_of;       /* a table entry's target (owned) */
+    unsigned char *kind;        /* node i's op kind + 1 (0: not read yet) */
+    Py_hash_t *hash_arg;        /* node i's hash_arg */
+    Py_ssize_t *env_size;       /* replacements planned when node i was visited */
+    PyObject *rank;             /* dict: replaced node -> its place in replace */
+    int hash_only;              /* the interpreter hashes tuples as py_cse.c assumes */
 } planner;
 
 static void table_free(target_table *t) {
@@ -212,6 +217,19 @@ static int op_kind(const planner *p, PyObject *node, int *kind) {
     return 0;
 }
 
+/* Node i's op kind, read once. */
+static int kind_of(planner *p, Py_ssize_t i, int *kind) {
+    if (p->kind[i] == 0) {
+        int k;
+        if (op_kind(p, PyTuple_GET_ITEM(p->nodes, i), &k) < 0) {
+            return -1;
+        }
+        p->kind[i] = (unsigned char)(k + 1);
+    }
+    *kind = p->kind[i] - 1;
+    return 0;
+}
+
 /* 1 when node.kwargs.get("out") is not None, 0 when it is, -1 on error. */
 static int has_out(const planner *p, PyObject *node) {
     PyObject *kwargs = node_field(p, node, S__KWARGS, S_KWARGS);
@@ -252,13 +270,15 @@ static int facts_of(planner *p, Py_ssize_t i, unsigned long long *result) {
     }
     PyObject *node = PyTuple_GET_ITEM(p->nodes, i);
     int kind;
-    if (op_kind(p, node, &kind) < 0) {
+    if (kind_of(p, i, &kind) < 0) {
         return -1;
     }
     PyObject *target = PyObject_GetAttr(node, p->s[S_TARGET]);
     if (target == NULL) {
         return -1;
     }
+    Py_XSETREF(p->target_of[i], target); /* kept for the CSE table */
+    Py_INCREF(target);
     unsigned long long bits = 0;
     int rc = 0;
     if ((kind == OP_PLACEHOLDER || kind == OP_OUTPUT || kind == OP_GET_ATTR) && PyUnicode_Check(target)) {
@@ -308,7 +328,21 @@ static int plan_dead(planner *p, PyObject *dead) {
             return -1;
         }
         int live = PyObject_IsTrue(users);
-        if (live > 0) {
+        if (live > 0 && PyDict_Check(users)) {
+            /* fx keeps users in a dict: walked in place */
+            Py_ssize_t pos = 0;
+            PyObject *user, *ignored;
+            live = 0;
+            while (PyDict_Next(users, &pos, &user, &ignored)) {
+                Py_INCREF(user);
+                int is_dead = PySet_Contains(dead, user);
+                Py_DECREF(user);
+                if (is_dead <= 0) {
+                    live = is_dead < 0 ? -1 : 1;
+                    break;
+                }
+            }
+        } else if (live > 0) {
             live = 0;
             PyObject *it = PyObject_GetIter(users);
             PyObject *user;
@@ -467,6 +501,51 @@ static int plan_regions(planner *p, PyObject *region_ids, PyObject *bases) {
     return 0;
 }
 
+/* A stack of held references. */
+typedef struct {
+    PyObject **items;
+    size_t len, cap;
+} ref_stack;
+
+static int stack_push(ref_stack *st, PyObject *item) {
+    if (st->len == st->cap) {
+        size_t cap = st->cap ? 2 * st->cap : 1024;
+        PyObject **grown = realloc(st->items, cap * sizeof *grown);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        st->items = grown;
+        st->cap = cap;
+    }
+    Py_INCREF(item);
+    st->items[st->len++] = item;
+    return 0;
+}
+
+/* Pushes every node of `inputs` (a dict's keys, or any iterable). */
+static int push_all(ref_stack *st, PyObject *inputs) {
+    if (PyDict_Check(inputs)) {
+        Py_ssize_t pos = 0;
+        PyObject *input, *ignored;
+        while (PyDict_Next(inputs, &pos, &input, &ignored)) {
+            if (stack_push(st, input) < 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    PyObject *it = PyObject_GetIter(inputs);
+    PyObject *input;
+    int ok = it != NULL;
+    while (ok && (input = PyIter_Next(it)) != NULL) {
+        ok = stack_push(st, input) == 0;
+        Py_DECREF(input);
+    }
+    Py_XDECREF(it);
+    return ok && !PyErr_Occurred() ? 0 : -1;
+}
+
 /* The backward outputs (backward_seeds(output)) and everything they are
  * computed from, as a new set. */
 static PyObject *backward_ancestors(const planner *p) {
@@ -475,55 +554,34 @@ static PyObject *backward_ancestors(const planner *p) {
     if (seeds == NULL) {
         return NULL;
     }
-    PyObject *stack = PySequence_List(seeds);
+    ref_stack st = {NULL, 0, 0};
+    PyObject *seen = PySet_New(NULL);
+    int ok = seen != NULL && push_all(&st, seeds) == 0;
     Py_DECREF(seeds);
-    PyObject *seen = stack ? PySet_New(NULL) : NULL;
-    if (seen == NULL) {
-        Py_XDECREF(stack);
+    while (ok && st.len > 0) {
+        PyObject *node = st.items[--st.len];
+        int known = PySet_Contains(seen, node);
+        if (known == 0) {
+            /* fx.Node's all_input_nodes lists its `_input_nodes` dict. */
+            PyObject *inputs = PySet_Add(seen, node) < 0 ? NULL
+                               : (PyObject *)Py_TYPE(node) == p->key.node_cls
+                                   ? PyObject_GetAttr(node, p->s[S__INPUT_NODES])
+                                   : PyObject_GetAttr(node, p->s[S_ALL_INPUT_NODES]);
+            ok = inputs != NULL && push_all(&st, inputs) == 0;
+            Py_XDECREF(inputs);
+        }
+        ok = ok && known >= 0;
+        Py_DECREF(node);
+    }
+    while (st.len > 0) {
+        Py_DECREF(st.items[--st.len]);
+    }
+    free(st.items);
+    if (!ok) {
+        Py_XDECREF(seen);
         return NULL;
     }
-    while (PyList_GET_SIZE(stack) > 0) {
-        Py_ssize_t last = PyList_GET_SIZE(stack) - 1;
-        PyObject *node = PyList_GET_ITEM(stack, last);
-        Py_INCREF(node);
-        if (PyList_SetSlice(stack, last, last + 1, NULL) < 0) {
-            Py_DECREF(node);
-            goto fail;
-        }
-        int known = PySet_Contains(seen, node);
-        if (known != 0) {
-            Py_DECREF(node);
-            if (known < 0) {
-                goto fail;
-            }
-            continue;
-        }
-        int rc = PySet_Add(seen, node);
-        /* fx.Node's all_input_nodes lists its `_input_nodes` dict. */
-        PyObject *inputs = rc < 0 ? NULL
-                           : (PyObject *)Py_TYPE(node) == p->key.node_cls
-                               ? PyObject_GetAttr(node, p->s[S__INPUT_NODES])
-                               : PyObject_GetAttr(node, p->s[S_ALL_INPUT_NODES]);
-        Py_DECREF(node);
-        PyObject *it = inputs ? PyObject_GetIter(inputs) : NULL;
-        Py_XDECREF(inputs);
-        PyObject *input;
-        int ok = it != NULL;
-        while (ok && (input = PyIter_Next(it)) != NULL) {
-            ok = PyList_Append(stack, input) == 0;
-            Py_DECREF(input);
-        }
-        Py_XDECREF(it);
-        if (!ok || PyErr_Occurred()) {
-            goto fail;
-        }
-    }
-    Py_DECREF(stack);
     return seen;
-fail:
-    Py_DECREF(stack);
-    Py_DECREF(seen);
-    return NULL;
 }
 
 /* (custom.get("stream", 0), custom.get("mempool"), custom.get("mempool_device"))
@@ -557,12 +615,63 @@ static PyObject *stream_context(const planner *p, PyObject *meta) {
     return ctx;
 }
 
-/* 1 if entry j's token equals node i's (args, specs, kwargs, context), 0 if
- * not, -1 on error: tuple comparison, item by item, as torch's dict's. */
-static int same_token(const planner *p, Py_ssize_t j, Py_ssize_t i) {
+/* Node i's full key (p->key_of[i]), built when first compared: with the
+ * substitutions in force when the node was visited (its first env_size[i]
+ * replacements), so the same key as built then. */
+static int full_key(planner *p, Py_ssize_t i, PyObject *replace) {
+    if (p->key_of[i] != NULL) {
+        return 0;
+    }
+    PyObject *node = PyTuple_GET_ITEM(p->nodes, i);
+    PyObject *args = node_field(p, node, S__ARGS, S_ARGS);
+    PyObject *kwargs = args ? node_field(p, node, S__KWARGS, S_KWARGS) : NULL;
+    PyObject *key = NULL;
+    if (kwargs != NULL) {
+        cse_config cfg = p->key;
+        cfg.env = replace;
+        cfg.rank = p->rank;
+        cfg.limit = p->env_size[i];
+        key = fxcut_cse_node_key(&cfg, args, kwargs);
+    }
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    if (key == NULL) {
+        return -1;
+    }
+    if (key == Py_None || PyLong_AsSsize_t(PyTuple_GET_ITEM(key, 4)) != p->hash_arg[i]) {
+        Py_DECREF(key);
+        if (!PyErr_Occurred()) {
+            PyErr_Format(PyExc_RuntimeError, "prepare_plan: node %zd's arguments changed while planning", i);
+        }
+        return -1;
+    }
+    p->key_of[i] = key;
+    return 0;
+}
+
+/* Node i's stream context (p->ctx_of[i]), read when first compared. */
+static int context_of(planner *p, Py_ssize_t i) {
+    if (p->ctx_of[i] != NULL) {
+        return 0;
+    }
+    PyObject *meta = PyObject_GetAttr(PyTuple_GET_ITEM(p->nodes, i), p->s[S_META]);
+    if (meta == NULL) {
+        return -1;
+    }
+    p->ctx_of[i] = stream_context(p, meta);
+    Py_DECREF(meta);
+    return p->ctx_of[i] == NULL ? -1 : 0;
+}
+
+/* 1 if entry j's token equals node i's (target, args, specs, kwargs,
+ * context), 0 if not, -1 on error: item by item, as torch's dicts compare. */
+static int same_token(planner *p, Py_ssize_t j, Py_ssize_t i, PyObject *replace) {
     int same = PyObject_RichCompareBool(p->target_of[j], p->target_of[i], Py_EQ);
     if (same <= 0) {
         return same;
+    }
+    if (full_key(p, j, replace) < 0 || full_key(p, i, replace) < 0) {
+        return -1;
     }
     for (Py_ssize_t k = 0; k < 4; k++) {
         int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(p->key_of[j], k), PyTuple_GET_ITEM(p->key_of[i], k), Py_EQ);
@@ -573,25 +682,96 @@ static int same_token(const planner *p, Py_ssize_t j, Py_ssize_t i) {
     if (!p->keys_stream) {
         return 1;
     }
+    if (context_of(p, j) < 0 || context_of(p, i) < 0) {
+        return -1;
+    }
     return PyObject_RichCompareBool(p->ctx_of[j], p->ctx_of[i], Py_EQ);
 }
 
-/* 1 when the target compares by identity (no __eq__ of its own): it is
- * keyed by its address, not its (perhaps Python) __hash__. */
+/* 1 when the target compares by identity (no __eq__ of its own): hashed by
+ * its address, not its (perhaps Python) __hash__. */
 static int identity_equal(PyObject *target) {
     return Py_TYPE(target)->tp_richcompare == PyBaseObject_Type.tp_richcompare;
 }
 
-/* The key and context of node i (into p->key_of / ctx_of), or 0 when the
- * node is skipped (torch's unbacked-symbol test), -1 on error. */
-static int token_of(planner *p, Py_ssize_t i, PyObject *node, PyObject *replace) {
+/* fx_graph_cse's table, hash_env: (target, extra_key, hash_arg) -> the
+ * node (index) it holds, or -1 once emptied. */
+typedef struct {
+    Py_hash_t hash, hash_arg;
+    PyObject *target; /* held by p->target_of of the entry's first node */
+    int extra;
+    Py_ssize_t node;
+} table_entry;
+
+typedef struct {
+    table_entry *e;
+    size_t cap, len;
+} cse_table;
+
+/* The entry of (target, extra, hash_arg), added (node -1) if absent. */
+static table_entry *cse_table_find(cse_table *t, PyObject *target, int extra, Py_hash_t hash_arg) {
+    int by_identity = identity_equal(target);
+    Py_hash_t th = by_identity ? (Py_hash_t)slot_of(target, (size_t)1 << 62) : PyObject_Hash(target);
+    if (th == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_hash_t hash = (Py_hash_t)((Py_uhash_t)hash_arg * 1000003u ^ (Py_uhash_t)th ^ (Py_uhash_t)extra);
+    if (2 * (t->len + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 256;
+        table_entry *grown = calloc(cap, sizeof *grown);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        for (size_t i = 0; i < t->cap; i++) {
+            if (t->e[i].target != NULL) {
+                size_t j = (size_t)t->e[i].hash & (cap - 1);
+                while (grown[j].target != NULL) {
+                    j = (j + 1) & (cap - 1);
+                }
+                grown[j] = t->e[i];
+            }
+        }
+        free(t->e);
+        t->e = grown;
+        t->cap = cap;
+    }
+    size_t mask = t->cap - 1;
+    for (size_t i = (size_t)hash & mask;; i = (i + 1) & mask) {
+        table_entry *e = &t->e[i];
+        if (e->target == NULL) {
+            e->hash = hash;
+            e->hash_arg = hash_arg;
+            e->target = target;
+            e->extra = extra;
+            e->node = -1;
+            t->len++;
+            return e;
+        }
+        if (e->hash == hash && e->hash_arg == hash_arg && e->extra == extra) {
+            int eq = e->target == target ? 1 : by_identity ? 0 : PyObject_RichCompareBool(e->target, target, Py_EQ);
+            if (eq < 0) {
+                return NULL;
+            }
+            if (eq) {
+                return e;
+            }
+        }
+    }
+}
+
+/* Node i's hash_arg (p->hash_arg[i]; the key itself too where pytree must
+ * build it), or 0 when the node is skipped (torch's unbacked-symbol test),
+ * -1 on error. */
+static int hash_of(planner *p, Py_ssize_t i, PyObject *node, PyObject *replace) {
     PyObject *meta = PyObject_GetAttr(node, p->s[S_META]);
     if (meta == NULL) {
         return -1;
     }
     PyObject *val = mapping_get(p, meta, p->s[S_VAL]);
+    Py_DECREF(meta);
     int skip = val == NULL ? -1 : 0;
-    if (val != NULL && val != Py_None) {
+    if (val != NULL && val != Py_None && !PyObject_TypeCheck(val, (PyTypeObject *)p->tensor_cls)) {
         skip = PyObject_IsInstance(val, p->symbol_cls);
         if (skip > 0) {
             PyObject *free_symbols = PyObject_CallOneArg(p->unbacked, val);
@@ -601,43 +781,37 @@ static int token_of(planner *p, Py_ssize_t i, PyObject *node, PyObject *replace)
     }
     Py_XDECREF(val);
     if (skip != 0) {
-        Py_DECREF(meta);
         return skip < 0 ? -1 : 0;
     }
     PyObject *args = node_field(p, node, S__ARGS, S_ARGS);
     PyObject *kwargs = args ? node_field(p, node, S__KWARGS, S_KWARGS) : NULL;
-    PyObject *key = NULL;
+    int rc = -1;
     if (kwargs != NULL) {
-        key = fxcut_cse_node_key(&p->key, args, kwargs);
-        if (key == Py_None) {
-            Py_DECREF(key);
-            key = PyObject_CallFunctionObjArgs(p->python_key, args, kwargs, replace, NULL);
+        rc = p->hash_only ? fxcut_cse_node_hash(&p->key, args, kwargs, &p->hash_arg[i]) : 0;
+        if (rc == 0) { /* the whole key now: pytree's, or every node's on an unknown interpreter */
+            PyObject *key = fxcut_cse_node_key(&p->key, args, kwargs);
+            if (key == Py_None) {
+                Py_DECREF(key);
+                key = PyObject_CallFunctionObjArgs(p->python_key, args, kwargs, replace, NULL);
+            }
+            if (key != NULL && !(PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 5 &&
+                                 PyLong_Check(PyTuple_GET_ITEM(key, 4)))) {
+                PyErr_SetString(PyExc_TypeError, "prepare_plan: python_key must return a 5-tuple ending in an int");
+                Py_CLEAR(key);
+            }
+            if (key != NULL) {
+                p->hash_arg[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(key, 4));
+                if (p->hash_arg[i] == -1 && PyErr_Occurred()) {
+                    Py_CLEAR(key);
+                }
+            }
+            p->key_of[i] = key;
+            rc = key == NULL ? -1 : 1;
         }
     }
     Py_XDECREF(args);
     Py_XDECREF(kwargs);
-    if (key != NULL && !(PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 5 &&
-                         PyLong_Check(PyTuple_GET_ITEM(key, 4)))) {
-        PyErr_SetString(PyExc_TypeError, "prepare_plan: python_key must return a 5-tuple ending in an int");
-        Py_CLEAR(key);
-    }
-    PyObject *ctx = NULL;
-    if (key != NULL) {
-        if (p->keys_stream) {
-            ctx = stream_context(p, meta);
-        } else {
-            Py_INCREF(p->default_ctx);
-            ctx = p->default_ctx;
-        }
-    }
-    Py_DECREF(meta);
-    if (ctx == NULL) {
-        Py_XDECREF(key);
-        return -1;
-    }
-    p->key_of[i] = key;
-    p->ctx_of[i] = ctx;
-    return 1;
+    return rc;
 }
 
 /* After a failure to key node i: 1 (the error cleared) if the node aliases
@@ -667,12 +841,36 @@ static int aliases_after_error(planner *p, Py_ssize_t i) {
     return yes == 1 ? 1 : -1;
 }
 
+/* What node i does to the table: 0 nothing, 1 enters it, 2 merges into
+ * entry *j; -1 on error. */
+static int cse_step(planner *p, Py_ssize_t i, table_entry *e, PyObject *replace, Py_ssize_t *j) {
+    *j = e->node;
+    if (*j >= 0) {
+        int yes = aliases_output(p, *j);
+        if (yes < 0) {
+            return -1;
+        }
+        if (yes == 1) {
+            *j = -1; /* torch never entered it: the entry was empty */
+        }
+    }
+    if (*j < 0) {
+        return 1;
+    }
+    int yes = aliases_output(p, i);
+    if (yes != 0) {
+        return yes < 0 ? -1 : 0;
+    }
+    int eq = same_token(p, *j, i, replace);
+    if (eq <= 0) {
+        return eq;
+    }
+    return p->region[i] == p->region[*j] ? 2 : 1;
+}
+
 /* fx_graph_cse's choices over the live nodes, into `replace`. */
 static int plan_cse(planner *p, PyObject *replace, PyObject *bases, PyObject *backward) {
-    PyObject *slots = PyDict_New();
-    if (slots == NULL) {
-        return -1;
-    }
+    cse_table table = {NULL, 0, 0};
     int rc = -1;
     for (Py_ssize_t i = 0; i < p->n; i++) {
         if (p->dead[i]) {
@@ -681,7 +879,7 @@ static int plan_cse(planner *p, PyObject *replace, PyObject *bases, PyObject *ba
         PyObject *node = PyTuple_GET_ITEM(p->nodes, i);
         int kind;
         unsigned long long bits;
-        if (op_kind(p, node, &kind) < 0) {
+        if (kind_of(p, i, &kind) < 0) {
             goto done;
         }
         if (kind == OP_PLACEHOLDER || kind == OP_OUTPUT || kind == OP_GET_ATTR) {
@@ -702,92 +900,48 @@ static int plan_cse(planner *p, PyObject *replace, PyObject *bases, PyObject *ba
                 continue;
             }
         }
-        int have = token_of(p, i, node, replace);
+        p->env_size[i] = PyDict_GET_SIZE(replace);
+        int have = hash_of(p, i, node, replace);
         if (have <= 0) {
-            if (have == 0) {
-                continue;
-            }
             /* torch never keys a node that aliases an output: no error then. */
-            int yes = aliases_after_error(p, i);
-            if (yes == 1) {
+            if (have == 0 || aliases_after_error(p, i) == 1) {
                 continue;
             }
             goto done;
         }
-        PyObject *target = PyObject_GetAttr(node, p->s[S_TARGET]);
-        if (target == NULL) {
-            goto done;
-        }
-        PyObject *extra = Py_None;
+        PyObject *target = p->target_of[i]; /* read by facts_of */
+        int extra = 0;
         if (backward != NULL) {
             int in = PySet_Contains(backward, node);
             if (in < 0) {
-                p->target_of[i] = target;
                 goto done;
             }
-            extra = in ? Py_True : Py_False;
+            extra = in ? 2 : 1;
         }
-        PyObject *hash_arg = PyTuple_GET_ITEM(p->key_of[i], 4);
-        PyObject *slot_key;
-        if (identity_equal(target)) {
-            PyObject *address = PyLong_FromVoidPtr(target);
-            slot_key = address ? PyTuple_Pack(3, hash_arg, extra, address) : NULL;
-            Py_XDECREF(address);
-        } else {
-            slot_key = PyTuple_Pack(4, hash_arg, extra, target, Py_None);
-        }
-        p->target_of[i] = target; /* the reference moves */
-        if (slot_key == NULL) {
+        table_entry *e = cse_table_find(&table, target, extra, p->hash_arg[i]);
+        if (e == NULL) {
             goto done;
         }
-        int step = -1;
-        PyObject *held = PyDict_GetItemWithError(slots, slot_key);
-        Py_ssize_t j = -1;
-        if (held != NULL) {
-            j = PyLong_AsSsize_t(held);
-            if (j == -1 && PyErr_Occurred()) {
-                goto slot_done;
-            }
-            int yes = aliases_output(p, j);
-            if (yes < 0 || (yes == 1 && PyDict_DelItem(slots, slot_key) < 0)) {
-                goto slot_done;
-            }
-            if (yes == 1) {
-                held = NULL; /* torch never entered it: the entry was empty */
-            }
-        } else if (PyErr_Occurred()) {
-            goto slot_done;
-        }
-        if (held == NULL) {
-            step = 1; /* enter node i */
-        } else {
-            int yes = aliases_output(p, i);
-            int eq = yes == 0 ? same_token(p, j, i) : 0;
-            if (yes < 0 || eq < 0) {
-                goto slot_done;
-            }
-            step = (yes == 1 || !eq) ? 0 : p->region[i] == p->region[j] ? 2 : 1;
-        }
-        if (step == 1) {
-            PyObject *index = PyLong_FromSsize_t(i);
-            if (index == NULL || PyDict_SetItem(slots, slot_key, index) < 0) {
-                Py_XDECREF(index);
-                step = -1;
-                goto slot_done;
-            }
-            Py_DECREF(index);
-        } else if (step == 2 && PyDict_SetItem(replace, node, PyTuple_GET_ITEM(p->nodes, j)) < 0) {
-            step = -1;
-        }
-    slot_done:
-        Py_DECREF(slot_key);
+        Py_ssize_t j;
+        int step = cse_step(p, i, e, replace, &j);
         if (step < 0) {
             goto done;
+        }
+        if (step == 1) {
+            e->node = i;
+        } else if (step == 2) {
+            PyObject *when = PyLong_FromSsize_t(PyDict_GET_SIZE(replace));
+            int failed = when == NULL || PyDict_SetItem(p->rank, node, when) < 0 ||
+                         PyDict_SetItem(replace, node, PyTuple_GET_ITEM(p->nodes, j)) < 0;
+            Py_XDECREF(when);
+            if (failed) {
+                goto done;
+            }
         }
     }
     rc = 0;
 done:
-    Py_DECREF(slots);
+    free(table.e);
     return rc;
 }
 
@@ -800,6 +954,10 @@ static void planner_free(planner *p) {
     free(p->key_of);
     free(p->ctx_of);
     free(p->target_of);
+    free(p->kind);
+    free(p->hash_arg);
+    free(p->env_size);
+    Py_XDECREF(p->rank);
     free(p->known);
     free(p->dead);
     free(p->alias);
@@ -885,8 +1043,13 @@ PyObject *fxcut_py_prepare_plan(PyObject *module, PyObject *args, PyObject *kwar
     int eliminate_dead, cse;
     planner p;
     memset(&p, 0, sizeof p);
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO$pp:prepare_plan", keywords, &PyList_Type, &nodes_obj,
-                                     &p.node_facts, &config, &eliminate_dead, &cse)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO$pp:prepare_plan", keywords, &nodes_obj, &p.node_facts,
+                                     &config, &eliminate_dead, &cse)) {
+        return NULL;
+    }
+    if (!PyList_Check(nodes_obj)) {
+        PyErr_Format(PyExc_TypeError, "prepare_plan: nodes must be a list of fx nodes, got %.100s",
+                     Py_TYPE(nodes_obj)->tp_name);
         return NULL;
     }
     if (!PyCallable_Check(p.node_facts)) {
@@ -917,8 +1080,20 @@ PyObject *fxcut_py_prepare_plan(PyObject *module, PyObject *args, PyObject *kwar
     p.key_of = calloc(n, sizeof *p.key_of);
     p.ctx_of = calloc(n, sizeof *p.ctx_of);
     p.target_of = calloc(n, sizeof *p.target_of);
-    if (!p.known || !p.dead || !p.alias || !p.facts || !p.region || !p.key_of || !p.ctx_of || !p.target_of) {
+    p.kind = calloc(n, 1);
+    p.hash_arg = calloc(n, sizeof *p.hash_arg);
+    p.env_size = calloc(n, sizeof *p.env_size);
+    if (!p.known || !p.dead || !p.alias || !p.facts || !p.region || !p.key_of || !p.ctx_of || !p.target_of ||
+        !p.kind || !p.hash_arg || !p.env_size) {
         PyErr_NoMemory();
+        goto done;
+    }
+    p.hash_only = fxcut_cse_hashes_like_tuples();
+    if (p.hash_only < 0) {
+        goto done;
+    }
+    p.rank = PyDict_New();
+    if (p.rank == NULL) {
         goto done;
     }
     p.default_ctx = Py_BuildValue("(iOO)", 0, Py_None, Py_None);
