@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import operator
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -57,9 +59,8 @@ def _assert_c_plan_is_the_python_plan(graph: fx.Graph, num_fwd_outputs: int | No
         for num_fwd in {None, num_fwd_outputs}:
             # DCE reads no rule: random ops kept alive (False) once is enough
             for impure_random in (True, False) if rules is newest and num_fwd is None else (True,):
-                kw = dict(cse=True, impure_random=impure_random, rules=rules, num_fwd_outputs=num_fwd)
-                c = prepare.plan(graph, facts, **kw)  # type: ignore[arg-type]
-                py = prepare.plan(graph, facts, use_c=False, **kw)  # type: ignore[arg-type]
+                c, py = (prepare.plan(graph, facts, cse=True, impure_random=impure_random, rules=rules,
+                                      num_fwd_outputs=num_fwd, use_c=use_c) for use_c in (True, False))
                 where = (rules.release, num_fwd, impure_random)
                 assert c.dead == py.dead, where
                 assert list(c.replace.items()) == list(py.replace.items()), where
@@ -343,13 +344,13 @@ def _plan_args() -> tuple[list[fx.Node], object, tuple[object, ...]]:
     (lambda n, f, c: ((n, f, c[:7] + (1,) + c[8:]), {}), TypeError, "keys_stream"),
     (lambda n, f, c: ((n, f, c[:9] + (c[9][:3],)), {}), TypeError, "key_config"),
     (lambda n, f, c: ((n, lambda node: "x", c), {}), TypeError, "node_facts must return an int"),
-    (lambda n, f, c: ((n, lambda node: 1 / 0, c), {}), ZeroDivisionError, ""),
-    (lambda n, f, c: (([*n[:3], 7, n[-1]], f, c), {}), AttributeError, ""),
+    (lambda n, f, c: ((n, lambda node: 1 / 0, c), {}), ZeroDivisionError, None),
+    (lambda n, f, c: (([*n[:3], 7, n[-1]], f, c), {}), AttributeError, None),
     (lambda n, f, c: (([], f, c), {}), IndexError, "no live node"),
-    (lambda n, f, c: ((n, f, c[:3] + (lambda out: 5,) + c[4:]), {}), TypeError, ""),
+    (lambda n, f, c: ((n, f, c[:3] + (lambda out: 5,) + c[4:]), {}), TypeError, "not iterable"),
     (lambda n, f, c: ((n, f, c[:1] + (lambda *a: "bad",) + c[2:]), {}), TypeError, "python_key must return"),
 ])
-def test_c_plan_rejects_bad_input(mangle, error, match) -> None:  # type: ignore[no-untyped-def]
+def test_c_plan_rejects_bad_input(mangle: Callable[..., Any], error: type[BaseException], match: str | None) -> None:
     """Bad arguments and callbacks that raise or answer nonsense: a clear
     exception naming what is wrong, never a crash."""
     from fxcut import _C
@@ -364,6 +365,6 @@ def test_c_plan_keywords_are_required() -> None:
 
     nodes, facts_fn, config = _plan_args()
     with pytest.raises(TypeError):
-        _C.prepare_plan(nodes, facts_fn, config)  # type: ignore[call-arg]
+        _C.prepare_plan(nodes, facts_fn, config)  # type: ignore[call-arg]  # the keywords are missing
     dead, replace, regions = _C.prepare_plan(nodes, facts_fn, config, eliminate_dead=True, cse=False)
     assert replace == {} and regions is None and {n.name for n in dead} == {"cos_default", "cos_default_1"}
