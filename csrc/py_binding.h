@@ -109,6 +109,7 @@ FXCUT_ENTRY(aggressive_options)
 FXCUT_ENTRY(memory_simulate)
 FXCUT_ENTRY(plan_simulate) FXCUT_ENTRY(plan_frontier)
 FXCUT_ENTRY(cse_key) FXCUT_ENTRY(lower_read)
+FXCUT_ENTRY(prepare_plan)
 #undef FXCUT_ENTRY
 
 /* The result types py_decide.c, py_knapsack.c and py_memory.c fill (module.c makes
@@ -127,6 +128,7 @@ extern PyStructSequence_Desc fxcut_memory_desc;
     FXCUT_KW_METHOD(budget_plan), FXCUT_KW_METHOD(knapsack),                  \
     FXCUT_KW_METHOD(aggressive_options), FXCUT_KW_METHOD(memory_simulate),      \
     FXCUT_KW_METHOD(plan_simulate), FXCUT_KW_METHOD(plan_frontier),         \
-    FXCUT_KW_METHOD(cse_key), FXCUT_KW_METHOD(lower_read),
+    FXCUT_KW_METHOD(cse_key), FXCUT_KW_METHOD(lower_read),                 \
+    FXCUT_KW_METHOD(prepare_plan),
 
 #endif /* FXCUT_PY_BINDING_H */

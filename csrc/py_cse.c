@@ -21,18 +21,16 @@
 #include <Python.h>
 
 #include "py_binding.h"
+#include "py_cse.h"
 
-typedef struct {
-    PyObject *env;          /* dict: node -> representative */
-    PyObject *node_cls;     /* torch.fx.Node */
-    PyObject *sym_types;    /* tuple of SymInt, SymFloat, SymBool */
-    PyObject *containers;   /* dict: exact container type -> str(type) */
-    PyObject *dict_types;   /* tuple of the dict-like container types */
-    PyObject *known_leaves; /* frozenset of leaf types */
-    PyObject *is_leaf;      /* pytree.tree_is_leaf */
-    PyObject *by_bits;      /* callable or None */
-    PyObject *leaf;         /* the leaf's structure key */
-} cse_config;
+
+/* 1 when `value` is certainly not an instance of a symbolic type nor a
+ * node (an exact int, float, bool, str, complex or None): isinstance needs
+ * no asking. */
+static int plain_scalar(PyObject *value) {
+    return value == Py_None || PyLong_CheckExact(value) || PyBool_Check(value) ||
+           PyFloat_CheckExact(value) || PyUnicode_CheckExact(value) || PyComplex_CheckExact(value);
+}
 
 /* 1: a leaf, 0: not one (a container this walk does not know), -1: error. */
 static int known_leaf(const cse_config *cfg, PyObject *value) {
@@ -52,22 +50,41 @@ static int known_leaf(const cse_config *cfg, PyObject *value) {
 /* The substituted leaf (new reference), or NULL with an exception. */
 static PyObject *substitute(const cse_config *cfg, PyObject *value) {
     PyObject *out = value;
-    int is_node = PyObject_IsInstance(value, cfg->node_cls);
-    if (is_node < 0) {
-        return NULL;
+    int plain = plain_scalar(value);
+    int is_node = 0, is_sym = 0;
+    if (!plain) {
+        is_node = (PyObject *)Py_TYPE(value) == cfg->node_cls ? 1 : PyObject_IsInstance(value, cfg->node_cls);
+        if (is_node < 0) {
+            return NULL;
+        }
     }
     if (is_node) {
         PyObject *mapped = PyDict_GetItemWithError(cfg->env, value);
         if (mapped == NULL && PyErr_Occurred()) {
             return NULL;
         }
+        if (mapped != NULL && cfg->rank != NULL) {
+            PyObject *when = PyDict_GetItemWithError(cfg->rank, value);
+            if (when == NULL && PyErr_Occurred()) {
+                return NULL;
+            }
+            Py_ssize_t at = when ? PyLong_AsSsize_t(when) : PY_SSIZE_T_MAX;
+            if (at == -1 && PyErr_Occurred()) {
+                return NULL;
+            }
+            if (at >= cfg->limit) {
+                mapped = NULL; /* env got it later */
+            }
+        }
         if (mapped != NULL) {
             out = mapped;
         }
     }
-    int is_sym = PyObject_IsInstance(value, cfg->sym_types);
-    if (is_sym < 0) {
-        return NULL;
+    if (!plain && (PyObject *)Py_TYPE(value) != cfg->node_cls) {
+        is_sym = PyObject_IsInstance(value, cfg->sym_types);
+        if (is_sym < 0) {
+            return NULL;
+        }
     }
     if (is_sym) {
         return PyObject_GetAttrString(value, "node");
@@ -80,16 +97,30 @@ static PyObject *substitute(const cse_config *cfg, PyObject *value) {
     return out;
 }
 
+/* 1 if `cls` is one of the (exact) dict-like container types. */
+static int is_dict_type(const cse_config *cfg, PyObject *cls) {
+    Py_ssize_t n = PyTuple_GET_SIZE(cfg->dict_types);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyTuple_GET_ITEM(cfg->dict_types, i) == cls) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The structure key of `value` (new reference), its leaves appended to
  * `leaves`; Py_None (new reference) when a container is not fx's, NULL with
  * an exception on error. */
 static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leaves) {
-    PyObject *name = PyDict_GetItemWithError(cfg->containers, (PyObject *)Py_TYPE(value));
-    if (name == NULL) {
-        if (PyErr_Occurred()) {
+    PyObject *name = NULL;
+    if (!plain_scalar(value)) {
+        name = PyDict_GetItemWithError(cfg->containers, (PyObject *)Py_TYPE(value));
+        if (name == NULL && PyErr_Occurred()) {
             return NULL;
         }
-        int leaf = known_leaf(cfg, value);
+    }
+    if (name == NULL) {
+        int leaf = plain_scalar(value) ? 1 : known_leaf(cfg, value);
         if (leaf < 0) {
             return NULL;
         }
@@ -112,28 +143,31 @@ static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leave
         return NULL;
     }
     PyObject *context = NULL, *items = NULL, *children = NULL, *result = NULL;
-    int is_dict = PyObject_IsInstance(value, cfg->dict_types);
-    if (is_dict < 0) {
-        goto done;
-    }
-    if (is_dict) {
+    Py_INCREF(name); /* a leaf test may drop the containers dict's entry */
+    if (is_dict_type(cfg, (PyObject *)Py_TYPE(value))) {
         context = PySequence_List(value);                    /* the keys, in order */
         items = context ? PyDict_Values(value) : NULL;
     } else {
         Py_INCREF(Py_None);
         context = Py_None;
-        items = PySequence_List(value);
+        if (PyTuple_Check(value)) {                         /* immutable: walked in place */
+            Py_INCREF(value);
+            items = value;
+        } else {
+            items = PySequence_Tuple(value);
+        }
     }
     if (items == NULL) {
         goto done;
     }
-    Py_ssize_t n = PyList_GET_SIZE(items);
+    Py_ssize_t n = PyTuple_Check(items) ? PyTuple_GET_SIZE(items) : PyList_GET_SIZE(items);
     children = PyTuple_New(n);
     if (children == NULL) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *child = flatten(cfg, PyList_GET_ITEM(items, i), leaves);
+        PyObject *item = PyTuple_Check(items) ? PyTuple_GET_ITEM(items, i) : PyList_GET_ITEM(items, i);
+        PyObject *child = flatten(cfg, item, leaves);
         if (child == NULL) {
             goto done;
         }
@@ -146,6 +180,7 @@ static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leave
     result = PyTuple_Pack(3, name, context, children);
 done:
     Py_LeaveRecursiveCall();
+    Py_DECREF(name);
     Py_XDECREF(context);
     Py_XDECREF(items);
     Py_XDECREF(children);
@@ -195,44 +230,223 @@ static int flatten_value(const cse_config *cfg, PyObject *value, PyObject **leav
     return 0;
 }
 
-const char fxcut_py_cse_key_doc[] =
-    "cse_key($module, args, kwargs, env, config)\n--\n\n"
-    "-> (args, args_spec, kwargs, kwargs_spec, hash_arg) or None: fx_graph_cse's key of one node: each of ``args`` and ``kwargs`` flattened as pytree does\n"
-    "(leaves substituted: nodes through ``env``, symbolic values by their ``.node``, floats\n"
-    "and complexes through config's by_bits unless None), its structure as a key that compares\n"
-    "like a TreeSpec, and hash_arg = hash of the (leaf, type(leaf)) pairs.  ``config``: the\n"
-    "tuple (node_cls, sym_types, containers, dict_types, known_leaves, tree_is_leaf, by_bits,\n"
-    "leaf_key).  None where a value holds a pytree container other than fx's.";
+/* CPython's tuple hash (xxHash-based, Objects/tupleobject.c), fed one item
+ * hash at a time: hash_arg without building its tuples.
+ * fxcut_cse_hashes_like_tuples checks it against the interpreter's. */
+#if SIZEOF_PY_UHASH_T > 4
+#define XXPRIME_1 ((Py_uhash_t)11400714785074694791ULL)
+#define XXPRIME_2 ((Py_uhash_t)14029467366897019727ULL)
+#define XXPRIME_5 ((Py_uhash_t)2870177450012600261ULL)
+#define XXROTATE(x) (((x) << 31) | ((x) >> 33))
+#else
+#define XXPRIME_1 ((Py_uhash_t)2654435761UL)
+#define XXPRIME_2 ((Py_uhash_t)2246822519UL)
+#define XXPRIME_5 ((Py_uhash_t)374761393UL)
+#define XXROTATE(x) (((x) << 13) | ((x) >> 19))
+#endif
 
-PyObject *fxcut_py_cse_key(PyObject *module, PyObject *args, PyObject *kwargs) {
-    (void)module;
-    static char *keywords[] = {"args", "kwargs", "env", "config", NULL};
-    PyObject *node_args, *node_kwargs, *config_obj;
-    cse_config cfg;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!:cse_key", keywords, &node_args,
-                                     &node_kwargs, &PyDict_Type, &cfg.env, &PyTuple_Type,
-                                     &config_obj)) {
-        return NULL;
+typedef struct {
+    Py_uhash_t acc;
+    Py_ssize_t len;
+} tuple_hash;
+
+static void th_init(tuple_hash *h) {
+    h->acc = XXPRIME_5;
+    h->len = 0;
+}
+
+static void th_add(tuple_hash *h, Py_hash_t item) {
+    h->acc += (Py_uhash_t)item * XXPRIME_2;
+    h->acc = XXROTATE(h->acc);
+    h->acc *= XXPRIME_1;
+    h->len++;
+}
+
+static Py_hash_t th_done(const tuple_hash *h) {
+    Py_uhash_t acc = h->acc + ((Py_uhash_t)h->len ^ (XXPRIME_5 ^ 3527539UL));
+    return acc == (Py_uhash_t)-1 ? 1546275796 : (Py_hash_t)acc;
+}
+
+/* Adds hash((leaf, type(leaf))) of the substituted leaf to h. */
+static int hash_leaf(const cse_config *cfg, PyObject *value, tuple_hash *h) {
+    PyObject *sub = substitute(cfg, value);
+    if (sub == NULL) {
+        return -1;
     }
-    if (!PyArg_ParseTuple(config_obj, "OO!O!O!O!OOO:cse_key config", &cfg.node_cls,
-                          &PyTuple_Type, &cfg.sym_types, &PyDict_Type, &cfg.containers,
-                          &PyTuple_Type, &cfg.dict_types, &PyFrozenSet_Type,
-                          &cfg.known_leaves, &cfg.is_leaf, &cfg.by_bits, &cfg.leaf)) {
-        return NULL;
+    Py_hash_t a = PyObject_Hash(sub);
+    Py_hash_t t = a == -1 ? -1 : PyObject_Hash((PyObject *)Py_TYPE(sub));
+    Py_DECREF(sub);
+    if (t == -1) {
+        return -1;
     }
-    if (!PyCallable_Check(cfg.is_leaf) || (cfg.by_bits != Py_None && !PyCallable_Check(cfg.by_bits))) {
-        PyErr_SetString(PyExc_TypeError, "cse_key config: tree_is_leaf and by_bits must be callable");
-        return NULL;
+    tuple_hash pair;
+    th_init(&pair);
+    th_add(&pair, a);
+    th_add(&pair, t);
+    th_add(h, th_done(&pair));
+    return 0;
+}
+
+/* Adds the (leaf, type) hashes of value's leaves to h, as flatten walks
+ * them: 1, 0 for a container not fx's, -1 on error. */
+static int hash_walk(const cse_config *cfg, PyObject *value, tuple_hash *h) {
+    PyObject *name = NULL;
+    int plain = plain_scalar(value);
+    if (!plain) {
+        name = PyDict_GetItemWithError(cfg->containers, (PyObject *)Py_TYPE(value));
+        if (name == NULL && PyErr_Occurred()) {
+            return -1;
+        }
     }
+    if (name == NULL) {
+        int leaf = plain ? 1 : known_leaf(cfg, value);
+        if (leaf <= 0) {
+            return leaf;
+        }
+        return hash_leaf(cfg, value, h) < 0 ? -1 : 1;
+    }
+    if (Py_EnterRecursiveCall(" in fxcut's CSE key")) {
+        return -1;
+    }
+    /* Walked in place, as Python's for loop walks them (no copy made). */
+    int rc = 1;
+    if (is_dict_type(cfg, (PyObject *)Py_TYPE(value))) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *item;
+        while (rc == 1 && PyDict_Next(value, &pos, &key, &item)) {
+            Py_INCREF(item);
+            rc = hash_walk(cfg, item, h);
+            Py_DECREF(item);
+        }
+    } else if (PyTuple_Check(value)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value) && rc == 1; i++) {
+            rc = hash_walk(cfg, PyTuple_GET_ITEM(value, i), h);
+        }
+    } else if (PyList_Check(value)) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value) && rc == 1; i++) {
+            PyObject *item = PyList_GET_ITEM(value, i);
+            Py_INCREF(item);
+            rc = hash_walk(cfg, item, h);
+            Py_DECREF(item);
+        }
+    } else {
+        PyObject *items = PySequence_Tuple(value);
+        if (items == NULL) {
+            rc = -1;
+        }
+        for (Py_ssize_t i = 0; items != NULL && i < PyTuple_GET_SIZE(items) && rc == 1; i++) {
+            rc = hash_walk(cfg, PyTuple_GET_ITEM(items, i), h);
+        }
+        Py_XDECREF(items);
+    }
+    Py_LeaveRecursiveCall();
+    return rc;
+}
+
+int fxcut_cse_node_hash(const cse_config *cfg, PyObject *node_args, PyObject *node_kwargs, Py_hash_t *hash_arg) {
+    tuple_hash a, k, both;
+    th_init(&a);
+    th_init(&k);
+    int rc = hash_walk(cfg, node_args, &a);
+    if (rc == 1) {
+        rc = hash_walk(cfg, node_kwargs, &k);
+    }
+    if (rc == 1) {
+        th_init(&both);
+        th_add(&both, th_done(&a));
+        th_add(&both, th_done(&k));
+        *hash_arg = th_done(&both);
+    }
+    return rc;
+}
+
+int fxcut_cse_hashes_like_tuples(void) {
+    PyObject *sample = Py_BuildValue("((O(OO)(sO))())", Py_None, (PyObject *)&PyLong_Type, Py_None,
+                                     "x", (PyObject *)&PyUnicode_Type);
+    if (sample == NULL) {
+        return -1;
+    }
+    Py_hash_t want = PyObject_Hash(sample);
+    Py_DECREF(sample);
+    if (want == -1) {
+        return -1;
+    }
+    /* ((None, (int, None), ("x", str)), ()) item by item. */
+    PyObject *x = PyUnicode_FromString("x");
+    if (x == NULL) {
+        return -1;
+    }
+    Py_hash_t hx = PyObject_Hash(x);
+    Py_DECREF(x);
+    if (hx == -1) {
+        return -1;
+    }
+    tuple_hash outer, first, p1, p2, empty;
+    th_init(&p1);
+    th_add(&p1, PyObject_Hash((PyObject *)&PyLong_Type));
+    th_add(&p1, PyObject_Hash(Py_None));
+    th_init(&p2);
+    th_add(&p2, hx);
+    th_add(&p2, PyObject_Hash((PyObject *)&PyUnicode_Type));
+    th_init(&first);
+    th_add(&first, PyObject_Hash(Py_None));
+    th_add(&first, th_done(&p1));
+    th_add(&first, th_done(&p2));
+    th_init(&empty);
+    th_init(&outer);
+    th_add(&outer, th_done(&first));
+    th_add(&outer, th_done(&empty));
+    return th_done(&outer) == want;
+}
+
+int fxcut_cse_parse_config(PyObject *config, const char *what, cse_config *cfg) {
+    cfg->env = NULL;
+    cfg->rank = NULL;
+    cfg->limit = 0;
+    if (!PyTuple_Check(config)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected the tuple cse_key_config builds, got %.100s", what,
+                     Py_TYPE(config)->tp_name);
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(config) != 8) {
+        PyErr_Format(PyExc_TypeError, "%s: expected 8 items (node_cls, sym_types, containers, dict_types, "
+                     "known_leaves, tree_is_leaf, by_bits, leaf_key), got %zd", what, PyTuple_GET_SIZE(config));
+        return -1;
+    }
+    cfg->node_cls = PyTuple_GET_ITEM(config, 0);
+    cfg->sym_types = PyTuple_GET_ITEM(config, 1);
+    cfg->containers = PyTuple_GET_ITEM(config, 2);
+    cfg->dict_types = PyTuple_GET_ITEM(config, 3);
+    cfg->known_leaves = PyTuple_GET_ITEM(config, 4);
+    cfg->is_leaf = PyTuple_GET_ITEM(config, 5);
+    cfg->by_bits = PyTuple_GET_ITEM(config, 6);
+    cfg->leaf = PyTuple_GET_ITEM(config, 7);
+    const char *bad = !PyTuple_Check(cfg->sym_types) ? "sym_types (a tuple)"
+                      : !PyDict_Check(cfg->containers) ? "containers (a dict)"
+                      : !PyTuple_Check(cfg->dict_types) ? "dict_types (a tuple)"
+                      : !PyFrozenSet_Check(cfg->known_leaves) ? "known_leaves (a frozenset)"
+                      : NULL;
+    if (bad != NULL) {
+        PyErr_Format(PyExc_TypeError, "%s: bad %s", what, bad);
+        return -1;
+    }
+    if (!PyCallable_Check(cfg->is_leaf) || (cfg->by_bits != Py_None && !PyCallable_Check(cfg->by_bits))) {
+        PyErr_Format(PyExc_TypeError, "%s: tree_is_leaf and by_bits must be callable", what);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *fxcut_cse_node_key(const cse_config *cfg, PyObject *node_args, PyObject *node_kwargs) {
     PyObject *a_leaves = NULL, *a_spec = NULL, *k_leaves = NULL, *k_spec = NULL;
     PyObject *a_pairs = NULL, *k_pairs = NULL, *both = NULL, *result = NULL;
-    if (flatten_value(&cfg, node_args, &a_leaves, &a_spec) < 0) {
+    if (flatten_value(cfg, node_args, &a_leaves, &a_spec) < 0) {
         return NULL;
     }
     if (a_spec == Py_None) {
         return a_spec;
     }
-    if (flatten_value(&cfg, node_kwargs, &k_leaves, &k_spec) < 0) {
+    if (flatten_value(cfg, node_kwargs, &k_leaves, &k_spec) < 0) {
         goto done;
     }
     if (k_spec == Py_None) {
@@ -265,4 +479,29 @@ done:
     Py_XDECREF(k_pairs);
     Py_XDECREF(both);
     return result;
+}
+
+const char fxcut_py_cse_key_doc[] =
+    "cse_key($module, args, kwargs, env, config)\n--\n\n"
+    "-> (args, args_spec, kwargs, kwargs_spec, hash_arg) or None: fx_graph_cse's key of one node: each of ``args`` and ``kwargs`` flattened as pytree does\n"
+    "(leaves substituted: nodes through ``env``, symbolic values by their ``.node``, floats\n"
+    "and complexes through config's by_bits unless None), its structure as a key that compares\n"
+    "like a TreeSpec, and hash_arg = hash of the (leaf, type(leaf)) pairs.  ``config``: the\n"
+    "tuple (node_cls, sym_types, containers, dict_types, known_leaves, tree_is_leaf, by_bits,\n"
+    "leaf_key).  None where a value holds a pytree container other than fx's.";
+
+PyObject *fxcut_py_cse_key(PyObject *module, PyObject *args, PyObject *kwargs) {
+    (void)module;
+    static char *keywords[] = {"args", "kwargs", "env", "config", NULL};
+    PyObject *node_args, *node_kwargs, *env, *config_obj;
+    cse_config cfg;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O:cse_key", keywords, &node_args,
+                                     &node_kwargs, &PyDict_Type, &env, &config_obj)) {
+        return NULL;
+    }
+    if (fxcut_cse_parse_config(config_obj, "cse_key config", &cfg) < 0) {
+        return NULL;
+    }
+    cfg.env = env;
+    return fxcut_cse_node_key(&cfg, node_args, node_kwargs);
 }

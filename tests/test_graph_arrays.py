@@ -420,6 +420,7 @@ SIGNATURES = {
                      "exact_max_free=16, max_work=4000000000, time_limit=1.0, max_points=1024, marks=None)",
     "cse_key": "(args, kwargs, env, config)",
     "lower_read": "(nodes, index, replace, kind_of_op, flags_of, slow, config)",
+    "prepare_plan": "(nodes, node_facts, config, /, *, eliminate_dead, cse)",
 }
 
 

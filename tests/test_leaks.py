@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import gc
+import operator
 import os
 import sys
 import tracemalloc
@@ -175,7 +176,7 @@ def _cases() -> list[Case]:
         ("plan_frontier/exact_max_free", pf, (ok,), {**plan_ok, "exact_max_free": 99}, ValueError),
         ("plan_frontier/bad graph", pf, (bad_index,), plan_ok, IndexError),
     ]
-    return plan_cases + _cse_key_cases() + _lower_read_cases() + [
+    return plan_cases + _cse_key_cases() + _prepare_plan_cases() + _lower_read_cases() + [
         ("validate", _C.validate, (ok,), {}, None),
         ("validate/bad index", _C.validate, (bad_index,), {}, IndexError),
         ("validate/not arrays", _C.validate, (object(),), {}, TypeError),
@@ -260,6 +261,73 @@ def _cse_key_cases() -> list[Case]:
         ("cse_key/leaf test raises", ck, ((x, [object()]), {}, env, raising), {}, RuntimeError),
         ("cse_key/unhashable leaf", ck, ((x, [y, slice(1)]), {}, env, config), {}, TypeError),
         ("cse_key/bad config", ck, (args, kwargs, env, config[:3]), {}, TypeError),
+    ]
+
+
+def _prepare_plan_cases() -> list[Case]:
+    """_C.prepare_plan (fxcut.prepare's plan): dead code, duplicates merged
+    (one through pytree's key, floats by bits, a stream), values aliasing an
+    output skipped (a table entry dropped), backward values apart; and its
+    error paths (bad arguments, callbacks that raise or answer nonsense, an
+    element that is no node, no live node)."""
+    import collections
+
+    from fxcut import versions
+    from fxcut.prepare import node_facts_of, plan_config
+
+    pair = collections.namedtuple("pair", "a b")
+    g = fx.Graph()
+    x, t = g.placeholder("primals_1"), g.placeholder("tangents_1")
+    out_val = torch.empty(4)
+    keep = g.call_function(aten.sigmoid.default, (x,))
+    keep.meta["val"] = out_val
+    dups = []
+    for k in range(2):
+        dups.append(g.call_function(aten.sin.default, (x,)))
+        dups.append(g.call_function(aten.add.Tensor, (x, -0.0)))
+        dups.append(g.call_function(operator.getitem, (x, pair(x, [t, 1.5]))))
+        e = g.call_function(aten.exp.default, (x,))
+        e.meta["custom"] = {"stream": k % 2}
+        dups.append(e)
+        g.call_function(aten.cos.default, (x,))  # dead
+    dups[0].meta["val"] = out_val  # aliases an output: its table entry goes
+    bwd = g.call_function(aten.mul.Tensor, (dups[4], t))
+    g.output((keep, *dups, bwd))
+    nodes = list(g.nodes)
+    rules = versions.RELEASES["2.15"]
+    facts = node_facts_of(default_facts(), True, rules)
+    config = plan_config(rules, len(dups) + 1)
+    plain = plan_config(versions.RELEASES["2.13"], None)
+    flags = {"eliminate_dead": True, "cse": True}
+    pp = _C.prepare_plan
+
+    def raising(node: fx.Node) -> int:
+        raise RuntimeError("node facts")
+
+    # the error paths on a small graph (each call cheap): a fallback key, a backward output
+    s = fx.Graph()
+    y = s.placeholder("primals_1")
+    item = s.call_function(operator.getitem, (y, pair(y, 2)))
+    s.output((item, s.call_function(aten.neg.default, (item,))))
+    small = list(s.nodes)
+    config1 = plan_config(rules, 1)
+
+    return [
+        ("prepare_plan", pp, (nodes, facts, config), flags, None),
+        ("prepare_plan/2.13 rules, no dead code", pp, (nodes, facts, plain), {**flags, "eliminate_dead": False},
+         None),
+        ("prepare_plan/dead code only", pp, (nodes, facts, config), {**flags, "cse": False}, None),
+        ("prepare_plan/nodes not a list", pp, (tuple(small), facts, config1), flags, TypeError),
+        ("prepare_plan/node_facts raises", pp, (small, raising, config1), flags, RuntimeError),
+        ("prepare_plan/node_facts nonsense", pp, (small, lambda n: "x", config1), flags, TypeError),
+        ("prepare_plan/bad config", pp, (small, facts, config1[:5]), flags, TypeError),
+        ("prepare_plan/bad key config", pp, (small, facts, (*config1[:9], config1[9][:3])), flags, TypeError),
+        ("prepare_plan/python_key nonsense", pp, (small, facts, (config1[0], lambda *a: 3, *config1[2:])), flags,
+         TypeError),
+        ("prepare_plan/seeds not iterable", pp, (small, facts, (*config1[:3], lambda o: 3, *config1[4:])), flags,
+         TypeError),
+        ("prepare_plan/not a node", pp, ([small[0], "x", small[-1]], facts, config1), flags, AttributeError),
+        ("prepare_plan/no live node", pp, ([], facts, config1), flags, IndexError),
     ]
 
 

@@ -267,12 +267,12 @@ def test_the_c_extensions_stub_names_what_it_exports():
 #: The modules that may refer to a function of fxcut's C extension, and
 #: which: core.py is the one bridge to the core's decision (and the ZeRO-3
 #: walk); knapsack.py and maxflow.py are the public wrappers of their solver;
-#: prepare.py's CSE plan keys each node through ``cse_key``, lower.py reads the
+#: prepare.py plans dead-code elimination and CSE through ``prepare_plan``, lower.py reads the
 #: nodes through ``lower_read`` (graph reading, not the decision).
 #: Any module may read the extension's constants and classes.
 C_FUNCTION_USERS: dict[str, set[str] | None] = {
     "fxcut.core": None,  # any
-    "fxcut.prepare": {"cse_key"},
+    "fxcut.prepare": {"prepare_plan"},
     "fxcut.lower": {"lower_read"},
     "fxcut.knapsack": {"knapsack"},
     "fxcut.maxflow": {"min_cut"},

@@ -5,14 +5,16 @@ graph torch's partitioner builds with ``eliminate_dead_code`` and
 from __future__ import annotations
 
 import copy
-from typing import Any
 import operator
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
 import torch.fx as fx
 
-from fxcut import prepare
+from fxcut import prepare, versions
 from fxcut.ops import default_facts
 from fxcut.ops import dce_impure_random
 
@@ -43,12 +45,41 @@ def _assert_same_graph(a: fx.GraphModule, b: fx.GraphModule) -> None:
         assert x.meta.get("mutation_region_id") == y.meta.get("mutation_region_id"), x.name
 
 
+def _assert_c_plan_is_the_python_plan(graph: fx.Graph, num_fwd_outputs: int | None) -> int:
+    """The C extension's plan (prepare_plan) is the Python loop's, exactly:
+    the dead set, each duplicate's representative (in the same order) and
+    every mutation region, under every release's CSE rules, as the
+    partitioner runs CSE (``num_fwd_outputs``) and as fx_graph_cse alone
+    does; with and without random ops taken as impure by dead-code
+    elimination.  Returns how many duplicates the plans found."""
+    facts = default_facts()
+    merged = 0
+    newest = list(versions.RELEASES.values())[-1]
+    for rules in versions.RELEASES.values():
+        for num_fwd in {None, num_fwd_outputs}:
+            # DCE reads no rule: random ops kept alive (False) once is enough
+            for impure_random in (True, False) if rules is newest and num_fwd is None else (True,):
+                c, py = (prepare.plan(graph, facts, cse=True, impure_random=impure_random, rules=rules,
+                                      num_fwd_outputs=num_fwd, use_c=use_c) for use_c in (True, False))
+                where = (rules.release, num_fwd, impure_random)
+                assert c.dead == py.dead, where
+                assert list(c.replace.items()) == list(py.replace.items()), where
+                assert c.region_ids is not None and py.region_ids is not None
+                assert list(c.region_ids.items()) == list(py.region_ids.items()), where
+                merged += len(c.replace)
+        no_cse = prepare.plan(graph, facts, cse=False, impure_random=True, rules=rules)
+        assert no_cse.replace == {} and no_cse.region_ids is None
+        assert no_cse.dead == prepare.plan_dead_code(list(graph.nodes), facts, True)
+    return merged
+
+
 @pytest.mark.parametrize("name", sorted(zoo.CASES))
 def test_zoo_graph_prepares_like_torch(name: str) -> None:
     cap = zoo.capture(name)
     a = _torch_prepared(cap.fresh())
     b, _ = _fxcut_prepared(cap.fresh())
     _assert_same_graph(a, b)
+    _assert_c_plan_is_the_python_plan(cap.graph, cap.num_fwd_outputs)
 
 
 def _with_duplicates_and_dead_code() -> fx.GraphModule:
@@ -105,6 +136,7 @@ def test_random_graph_prepares_like_torch(seed: int) -> None:
     a = _torch_prepared(copy.deepcopy(rj.module))
     b, _ = _fxcut_prepared(copy.deepcopy(rj.module))
     _assert_same_graph(a, b)
+    _assert_c_plan_is_the_python_plan(rj.module.graph, None)
 
 
 def _odd_args_graph() -> fx.Graph:
@@ -205,3 +237,171 @@ def test_names_registered_on_random_name_lists() -> None:
         for name in names:
             expected.create_name(name, None)
         assert _namespace_state(prepare._names_registered(names)) == _namespace_state(expected), names
+
+def _scale_(x: torch.Tensor) -> torch.Tensor:
+    """A Python call_function target whose name says "in place" (fx's
+    mutation test reads it), compared by identity."""
+    return x
+
+
+def _odd_plan_graph() -> tuple[fx.Graph, int]:
+    """A joint graph with a duplicate of every kind the plan decides: pure
+    ops, a namedtuple argument (pytree's key), floats (0.0, -0.0, nan: by
+    bits from 2.14), SymInt arguments and unbacked-symbol values, random
+    ops and aten.empty (never merged), impure ops, mutations (in place, and
+    an ``out=`` keyword) splitting regions, stream and mempool meta,
+    call_method nodes, a get_attr, values that alias an output (skipped,
+    either the first or a later duplicate), dead code, and values only the
+    forward or the backward needs."""
+    import collections
+
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    aten = torch.ops.aten
+    env = ShapeEnv()
+    s0 = env.create_symintnode(env.create_symbol(5, ConstantSource("s0")), hint=5)
+    u0 = env.create_unbacked_symint()
+    warnings.filterwarnings("ignore", "Raw SymInt value", UserWarning)  # SymInt arguments, on purpose
+    Pair = collections.namedtuple("Pair", "a b")
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    y = g.placeholder("primals_2")
+    t = g.placeholder("tangents_1")
+    out_val = torch.empty(4)
+    c = g.get_attr("const")
+    fwd: list[fx.Node] = []
+    bwd: list[fx.Node] = []
+
+    def op(target: object, *args: object, kwargs: dict[str, object] | None = None,
+           val: object = None, **meta: object) -> fx.Node:
+        n = g.call_function(target, args, kwargs)  # type: ignore[arg-type]
+        if val is not None:  # no value: a node that never aliases an output
+            n.meta["val"] = val
+        n.meta.update(meta)
+        return n
+
+    for _ in range(2):
+        a = op(aten.sin.default, x)
+        fwd.append(a)
+        bwd.append(op(aten.mul.Tensor, a, t))  # the backward needs the second sin
+        op(aten.cos.default, x)  # dead
+        for scalar in (0.0, -0.0, float("nan"), 1j, 1, True):
+            fwd.append(op(aten.add.Tensor, x, scalar))
+        fwd.append(op(operator.getitem, x, Pair(y, {"k": [x, 2.5]})))
+        fwd.append(op(aten.view.default, x, [s0, -1]))
+        fwd.append(op(aten.view.default, x, [u0, 2]))
+        fwd.append(op(aten._local_scalar_dense.default, x, val=u0.node.expr))
+        fwd.append(op(aten._local_scalar_dense.default, y, val=s0.node.expr))
+        fwd.append(op(aten.rand_like.default, x))
+        fwd.append(op(aten.empty.memory_format, [4], kwargs={"device": torch.device("cpu")}))
+        fwd.append(op(aten._assert_async.msg, x, "msg"))
+        fwd.append(op(aten.exp.default, x, custom={"stream": 1}))
+        fwd.append(op(aten.exp.default, x, custom={"stream": 1, "mempool": (0, 1), "mempool_device": 0}))
+        fwd.append(op(aten.exp.default, x))
+        fwd.append(op(operator.add, x, y))
+        fwd.append(op(operator.mul, x, y, kwargs={"out": None}))
+        fwd.append(op(aten.neg.default, c))
+        fwd.append(g.call_method("add", (x, y)))
+        fwd.append(op(aten.to.dtype, x, torch.float16, kwargs={"non_blocking": False}))
+        fwd.append(op(aten.sum.dim_IntList, x, [0], True, kwargs={"dtype": None}))
+    # Three duplicates of one value: the first's storage is an output's,
+    # then a later one's (another view of it).
+    keep = op(aten.sigmoid.default, y, val=out_val)
+    tan = [op(aten.tan.default, y) for _ in range(3)]
+    tan[0].meta["val"] = out_val
+    atan = [op(aten.atan.default, y) for _ in range(3)]
+    atan[1].meta["val"] = out_val.view(2, 2)
+    op(aten.add_.Tensor, x, 1)  # a mutation: a new region
+    fwd.append(op(_scale_, x))  # a mutation by its name
+    fwd.append(op(aten.sin.default, x))  # not merged across the region
+    fwd.append(op(operator.add, x, y, kwargs={"out": x}))  # a mutation through out=
+    fwd.append(op(aten.sin.default, x))
+    # Two identical buffers, each the mutable base of a functional wrapper:
+    # kept apart from 2.14.
+    v2 = getattr(torch.ops.higher_order, "auto_functionalized_v2", None)
+    if v2 is not None:
+        for _ in range(2):
+            base = op(aten.full.default, [4], 1.0)
+            fwd.append(op(v2, aten.add_.Tensor, kwargs={"_self_base_index": 0, "_all_bases": [base], "other": 1}))
+    g.output((*fwd, keep, *tan, *atan, *bwd))
+    return g, len(fwd) + 7
+
+
+def test_c_plan_equals_the_python_plan_on_odd_graphs() -> None:
+    """prepare_plan decides exactly as the Python loop on a graph with every
+    odd case (namedtuples, floats by bits, symbols, impure, random and
+    mutation ops, streams, aliases of outputs, dead code) under every
+    release's rules; and on the same nodes in shuffled orders (plan_cse
+    takes any list: the C key of a representative is built lazily, with the
+    substitutions in force when it was visited)."""
+    import random
+
+    graph, num_fwd = _odd_plan_graph()
+    assert _assert_c_plan_is_the_python_plan(graph, num_fwd) > 0
+    nodes = list(graph.nodes)
+    rng = random.Random(0)
+    facts = default_facts()
+    for _ in range(6):
+        order = nodes[:-1]
+        rng.shuffle(order)
+        order.append(nodes[-1])
+        for rules in versions.RELEASES.values():
+            for nf in (None, num_fwd):
+                c = prepare.plan_cse(order, rules, nf, facts)
+                py = prepare.plan_cse(order, rules, nf, facts, use_c=False)
+                assert list(c[0].items()) == list(py[0].items()), rules.release
+                assert list(c[1].items()) == list(py[1].items()), rules.release
+
+
+def test_c_plan_skips_the_values_that_alias_an_output() -> None:
+    """Of three identical tan and atan values, the one whose storage is an
+    output's is never merged nor a representative: torch skips it."""
+    graph, num_fwd = _odd_plan_graph()
+    replace, _ = prepare.plan_cse(list(graph.nodes), versions.RELEASES["2.13"], num_fwd, default_facts())
+    merged = {(a.name, b.name) for a, b in replace.items()}
+    assert ("tan_default_2", "tan_default_1") in merged and not any("tan_default" == a or "tan_default" == b
+                                                                    for a, b in merged)
+    assert ("atan_default_2", "atan_default") in merged and not any("atan_default_1" in (a, b) for a, b in merged)
+
+
+def _plan_args() -> tuple[list[fx.Node], object, tuple[object, ...]]:
+    graph, num_fwd = _odd_plan_graph()
+    rules = versions.RELEASES["2.15"]
+    return (list(graph.nodes), prepare.node_facts_of(default_facts(), True, rules),
+            prepare.plan_config(rules, num_fwd))
+
+
+@pytest.mark.parametrize("mangle, error, match", [
+    (lambda n, f, c: ((tuple(n), f, c), {}), TypeError, "nodes"),
+    (lambda n, f, c: ((n, 3, c), {}), TypeError, "node_facts"),
+    (lambda n, f, c: ((n, f, c[:4]), {}), TypeError, "config"),
+    (lambda n, f, c: ((n, f, ("x",) + c[1:]), {}), TypeError, "bits"),
+    (lambda n, f, c: ((n, f, c[:1] + (None,) + c[2:]), {}), TypeError, "python_key"),
+    (lambda n, f, c: ((n, f, c[:7] + (1,) + c[8:]), {}), TypeError, "keys_stream"),
+    (lambda n, f, c: ((n, f, c[:9] + (c[9][:3],)), {}), TypeError, "key_config"),
+    (lambda n, f, c: ((n, lambda node: "x", c), {}), TypeError, "node_facts must return an int"),
+    (lambda n, f, c: ((n, lambda node: 1 / 0, c), {}), ZeroDivisionError, None),
+    (lambda n, f, c: (([*n[:3], 7, n[-1]], f, c), {}), AttributeError, None),
+    (lambda n, f, c: (([], f, c), {}), IndexError, "no live node"),
+    (lambda n, f, c: ((n, f, c[:3] + (lambda out: 5,) + c[4:]), {}), TypeError, "not iterable"),
+    (lambda n, f, c: ((n, f, c[:1] + (lambda *a: "bad",) + c[2:]), {}), TypeError, "python_key must return"),
+])
+def test_c_plan_rejects_bad_input(mangle: Callable[..., Any], error: type[BaseException], match: str | None) -> None:
+    """Bad arguments and callbacks that raise or answer nonsense: a clear
+    exception naming what is wrong, never a crash."""
+    from fxcut import _C
+
+    args, _ = mangle(*_plan_args())
+    with pytest.raises(error, match=match):
+        _C.prepare_plan(*args, eliminate_dead=True, cse=True)
+
+
+def test_c_plan_keywords_are_required() -> None:
+    from fxcut import _C
+
+    nodes, facts_fn, config = _plan_args()
+    with pytest.raises(TypeError):
+        _C.prepare_plan(nodes, facts_fn, config)  # type: ignore[call-arg]  # the keywords are missing
+    dead, replace, regions = _C.prepare_plan(nodes, facts_fn, config, eliminate_dead=True, cse=False)
+    assert replace == {} and regions is None and {n.name for n in dead} == {"cos_default", "cos_default_1"}

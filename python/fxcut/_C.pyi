@@ -269,6 +269,15 @@ def plan_frontier(
 def cse_key(
     args: Any, kwargs: Any, env: dict[Any, Any], config: tuple[Any, ...]
 ) -> tuple[tuple[Any, ...], Any, tuple[Any, ...], Any, int] | None: ...
+def prepare_plan(
+    nodes: list[Any],
+    node_facts: Any,
+    config: tuple[Any, ...],
+    /,
+    *,
+    eliminate_dead: bool,
+    cse: bool,
+) -> tuple[set[Any], dict[Any, Any], dict[Any, int] | None]: ...
 def lower_read(
     nodes: list[Any],
     index: dict[Any, int],

@@ -15,6 +15,7 @@ caught, never silently partitioned.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,12 +177,17 @@ def cse_key_config(floats_by_bits: bool) -> tuple[Any, ...]:
             _by_bits if floats_by_bits else None, _LEAF)
 
 
-def _backward_ancestors(nodes: list[fx.Node], num_fwd_outputs: int) -> set[fx.Node]:
-    """The backward outputs and everything they are computed from."""
+def _backward_seeds(output: fx.Node, num_fwd_outputs: int) -> list[fx.Node]:
+    """The backward's outputs: the output node's values past the forward's."""
     from torch.utils._pytree import arg_tree_leaves
 
-    leaves = arg_tree_leaves(*nodes[-1].args)[num_fwd_outputs:]
-    stack = [x for x in leaves if isinstance(x, fx.Node) and x.op != "output"]
+    leaves = arg_tree_leaves(*output.args)[num_fwd_outputs:]
+    return [x for x in leaves if isinstance(x, fx.Node) and x.op != "output"]
+
+
+def _backward_ancestors(nodes: list[fx.Node], num_fwd_outputs: int) -> set[fx.Node]:
+    """The backward outputs and everything they are computed from."""
+    stack = _backward_seeds(nodes[-1], num_fwd_outputs)
     seen: set[fx.Node] = set()
     while stack:
         node = stack.pop()
@@ -191,27 +197,94 @@ def _backward_ancestors(nodes: list[fx.Node], num_fwd_outputs: int) -> set[fx.No
     return seen
 
 
+def _is_mutation_wrapper(node: fx.Node) -> bool:
+    """A functional wrapper (auto_functionalized, its v2, a user triton
+    kernel) whose mutable bases torch 2.14's CSE keeps distinct."""
+    if node.op != "call_function":
+        return False
+    target = node.target
+    v2 = getattr(torch.ops.higher_order, "auto_functionalized_v2", None)
+    return (v2 is not None and target is v2) or any(target is op for op in mutable_hop_targets())
+
+
+def _mutation_bases_of(node: fx.Node) -> list[fx.Node]:
+    """The inputs the functional wrapper ``node`` mutates."""
+    v2 = getattr(torch.ops.higher_order, "auto_functionalized_v2", None)
+    if v2 is not None and node.target is v2:
+        bases: list[fx.Node] = []
+        for base in node.kwargs.get("_all_bases", ()):  # type: ignore[union-attr]
+            bases.extend(b for b in (base if isinstance(base, (list, tuple)) else (base,)) if isinstance(b, fx.Node))
+        return bases
+    return mutated_inputs(node)
+
+
 def _mutation_bases(nodes: list[fx.Node]) -> set[fx.Node]:
     """Inputs a functional wrapper (auto_functionalized, its v2, a user triton
     kernel) mutates: torch 2.14's CSE keeps each one distinct."""
-    v2 = getattr(torch.ops.higher_order, "auto_functionalized_v2", None)
-    mutable_hops = mutable_hop_targets()
     bases: set[fx.Node] = set()
-
-    def add(value: Any) -> None:
-        for b in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(b, fx.Node):
-                bases.add(b)
-
     for n in nodes:
-        if n.op != "call_function":
-            continue
-        if v2 is not None and n.target is v2:
-            for base in n.kwargs.get("_all_bases", ()):  # type: ignore[union-attr]
-                add(base)
-        elif any(n.target is op for op in mutable_hops):
-            bases.update(mutated_inputs(n))
+        if _is_mutation_wrapper(n):
+            bases.update(_mutation_bases_of(n))
     return bases
+
+
+#: The facts ``_C.prepare_plan`` asks ``node_facts`` for, one bit each: never
+#: merged (a random op, aten.empty), impure for dead-code elimination, impure
+#: for CSE (impure_random=True), a mutation (``is_mutation_op``), a functional
+#: wrapper (its mutable bases kept apart), and "the same for every
+#: call_function node of this target without an ``out`` keyword".
+NEVER_MERGED, IMPURE_DCE, IMPURE_CSE, MUTATES, MUTATION_WRAPPER, SAME_FOR_TARGET = (1 << k for k in range(6))
+_PLAN_BITS = (NEVER_MERGED, IMPURE_DCE, IMPURE_CSE, MUTATES, MUTATION_WRAPPER, SAME_FOR_TARGET)
+
+
+def node_facts_of(facts: TargetFacts, impure_random: bool, rules: Rules) -> Callable[[fx.Node], int]:
+    """``_C.prepare_plan``'s ``node_facts``: a node's facts as the bits
+    above, computed as the Python plan computes them."""
+    from torch._functorch.compile_utils import get_aten_target, rand_ops
+    from torch._inductor.pattern_matcher import is_mutation_op
+
+    empty = torch.ops.aten.empty
+    skips_impure = rules.cse_skips_impure
+    skips_bases = rules.cse_skips_mutation_bases
+
+    def node_facts(node: fx.Node) -> int:
+        bits = 0
+        if _impure(node, facts, impure_random):
+            bits |= IMPURE_DCE
+        if skips_impure and _impure(node, facts, True):
+            bits |= IMPURE_CSE
+        target = get_aten_target(node)
+        if target in rand_ops or target is empty:
+            bits |= NEVER_MERGED
+        if is_mutation_op(node):
+            bits |= MUTATES
+        if skips_bases and _is_mutation_wrapper(node):
+            bits |= MUTATION_WRAPPER
+        if node.op == "call_function" and not isinstance(node.target, torch._ops.HigherOrderOperator):
+            bits |= SAME_FOR_TARGET
+        return bits
+
+    return node_facts
+
+
+def plan_config(rules: Rules, num_fwd_outputs: int | None) -> tuple[Any, ...]:
+    """The ``config`` argument of the C extension's ``prepare_plan``."""
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    floats_by_bits = rules.cse_floats_by_bits
+
+    def python_key(args: Any, kwargs: Any, env: dict[fx.Node, fx.Node]) -> CseKey:
+        return python_cse_key(args, kwargs, env, floats_by_bits)
+
+    backward_seeds: Callable[[fx.Node], list[fx.Node]] | None = None
+    if rules.cse_keeps_backward_apart and num_fwd_outputs is not None:
+        def backward_seeds(output: fx.Node, n: int = num_fwd_outputs) -> list[fx.Node]:
+            return _backward_seeds(output, n)
+
+    return (_PLAN_BITS, python_key, _mutation_bases_of if rules.cse_skips_mutation_bases else None,
+            backward_seeds, free_unbacked_symbols, sympy.Symbol, torch.Tensor, rules.cse_keys_stream,
+            rules.cse_skips_impure, cse_key_config(floats_by_bits))
 
 
 def plan_cse(
@@ -227,12 +300,18 @@ def plan_cse(
     ``rules``: the running release's CSE rules (fxcut.versions).
     ``num_fwd_outputs``: as the partitioner runs CSE (from 2.14 it keeps
     values the backward needs apart from the others); None plans
-    ``fx_graph_cse`` called on its own.  ``use_c``: each node's key (its
-    flattened, substituted args and kwargs and their hash) from the C
-    extension's ``cse_key``; False, or a node whose args hold a pytree
-    container other than fx's, computes it in Python (the same key)."""
+    ``fx_graph_cse`` called on its own.  ``use_c``: the whole plan from the
+    C extension's ``prepare_plan`` (one pass over the nodes, calling back
+    here once per distinct target); False: this module's Python loop, the
+    reference the C plan is tested against (the same plan)."""
     rules = rules or rules_or_nearest()
     facts = facts or default_facts()
+    if use_c:
+        _, replace_c, region_ids_c = _C.prepare_plan(
+            nodes, node_facts_of(facts, True, rules), plan_config(rules, num_fwd_outputs),
+            eliminate_dead=False, cse=True)
+        assert region_ids_c is not None
+        return replace_c, region_ids_c
     backward: set[fx.Node] | None = None
     if rules.cse_keeps_backward_apart and num_fwd_outputs is not None:
         backward = _backward_ancestors(nodes, num_fwd_outputs)
@@ -272,8 +351,6 @@ def plan_cse(
     empty = torch.ops.aten.empty
     floats_by_bits = rules.cse_floats_by_bits
 
-    c_key = _C.cse_key if use_c else None
-    config = cse_key_config(floats_by_bits)
     for n in nodes:
         env[n] = n
         if n.op in ("placeholder", "output", "get_attr"):
@@ -293,9 +370,7 @@ def plan_cse(
         val = n.meta.get("val")
         if isinstance(val, sympy.Symbol) and free_unbacked_symbols(val):
             continue
-        key = c_key(n.args, n.kwargs, env, config) if c_key is not None else None
-        if key is None:
-            key = python_cse_key(n.args, n.kwargs, env, floats_by_bits)
+        key = python_cse_key(n.args, n.kwargs, env, floats_by_bits)
         args, args_spec, kwargs, kwargs_spec, hash_arg = key
         extra_key = (n in backward) if backward is not None else None
         # fx_graph_cse's token, a dict in torch, as a tuple of the same values in a fixed order.
@@ -322,13 +397,23 @@ def plan_cse(
 
 
 def plan(graph: fx.Graph, facts: TargetFacts, *, cse: bool, impure_random: bool,
-         rules: Rules | None = None, num_fwd_outputs: int | None = None) -> Preparation:
+         rules: Rules | None = None, num_fwd_outputs: int | None = None, use_c: bool = True) -> Preparation:
+    """What dead-code elimination (``impure_random`` as torch's reads it)
+    and, when ``cse``, fx_graph_cse (as ``plan_cse``) will do to ``graph``.
+    ``use_c``: in one pass of the C extension's ``prepare_plan``; False: in
+    Python (``plan_dead_code`` and ``plan_cse``), the reference."""
     nodes = list(graph.nodes)
+    if use_c:
+        rules = rules or rules_or_nearest()
+        dead, replace, region_ids = _C.prepare_plan(
+            nodes, node_facts_of(facts, impure_random, rules), plan_config(rules, num_fwd_outputs),
+            eliminate_dead=True, cse=cse)
+        return Preparation(dead=dead, replace=replace, region_ids=region_ids)
     dead = plan_dead_code(nodes, facts, impure_random)
     if not cse:
         return Preparation(dead=dead)
     alive = [n for n in nodes if n not in dead] if dead else nodes
-    replace, region_ids = plan_cse(alive, rules, num_fwd_outputs, facts)
+    replace, region_ids = plan_cse(alive, rules, num_fwd_outputs, facts, use_c=False)
     return Preparation(dead=dead, replace=replace, region_ids=region_ids)
 
 
