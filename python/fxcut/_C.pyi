@@ -271,10 +271,10 @@ def cse_key(
 ) -> tuple[tuple[Any, ...], Any, tuple[Any, ...], Any, int] | None: ...
 def lower_read(
     nodes: list[Any],
-    index: dict[Any, int],
     replace: dict[Any, Any] | None,
     kind_of_op: dict[str, int],
     flags_of: Any,
     slow: Any,
+    opaque: Any,
     config: tuple[Any, ...],
-) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[int]] | None: ...
+) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[int], dict[Any, int]] | None: ...
