@@ -37,6 +37,61 @@
 
 #include "py_binding.h"
 
+#include <structmember.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch((const void *)(p), 0, 3)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+
+/* An attribute of a node, read from its slot where node_cls's attribute is
+ * a plain object member (fx.Node's are: torch's C _NodeBase): what
+ * PyObject_GetAttr gives, without the lookup, and a pointer to prefetch. */
+typedef struct {
+    PyObject *name;
+    Py_ssize_t offset; /* -1: through PyObject_GetAttr */
+} field;
+
+/* The slot of `cls`'s attribute `f->name` if it is an object member of a
+ * base of `cls`; f->offset -1 otherwise (or on any error, which then
+ * PyObject_GetAttr raises again per node). */
+static void field_resolve(field *f, PyObject *cls) {
+    f->offset = -1;
+    PyObject *d = PyType_Check(cls) ? PyObject_GetAttr(cls, f->name) : NULL;
+    if (d == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type) &&
+        PyType_IsSubtype((PyTypeObject *)cls, ((PyDescrObject *)d)->d_type)) {
+        const PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if ((m->type == T_OBJECT_EX || m->type == T_OBJECT) && !(m->flags & PY_AUDIT_READ) &&
+            m->offset >= (Py_ssize_t)sizeof(PyObject) &&
+            m->offset <= ((PyTypeObject *)cls)->tp_basicsize - (Py_ssize_t)sizeof(PyObject *)) {
+            f->offset = m->offset;
+        }
+    }
+    Py_DECREF(d);
+}
+
+/* The slot's object, borrowed, or NULL (empty, or not a slot). */
+static PyObject *field_peek(const field *f, PyObject *node) {
+    return f->offset >= 0 ? *(PyObject **)(void *)((char *)node + f->offset) : NULL;
+}
+
+/* node.<name> of a node of exactly node_cls: a new reference, NULL with an
+ * exception (an empty slot goes through PyObject_GetAttr, which raises or
+ * answers None as the member's kind says). */
+static PyObject *field_get(const field *f, PyObject *node) {
+    PyObject *v = field_peek(f, node);
+    if (v != NULL) {
+        Py_INCREF(v);
+        return v;
+    }
+    return PyObject_GetAttr(node, f->name);
+}
+
 /* Target -> flags, open addressing on the target's address. */
 typedef struct {
     PyObject **keys; /* borrowed: the nodes hold their targets */
@@ -189,6 +244,7 @@ typedef struct {
     unsigned long long f_non_tensor, f_val_is_seq, f_free_object;
     PyObject *s_partitioner_tag;
     long kind_call_function, kind_placeholder;
+    field f_op, f_target, f_meta, f_args, f_inputs;
     node_table nodes;
     int seq_opaque[2]; /* opaque(node) of a tuple, a list value; -1: not asked yet */
 } reader;
@@ -391,10 +447,10 @@ static int plain_size(reader *r, PyObject *node, PyObject *meta, int64_t *nbytes
     return plain;
 }
 
-/* node.args: fx.Node's property returns its `_args` slot, read directly
- * (a subclass goes through its own `args`). */
+/* node.args of a node of exactly node_cls: fx.Node's property returns its
+ * `_args` slot, read directly. */
 static PyObject *node_args_of(const reader *r, PyObject *node) {
-    return PyObject_GetAttr(node, (PyObject *)Py_TYPE(node) == r->node_cls ? r->s__args : r->s_args);
+    return field_get(&r->f_args, node);
 }
 
 /* 1 if `name` holds `part`, 0 if not, -1 on error. */
@@ -407,7 +463,7 @@ static int holds(PyObject *name, PyObject *part) {
  * exact size and whose meta has none of the slow keys: its flags (the role
  * its name gives) and size; 1 if so, 0 if the slow path's, -1 on error. */
 static int plain_placeholder(reader *r, PyObject *node, uint32_t *flags, int64_t *nbytes) {
-    PyObject *target = PyObject_GetAttr(node, r->s_target);
+    PyObject *target = field_get(&r->f_target, node);
     if (target == NULL) {
         return -1;
     }
@@ -430,7 +486,7 @@ static int plain_placeholder(reader *r, PyObject *node, uint32_t *flags, int64_t
     if (!plain) {
         return 0;
     }
-    PyObject *meta = PyObject_GetAttr(node, r->s_meta);
+    PyObject *meta = field_get(&r->f_meta, node);
     if (meta == NULL) {
         return -1;
     }
@@ -452,7 +508,7 @@ static int getitem_of(const reader *r, PyObject *node) {
     int slow = 1;
     if (PyTuple_Check(node_args) && PyTuple_GET_SIZE(node_args) > 0 &&
         (PyObject *)Py_TYPE(PyTuple_GET_ITEM(node_args, 0)) == r->node_cls) {
-        PyObject *target = PyObject_GetAttr(PyTuple_GET_ITEM(node_args, 0), r->s_target);
+        PyObject *target = field_get(&r->f_target, PyTuple_GET_ITEM(node_args, 0));
         if (target == NULL) {
             Py_DECREF(node_args);
             return -1;
@@ -462,6 +518,59 @@ static int getitem_of(const reader *r, PyObject *node) {
     }
     Py_DECREF(node_args);
     return slow;
+}
+
+/* Lowering reads each node's object, then its meta dict, args tuple and
+ * inputs dict, then the dicts' tables, then meta["val"]: chains of loads
+ * that mostly miss the cache on a large graph.  Each is prefetched a node
+ * earlier than the one before it needs (nothing is read that the node's
+ * own turn would not read; a prefetch never faults). */
+static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
+    Py_ssize_t n = PyTuple_GET_SIZE(nodes);
+    if (i + 4 < n) {
+        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 4);
+        const field *fs[] = {&r->f_op, &r->f_target, &r->f_meta, &r->f_args, &r->f_inputs};
+        for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++) {
+            if (fs[k]->offset >= 0) {
+                PREFETCH((char *)ahead + fs[k]->offset);
+            }
+        }
+    }
+    if (i + 3 < n) {
+        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 3);
+        PyObject *objs[] = {field_peek(&r->f_meta, ahead), field_peek(&r->f_args, ahead),
+                            field_peek(&r->f_inputs, ahead)};
+        for (size_t k = 0; k < sizeof objs / sizeof objs[0]; k++) {
+            if (objs[k] != NULL) {
+                PREFETCH(objs[k]);
+            }
+        }
+    }
+    if (i + 2 < n) {
+        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 2);
+        PyObject *dicts[] = {field_peek(&r->f_meta, ahead), field_peek(&r->f_inputs, ahead)};
+        for (size_t k = 0; k < sizeof dicts / sizeof dicts[0]; k++) {
+            if (dicts[k] != NULL && PyDict_CheckExact(dicts[k])) {
+                const char *keys = (const char *)((PyDictObject *)dicts[k])->ma_keys;
+                for (int line = 0; line < 8; line++) {
+                    PREFETCH(keys + 64 * line);
+                }
+            }
+        }
+    }
+    if (i + 1 < n) {
+        PyObject *meta = field_peek(&r->f_meta, PyTuple_GET_ITEM(nodes, i + 1));
+        if (meta != NULL && PyDict_CheckExact(meta)) {
+            /* The node's own turn looks "val" up again and keeps what it
+             * finds (or raises what it raises): this one only warms. */
+            PyObject *val = PyDict_GetItemWithError(meta, r->s_val);
+            if (val != NULL) {
+                PREFETCH(val);
+            } else {
+                PyErr_Clear();
+            }
+        }
+    }
 }
 
 static PyObject *bytes_of(const void *p, size_t count, size_t size) {
@@ -571,6 +680,14 @@ PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs
         seen[i] = -1;
     }
     {
+        field *fields[] = {&r.f_op, &r.f_target, &r.f_meta, &r.f_args, &r.f_inputs};
+        PyObject *field_names[] = {r.s_op, r.s_target, r.s_meta, r.s__args, r.s_input_nodes};
+        for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+            fields[k]->name = field_names[k];
+            field_resolve(fields[k], r.node_cls);
+        }
+    }
+    {
         int indexed = index_nodes(&r, nodes);
         if (indexed < 0) {
             goto done;
@@ -580,7 +697,8 @@ PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs
 
     for (Py_ssize_t i = 0; i < n && !give_up; i++) {
         PyObject *node = PyTuple_GET_ITEM(nodes, i);
-        PyObject *op = PyObject_GetAttr(node, r.s_op);
+        prefetch_ahead(&r, nodes, i);
+        PyObject *op = field_get(&r.f_op, node);
         if (op == NULL) {
             goto done;
         }
@@ -600,7 +718,7 @@ PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs
         kind[i] = (uint8_t)kv;
         int plain = 0;
         if (kv == r.kind_call_function) {
-            PyObject *target = PyObject_GetAttr(node, r.s_target);
+            PyObject *target = field_get(&r.f_target, node);
             if (target == NULL) {
                 goto done;
             }
@@ -623,7 +741,7 @@ PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs
                 special = of_triton;
             }
             if (!special && !(bits & r.slow_bits)) {
-                PyObject *meta = PyObject_GetAttr(node, r.s_meta);
+                PyObject *meta = field_get(&r.f_meta, node);
                 if (meta == NULL) {
                     goto done;
                 }
@@ -703,7 +821,7 @@ PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs
             give_up = p < 0;
         }
         Py_DECREF(node_args);
-        PyObject *inputs = give_up ? NULL : PyObject_GetAttr(node, r.s_input_nodes);
+        PyObject *inputs = give_up ? NULL : field_get(&r.f_inputs, node);
         if (give_up) {
             break;
         }
