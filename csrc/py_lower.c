@@ -520,6 +520,21 @@ static int getitem_of(const reader *r, PyObject *node) {
     return slow;
 }
 
+/* meta["val"] of a node, borrowed, or NULL: for prefetching only.  The
+ * node's own turn looks it up again and keeps what it finds (or raises
+ * what it raises); an error here is dropped. */
+static PyObject *value_of(const reader *r, PyObject *node) {
+    PyObject *meta = field_peek(&r->f_meta, node);
+    if (meta == NULL || !PyDict_CheckExact(meta)) {
+        return NULL;
+    }
+    PyObject *val = PyDict_GetItemWithError(meta, r->s_val);
+    if (val == NULL) {
+        PyErr_Clear();
+    }
+    return val;
+}
+
 /* Lowering reads each node's object, then its meta dict, args tuple and
  * inputs dict, then the dicts' tables, then meta["val"]: chains of loads
  * that mostly miss the cache on a large graph.  Each is prefetched a node
@@ -527,8 +542,8 @@ static int getitem_of(const reader *r, PyObject *node) {
  * own turn would not read; a prefetch never faults). */
 static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
     Py_ssize_t n = PyTuple_GET_SIZE(nodes);
-    if (i + 4 < n) {
-        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 4);
+    if (i + 6 < n) {
+        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 6);
         const field *fs[] = {&r->f_op, &r->f_target, &r->f_meta, &r->f_args, &r->f_inputs};
         for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++) {
             if (fs[k]->offset >= 0) {
@@ -536,8 +551,8 @@ static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
             }
         }
     }
-    if (i + 3 < n) {
-        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 3);
+    if (i + 5 < n) {
+        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 5);
         PyObject *objs[] = {field_peek(&r->f_meta, ahead), field_peek(&r->f_args, ahead),
                             field_peek(&r->f_inputs, ahead)};
         for (size_t k = 0; k < sizeof objs / sizeof objs[0]; k++) {
@@ -546,8 +561,8 @@ static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
             }
         }
     }
-    if (i + 2 < n) {
-        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 2);
+    if (i + 4 < n) {
+        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 4);
         PyObject *dicts[] = {field_peek(&r->f_meta, ahead), field_peek(&r->f_inputs, ahead)};
         for (size_t k = 0; k < sizeof dicts / sizeof dicts[0]; k++) {
             if (dicts[k] != NULL && PyDict_CheckExact(dicts[k])) {
@@ -558,16 +573,42 @@ static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
             }
         }
     }
-    if (i + 1 < n) {
-        PyObject *meta = field_peek(&r->f_meta, PyTuple_GET_ITEM(nodes, i + 1));
-        if (meta != NULL && PyDict_CheckExact(meta)) {
-            /* The node's own turn looks "val" up again and keeps what it
-             * finds (or raises what it raises): this one only warms. */
-            PyObject *val = PyDict_GetItemWithError(meta, r->s_val);
-            if (val != NULL) {
-                PREFETCH(val);
-            } else {
-                PyErr_Clear();
+    for (Py_ssize_t d = 3; d >= 1; d--) {
+        PyObject *val = i + d < n ? value_of(r, PyTuple_GET_ITEM(nodes, i + d)) : NULL;
+        if (val == NULL) {
+            continue;
+        }
+        if (d == 3) {
+            PREFETCH(val);
+            PREFETCH((const char *)val + 32);
+            continue;
+        }
+        /* A tensor's numel() reads its instance dict (a method lookup)
+         * and its TensorImpl, the pointer torch's python_variable.h puts
+         * right after the object header (THPVariable.cdata): their heads
+         * at d == 2, their next lines at d == 1.  A hint only: nothing
+         * but a prefetch uses what is read here. */
+        PyTypeObject *type = Py_TYPE(val);
+        if (!PyType_IsSubtype(type, (PyTypeObject *)r->tensor_cls) ||
+            type->tp_basicsize < (Py_ssize_t)(sizeof(PyObject) + sizeof(void *))) {
+            continue;
+        }
+        const char *impl = *(const char *const *)(const void *)((const char *)val + sizeof(PyObject));
+        PyObject *dict = NULL;
+        if (type->tp_dictoffset > 0 && type->tp_dictoffset <= type->tp_basicsize - (Py_ssize_t)sizeof(PyObject *)) {
+            dict = *(PyObject **)(void *)((char *)val + type->tp_dictoffset);
+        }
+        if (d == 2) {
+            PREFETCH(impl);
+            if (dict != NULL) {
+                PREFETCH(dict);
+            }
+        } else {
+            for (int line = 1; line < 4; line++) {
+                PREFETCH(impl + 64 * line);
+            }
+            if (dict != NULL && PyDict_CheckExact(dict)) {
+                PREFETCH(((PyDictObject *)dict)->ma_keys);
             }
         }
     }
@@ -809,11 +850,15 @@ PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs
             break;
         }
         for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(node_args) && !give_up; a++) {
+            /* The table's keys are all exactly node_cls: an arg found there
+             * is a node without its object being read (often a cache miss). */
             PyObject *arg = PyTuple_GET_ITEM(node_args, a);
-            if ((PyObject *)Py_TYPE(arg) != r.node_cls) {
+            size_t slot = node_slot(&r.nodes, arg);
+            if (r.nodes.keys[slot] == NULL) {
+                give_up = (PyObject *)Py_TYPE(arg) == r.node_cls; /* a node of another graph */
                 continue;
             }
-            Py_ssize_t p = position_of(&r, arg);
+            Py_ssize_t p = r.nodes.use[slot];
             if (p >= 0 && ivec_push(&arg_idx, (int32_t)p) < 0) {
                 Py_DECREF(node_args);
                 goto done;
