@@ -94,7 +94,7 @@ static PyObject *field_get(const field *f, PyObject *node) {
 
 /* Target -> flags, open addressing on the target's address. */
 typedef struct {
-    PyObject **keys; /* borrowed: the nodes hold their targets */
+    PyObject **keys; /* held: Python code this runs may retarget a node */
     uint64_t *bits;
     size_t cap, used;
 } target_table;
@@ -154,6 +154,7 @@ static int target_flags(target_table *t, PyObject *flags_of, PyObject *target, u
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
         return -1;
     }
+    Py_INCREF(target);
     t->keys[i] = target;
     t->bits[i] = (uint64_t)v;
     t->used++;
@@ -769,7 +770,7 @@ PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs
                 special |= PyTuple_GET_ITEM(r.special_targets, s) == target;
             }
             int rc = special ? 0 : target_flags(&table, r.flags_of, target, &bits);
-            Py_DECREF(target); /* the node holds it: the table's borrowed key stays valid */
+            Py_DECREF(target); /* the table holds its own reference */
             if (rc < 0) {
                 goto done;
             }
@@ -956,6 +957,9 @@ done:
     free(seen);
     free(arg_idx.p);
     free(in_idx.p);
+    for (size_t k = 0; k < table.cap; k++) {
+        Py_XDECREF(table.keys[k]);
+    }
     free(table.keys);
     free(table.bits);
     return result;
