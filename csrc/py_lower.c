@@ -523,7 +523,9 @@ static int getitem_of(const reader *r, PyObject *node) {
 
 /* meta["val"] of a node, borrowed, or NULL: for prefetching only.  The
  * node's own turn looks it up again and keeps what it finds (or raises
- * what it raises); an error here is dropped. */
+ * what it raises); an error here is dropped.  (A str key runs no Python
+ * code; only a meta key of another type whose hash equals "val"'s could
+ * see its __eq__ called here as well.) */
 static PyObject *value_of(const reader *r, PyObject *node) {
     PyObject *meta = field_peek(&r->f_meta, node);
     if (meta == NULL || !PyDict_CheckExact(meta)) {
@@ -537,10 +539,10 @@ static PyObject *value_of(const reader *r, PyObject *node) {
 }
 
 /* Lowering reads each node's object, then its meta dict, args tuple and
- * inputs dict, then the dicts' tables, then meta["val"]: chains of loads
- * that mostly miss the cache on a large graph.  Each is prefetched a node
- * earlier than the one before it needs (nothing is read that the node's
- * own turn would not read; a prefetch never faults). */
+ * inputs dict, then the dicts' tables, then meta["val"] and what numel()
+ * reads of it: chains of loads that mostly miss the cache on a large graph.
+ * Each link is prefetched one node earlier than the link it leads to (a
+ * prefetch never faults, and its address only decides what gets warmed). */
 static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
     Py_ssize_t n = PyTuple_GET_SIZE(nodes);
     if (i + 6 < n) {
