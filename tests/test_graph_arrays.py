@@ -9,6 +9,7 @@ culprit, and (for errors found by the core) the exception's ``node``.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
 from array import array
 from typing import Any
@@ -419,7 +420,7 @@ SIGNATURES = {
     "plan_frontier": "(graph, /, *, num_fwd_outputs, role, storage_of=None, flops=None, seeds=None, "
                      "exact_max_free=16, max_work=4000000000, time_limit=1.0, max_points=1024, marks=None)",
     "cse_key": "(args, kwargs, env, config)",
-    "lower_read": "(nodes, index, replace, kind_of_op, flags_of, slow, config)",
+    "lower_read": "(nodes, replace, kind_of_op, flags_of, slow, opaque, config)",
     "prepare_plan": "(nodes, node_facts, config, /, *, eliminate_dead, cse)",
 }
 
@@ -626,4 +627,125 @@ def test_c_reader_leaves_a_foreign_node_to_the_python_error() -> None:
         from fxcut.ops import default_facts
 
         with pytest.raises(LoweringError, match=f"node '{n.name}' uses 'x'"):
+            lower_for_partition(g, default_facts(), impure_random=True, use_c=use_c)
+
+
+def _sequence_graph() -> tuple[fx.Graph, dict[str, fx.Node]]:
+    """Nodes whose meta["val"] is a tuple or list of odd items: None, a
+    zero-size tensor, a nested list (torch counts it 0), a SymInt, a plain
+    CPU tensor, empty ones, a tensor of symbolic size (the slow path), a
+    namedtuple (the slow path), and a placeholder holding a tuple."""
+    from collections import namedtuple
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    sym = env.create_unbacked_symint()
+    with FakeTensorMode(shape_env=env):
+        symbolic = torch.empty(sym, 3)
+    pair = namedtuple("pair", "a b")
+    g = fx.Graph()
+
+    def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.empty(*shape, dtype=dtype, device="meta")
+
+    x = g.placeholder("primals_1")
+    x.meta["val"] = meta(4, 8)
+    held = g.placeholder("primals_2")
+    held.meta["val"] = (meta(3), None)
+    vals: dict[str, Any] = {
+        "with_none": (meta(4, 8), None, meta(0, dtype=torch.float16)),
+        "nested": [meta(2), [meta(3), meta(5)], 7],
+        "symint": (meta(3, dtype=torch.float64), sym),
+        "cpu": (torch.ones(3, dtype=torch.float64), meta(2, 2, dtype=torch.int8)),
+        "empty_tuple": (),
+        "empty_list": [],
+        "symbolic": (symbolic, meta(2)),
+        "namedtuple": pair(meta(6), None),
+    }
+    nodes = {"held": held}
+    last = x
+    for name, val in vals.items():
+        n = g.call_function(aten.split.Tensor, (last, 2))
+        n.meta["val"] = val
+        nodes[name] = n
+        item = g.call_function(operator.getitem, (n, 0))
+        item.meta["val"] = meta(2)
+        last = item
+    g.output((last, held))
+    return g, nodes
+
+
+def test_c_reader_sizes_sequence_values_like_the_python_path() -> None:
+    g, nodes = _sequence_graph()
+    py, c = _both_paths(g)
+    _assert_same_arrays(py, c)
+    size = {name: c.nbytes[c.index[n]] for name, n in nodes.items()}
+    assert size == {"held": 12, "with_none": 128, "nested": 8, "symint": 24, "cpu": 28, "empty_tuple": 0,
+                    "empty_list": 0, "symbolic": 4096 * 3 * 4 + 8, "namedtuple": 24}
+    seq = _C.F_NON_TENSOR | _C.F_VAL_IS_SEQ
+    assert all(c.flags[c.index[n]] & seq == seq for n in nodes.values())
+    assert not any(c.flags[c.index[n]] & _C.F_FREE_OBJECT for n in nodes.values())
+    replace = {nodes["nested"]: nodes["with_none"]}
+    _assert_same_arrays(*_both_paths(g, replace=replace))
+
+
+def test_c_reader_takes_sequences_without_the_slow_path() -> None:
+    """Exact tuples and lists of exact sizes are read in C: the slow path
+    sees only the symbolic size, the namedtuple and the output; opaque() is
+    asked once for tuples and once for lists, and its answer is kept."""
+    from fxcut.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
+    from fxcut.ops import default_facts
+
+    g, nodes = _sequence_graph()
+    facts = default_facts()
+    node_facts = _NodeFacts(facts, _ValueFacts(facts, True), True)
+    slow: list[str] = []
+    asked: list[type] = []
+
+    def record(node: fx.Node) -> Any:
+        slow.append(node.name)
+        return node_facts(node)
+
+    def opaque(node: fx.Node) -> bool:
+        asked.append(type(node.meta["val"]))
+        return type(node.meta["val"]) is list
+
+    out = _C.lower_read(list(g.nodes), None, KIND_OF_OP, facts.flags, record, opaque, node_facts.reader_config())
+    assert out is not None
+    assert sorted(slow) == sorted([nodes["symbolic"].name, nodes["namedtuple"].name, "output"])
+    assert sorted(asked, key=str) == [list, tuple]
+    flags, index = array("I", out[1]), out[10]
+    free = {name for name, n in nodes.items() if flags[index[n]] & _C.F_FREE_OBJECT}
+    assert free == {"nested", "empty_list"}
+
+
+def test_opaque_sequences_are_free_objects_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuple or list type torch calls opaque: F_FREE_OBJECT on both paths."""
+    import fxcut.lower
+
+    monkeypatch.setattr(fxcut.lower, "_is_opaque", lambda node: True)
+    g, nodes = _sequence_graph()
+    py, c = _both_paths(g)
+    _assert_same_arrays(py, c)
+    assert all(c.flags[c.index[n]] & _C.F_FREE_OBJECT for n in nodes.values())
+
+
+@pytest.mark.parametrize("items", [1, 2])
+def test_sequence_too_big_for_64_bits_raises_on_both_paths(items: int) -> None:
+    """One tensor whose bytes overflow int64, or two whose sum does: both
+    paths raise the LoweringError naming the node."""
+    from fxcut.lower import LoweringError, lower_for_partition
+    from fxcut.ops import default_facts
+
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    x.meta["val"] = torch.empty(2, device="meta")
+    n = g.call_function(aten.split.Tensor, (x, 2))
+    huge = torch.empty(1, device="meta").expand(2**62) if items == 1 else torch.empty(2**60, device="meta")
+    n.meta["val"] = (huge,) * items
+    g.output((n,))
+    for use_c in (False, True):
+        with pytest.raises(LoweringError, match=f"node '{n.name}'"):
             lower_for_partition(g, default_facts(), impure_random=True, use_c=use_c)

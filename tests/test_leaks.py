@@ -332,9 +332,12 @@ def _prepare_plan_cases() -> list[Case]:
 
 
 def _lower_read_cases() -> list[Case]:
-    """_C.lower_read (fxcut.lower's C reader): plain and slow-path nodes, a
-    replacement, the give-up (None) on a foreign node, and its error paths
-    (the slow path raising or answering nonsense, a bad config)."""
+    """_C.lower_read (fxcut.lower's C reader): plain and slow-path nodes,
+    tuple and list values (None, nested, zero-size and odd items, opaque), a
+    replacement, the give-ups (None) on a foreign node, a non-node in the
+    list, a replacement that is not a node or not in the graph, and its error
+    paths (the slow path or opaque raising or answering nonsense, a bad
+    config)."""
     from fxcut.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
 
     facts = default_facts()
@@ -351,27 +354,40 @@ def _lower_read_cases() -> list[Case]:
         n.meta.update(val=torch.empty(4, device="meta"), partitioner_tag="is_backward")
     s = g.call_function(aten.split.Tensor, (c, 2))
     s.meta["val"] = [torch.empty(2, device="meta")] * 2
-    g.output(([c, s],))
+    ln = g.call_function(aten.native_layer_norm.default, (c, [4], None, None, 1e-5))
+    ln.meta["val"] = (torch.empty(4, device="meta"), None, [torch.empty(0, device="meta"), 3], torch.empty(0))
+    g.output(([c, s, ln],))
     nodes = list(g.nodes)
-    index = {n: i for i, n in enumerate(nodes)}
     stranger = fx.Graph().placeholder("y")
-    foreign = {**index}
-    del foreign[t]
 
     def raising(node: fx.Node) -> Any:
         raise RuntimeError("slow path")
 
+    def not_opaque(node: fx.Node) -> bool:  # fxcut.lower._is_opaque's answer, without its inductor import
+        return False
+
     lr = _C.lower_read
-    base = (nodes, index, None, KIND_OF_OP, facts.flags, node_facts, config)
+    base = (nodes, None, KIND_OF_OP, facts.flags, node_facts, not_opaque, config)
     return [
         ("lower_read", lr, base, {}, None),
-        ("lower_read/replace", lr, (nodes, index, {b: a}, *base[3:]), {}, None),
-        ("lower_read/give up", lr, (nodes, foreign, *base[2:]), {}, None),
-        ("lower_read/stranger", lr, ([x, stranger], index, *base[2:]), {}, None),
-        ("lower_read/slow raises", lr, (*base[:5], raising, config), {}, RuntimeError),
-        ("lower_read/slow answers nonsense", lr, (*base[:5], lambda n: "x", config), {}, TypeError),
+        ("lower_read/replace", lr, (nodes, {b: a}, *base[2:]), {}, None),
+        ("lower_read/opaque sequences", lr, (*base[:5], lambda n: True, config), {}, None),
+        ("lower_read/give up", lr, (nodes[:1] + nodes[2:], *base[1:]), {}, None),
+        ("lower_read/stranger", lr, ([x, stranger], *base[1:]), {}, None),
+        ("lower_read/not a node", lr, ([x, "t"], *base[1:]), {}, None),
+        ("lower_read/replace by a stranger", lr, (nodes, {b: stranger}, *base[2:]), {}, None),
+        ("lower_read/replace key not a node", lr, (nodes, {"b": a}, *base[2:]), {}, None),
+        ("lower_read/slow raises", lr, (*base[:4], raising, *base[5:]), {}, RuntimeError),
+        ("lower_read/opaque raises", lr, (*base[:5], raising, config), {}, RuntimeError),
+        ("lower_read/opaque answers nonsense", lr, (*base[:5], lambda n: _NoTruth(), config), {}, TypeError),
+        ("lower_read/slow answers nonsense", lr, (*base[:4], lambda n: "x", *base[5:]), {}, TypeError),
         ("lower_read/bad config", lr, (*base[:6], config[:4]), {}, TypeError),
     ]
+
+
+class _NoTruth:
+    def __bool__(self) -> bool:
+        raise TypeError("no truth value")
 
 
 CASES = _cases()

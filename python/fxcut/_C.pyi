@@ -280,10 +280,10 @@ def prepare_plan(
 ) -> tuple[set[Any], dict[Any, Any], dict[Any, int] | None]: ...
 def lower_read(
     nodes: list[Any],
-    index: dict[Any, int],
     replace: dict[Any, Any] | None,
     kind_of_op: dict[str, int],
     flags_of: Any,
     slow: Any,
+    opaque: Any,
     config: tuple[Any, ...],
-) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[int]] | None: ...
+) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[int], dict[Any, int]] | None: ...

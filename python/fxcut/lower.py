@@ -248,7 +248,8 @@ class _NodeFacts:
         return (fx.Node, torch.Tensor, special, ("recompute", "ac_graph_id", "has_backward_hook"),
                 _HOP, vf.impure_bit, _F_IMPURE, _FLAGS_MASK, _C.KIND_CALL_FUNCTION, _F_GETITEM, vf.triton_hop,
                 _MUTABLE, _F_IS_BACKWARD_TAG, _F_MUST_BE_IN_BW, _C.KIND_PLACEHOLDER,
-                _C.F_TANGENT, _C.F_FWD_SEED, _C.F_BWD_SEED, _C.F_PRIMAL)
+                _C.F_TANGENT, _C.F_FWD_SEED, _C.F_BWD_SEED, _C.F_PRIMAL,
+                _C.F_NON_TENSOR, _C.F_VAL_IS_SEQ, _C.F_FREE_OBJECT)
 
 
 def _read_in_c(nodes: list[fx.Node], facts: TargetFacts, value_facts: _ValueFacts,
@@ -256,13 +257,12 @@ def _read_in_c(nodes: list[fx.Node], facts: TargetFacts, value_facts: _ValueFact
     """``_lower`` with meta and value facts, through the C reader; None where
     the reader leaves a graph to the Python path (which then raises what it
     raises)."""
-    index = {node: i for i, node in enumerate(nodes)}
     node_facts = _NodeFacts(facts, value_facts, True)
-    out = _C.lower_read(nodes, index, replace or None, KIND_OF_OP, facts.flags, node_facts,
+    out = _C.lower_read(nodes, replace or None, KIND_OF_OP, facts.flags, node_facts, _is_opaque,
                         node_facts.reader_config())
     if out is None:
         return None
-    kind_b, flags_b, tag_b, ac_b, nbytes_b, arg_ptr_b, arg_idx_b, in_ptr_b, in_idx_b, output_at = out
+    kind_b, flags_b, tag_b, ac_b, nbytes_b, arg_ptr_b, arg_idx_b, in_ptr_b, in_idx_b, output_at, index = out
     arrays = []
     for code, raw in (("B", kind_b), ("I", flags_b), ("b", tag_b), ("i", ac_b), ("q", nbytes_b),
                       ("i", arg_ptr_b), ("i", arg_idx_b), ("i", in_ptr_b), ("i", in_idx_b)):
