@@ -361,26 +361,17 @@ int fxcut_cse_node_hash(const cse_config *cfg, PyObject *node_args, PyObject *no
 }
 
 int fxcut_cse_hashes_like_tuples(void) {
-    PyObject *sample = Py_BuildValue("((O(OO)(sO))())", Py_None, (PyObject *)&PyLong_Type, Py_None,
-                                     "x", (PyObject *)&PyUnicode_Type);
-    if (sample == NULL) {
-        return -1;
-    }
-    Py_hash_t want = PyObject_Hash(sample);
-    Py_DECREF(sample);
-    if (want == -1) {
-        return -1;
-    }
-    /* ((None, (int, None), ("x", str)), ()) item by item. */
     PyObject *x = PyUnicode_FromString("x");
-    if (x == NULL) {
-        return -1;
-    }
-    Py_hash_t hx = PyObject_Hash(x);
-    Py_DECREF(x);
+    PyObject *sample = x ? Py_BuildValue("((O(OO)(OO))())", Py_None, (PyObject *)&PyLong_Type, Py_None, x,
+                                         (PyObject *)&PyUnicode_Type) : NULL;
+    Py_hash_t want = sample ? PyObject_Hash(sample) : -1;
+    Py_hash_t hx = want != -1 ? PyObject_Hash(x) : -1;
+    Py_XDECREF(sample);
+    Py_XDECREF(x);
     if (hx == -1) {
         return -1;
     }
+    /* ((None, (int, None), ("x", str)), ()) item by item. */
     tuple_hash outer, first, p1, p2, empty;
     th_init(&p1);
     th_add(&p1, PyObject_Hash((PyObject *)&PyLong_Type));

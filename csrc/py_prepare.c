@@ -484,18 +484,12 @@ static int plan_regions(planner *p, PyObject *region_ids, PyObject *bases) {
         Py_DECREF(r);
         if (bases != NULL && (bits & p->bit[B_WRAPPER])) {
             PyObject *found = PyObject_CallOneArg(p->bases_of, node);
-            PyObject *it = found ? PyObject_GetIter(found) : NULL;
+            PyObject *updated = found ? PyObject_CallMethod(bases, "update", "O", found) : NULL;
             Py_XDECREF(found);
-            PyObject *base;
-            int ok = it != NULL;
-            while (ok && (base = PyIter_Next(it)) != NULL) {
-                ok = PySet_Add(bases, base) == 0;
-                Py_DECREF(base);
-            }
-            Py_XDECREF(it);
-            if (!ok || PyErr_Occurred()) {
+            if (updated == NULL) {
                 return -1;
             }
+            Py_DECREF(updated);
         }
     }
     return 0;
