@@ -113,11 +113,24 @@ static void knapsack_and_cut(const fxcut_graph *g,
     fxcut_error err;
     memset(&err, 0, sizeof err);
     int rc = fxcut_knapsack_solve(&kp, solver, &kr, &err);
+    int32_t first_empty = -1; /* greedy's ratio divides by memory */
+    for (int32_t k = 0; k < m && first_empty < 0; k++)
+        if (p->memories[k] == 0.0)
+            first_empty = k;
     if (rc != FXCUT_OK) {
-        /* Only a capacity past the quantiser's range may fail here. */
-        FZ_CHECK(rc == FXCUT_E_OVERFLOW, "knapsack fails with %d: %s", rc,
-                 err.message);
+        /* A capacity past the quantiser's range may fail, and greedy refuses
+         * a zero-memory item (torch's greedy_knapsack divides by it), naming
+         * the first one; nothing else. */
+        if (solver == FXCUT_KNAPSACK_GREEDY && first_empty >= 0)
+            FZ_CHECK(rc == FXCUT_E_INVALID && err.node == first_empty,
+                     "greedy with item %d of memory 0 fails with %d at %d: %s",
+                     first_empty, rc, (int)err.node, err.message);
+        else
+            FZ_CHECK(rc == FXCUT_E_OVERFLOW, "knapsack fails with %d: %s", rc,
+                     err.message);
     } else {
+        FZ_CHECK(solver != FXCUT_KNAPSACK_GREEDY || first_empty < 0,
+                 "greedy accepted item %d of memory 0", first_empty);
         uint8_t *dont_ban = xmalloc((size_t)g->n);
         memset(dont_ban, 0, (size_t)g->n);
         for (int32_t k = 0; k < m; k++)

@@ -3,10 +3,13 @@
 1. While one thread is inside a long ``_C.partition_decide`` (or
    ``_C.min_cut``), the main thread keeps running Python: it timestamps
    every turn of a counting loop, and the turns that fall inside the worker's
-   C call must cover most of that call.  Holding the GIL, the call would let
-   through at most one switch interval (5 ms) of main-thread turns; the call
-   is made to last at least 0.2 s, so the check has a 40x margin and does
-   not depend on the machine's speed.
+   C call must cover at least 30% of that call (about 87% on a quiet
+   machine; on 2 cores shared with other jobs the main thread waits for a
+   core, not for the GIL, and it has dropped to 50%).  Holding the GIL, the
+   call would let through about one switch interval (5 ms) of main-thread
+   turns; the call is made to last at least 0.2 s, so even 30% is a 12x
+   margin, and the control (sorting, which keeps the GIL) must stay under
+   10% (it measures about 1%).
 2. Eight threads each partition a different zoo graph with
    ``fxcut.core.decide`` (lowering in Python under the GIL, the C core
    in parallel), several rounds over, and get exactly what a serial run got.
@@ -123,7 +126,7 @@ def test_the_gil_is_released_during_the_c_call(make, size, switch_interval) -> N
     duration, covered = _covered_by_python(call)
     assert duration >= MIN_CALL_SECONDS * 0.5, duration
     # Holding the GIL would allow one switch interval (0.005 s) of Python.
-    assert covered >= 0.5 * duration, f"Python ran {covered:.3f} s of a {duration:.3f} s C call"
+    assert covered >= 0.3 * duration, f"Python ran {covered:.3f} s of a {duration:.3f} s C call"
 
 
 def _sort_call(n: int) -> Callable[[], Any]:
@@ -136,7 +139,7 @@ def test_the_measure_sees_a_c_call_that_holds_the_gil(switch_interval) -> None:
     bytecode runs, so no switch): the main thread is shut out."""
     call = _long_enough(_sort_call, 1 << 20)
     duration, covered = _covered_by_python(call)
-    assert covered < 0.25 * duration, f"Python ran {covered:.3f} s of a {duration:.3f} s GIL-holding call"
+    assert covered < 0.1 * duration, f"Python ran {covered:.3f} s of a {duration:.3f} s GIL-holding call"
 
 
 # Eight different zoo graphs (small ones, so the whole test stays quick).
