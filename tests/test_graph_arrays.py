@@ -749,3 +749,35 @@ def test_sequence_too_big_for_64_bits_raises_on_both_paths(items: int) -> None:
     for use_c in (False, True):
         with pytest.raises(LoweringError, match=f"node '{n.name}'"):
             lower_for_partition(g, default_facts(), impure_random=True, use_c=use_c)
+
+
+def _output_of(value_of: Any) -> fx.Node:
+    g = fx.Graph()
+    a, b = g.placeholder("a"), g.placeholder("b")
+    return g.output(value_of(a, b))
+
+
+@pytest.mark.parametrize("value_of", [
+    lambda a, b: (a, b, None),
+    lambda a, b: [a, None, b],
+    lambda a, b: (),
+    lambda a, b: a,
+    lambda a, b: None,
+    lambda a, b: (a, [b, None], None),
+    lambda a, b: (a, 3, b),
+    lambda a, b: {"x": a, "y": (b, None)},
+    lambda a, b: types.SimpleNamespace,  # a leaf that is not a node
+    lambda a, b: torch.return_types.max((a, b)),
+], ids=["tuple", "list", "empty", "node", "none", "nested", "int", "dict", "object", "namedtuple"])
+def test_output_leaves_are_pytrees_leaves(value_of: Any) -> None:
+    """The flat-sequence shortcut of ``_output_leaves`` gives what pytree
+    gives, for the shapes it takes and the ones it hands to pytree."""
+    import torch.utils._pytree as pytree
+
+    from fxcut.lower import _output_leaves
+
+    out = _output_of(value_of)
+    expected = list(pytree.arg_tree_leaves(*out.args))
+    got = _output_leaves(out)
+    assert [id(x) for x in got] == [id(x) for x in expected]
+    assert type(got) is list

@@ -19,6 +19,7 @@ import torch.utils._pytree as pytree
 from torch._library.fake_class_registry import FakeScriptObject
 from torch.fx.experimental._backward_state import BackwardState
 from torch.fx.experimental.proxy_tensor import py_sym_types
+from torch.fx.immutable_collections import immutable_list
 from torch.utils.checkpoint import CheckpointPolicy
 
 from . import _C
@@ -320,8 +321,21 @@ def _lower_replaced(
 def _output_leaves(output: fx.Node) -> list[Any]:
     """The leaves of the output node's value, in order, as torch's partitioner
     sees them (``pytree.arg_tree_leaves`` over the output's args).  Leaves
-    that are not nodes (``None`` gradients) are lowered as -1."""
-    return list(pytree.arg_tree_leaves(*output.args))
+    that are not nodes (``None`` gradients) are lowered as -1.  A flat
+    sequence of nodes and ``None`` (what a joint graph returns) is its own
+    leaf list, without pytree's per-leaf dispatch."""
+    args = output.args
+    if len(args) == 1:
+        value = args[0]
+        if type(value) in _FLAT_SEQUENCES and all(
+                a.__class__ is _NODE or a is None for a in value):
+            return list(value)
+    return list(pytree.arg_tree_leaves(*args))
+
+
+_NODE = fx.Node
+#: Sequence types pytree flattens into their items (fx stores lists as ``immutable_list``).
+_FLAT_SEQUENCES = (tuple, list, immutable_list)
 
 
 
