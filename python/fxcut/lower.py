@@ -326,7 +326,7 @@ def _output_leaves(output: fx.Node) -> list[Any]:
     leaf list, without pytree's per-leaf dispatch."""
     args = output.args
     if len(args) == 1:
-        value = args[0]
+        value: Any = args[0]
         if type(value) in _FLAT_SEQUENCES and all(
                 a.__class__ is _NODE or a is None for a in value):
             return list(value)
