@@ -404,14 +404,10 @@ int fxcut_cse_parse_config(PyObject *config, const char *what, cse_config *cfg) 
                      "known_leaves, tree_is_leaf, by_bits, leaf_key), got %zd", what, PyTuple_GET_SIZE(config));
         return -1;
     }
-    cfg->node_cls = PyTuple_GET_ITEM(config, 0);
-    cfg->sym_types = PyTuple_GET_ITEM(config, 1);
-    cfg->containers = PyTuple_GET_ITEM(config, 2);
-    cfg->dict_types = PyTuple_GET_ITEM(config, 3);
-    cfg->known_leaves = PyTuple_GET_ITEM(config, 4);
-    cfg->is_leaf = PyTuple_GET_ITEM(config, 5);
-    cfg->by_bits = PyTuple_GET_ITEM(config, 6);
-    cfg->leaf = PyTuple_GET_ITEM(config, 7);
+    if (!PyArg_UnpackTuple(config, what, 8, 8, &cfg->node_cls, &cfg->sym_types, &cfg->containers,
+                           &cfg->dict_types, &cfg->known_leaves, &cfg->is_leaf, &cfg->by_bits, &cfg->leaf)) {
+        return -1;
+    }
     const char *bad = !PyTuple_Check(cfg->sym_types) ? "sym_types (a tuple)"
                       : !PyDict_Check(cfg->containers) ? "containers (a dict)"
                       : !PyTuple_Check(cfg->dict_types) ? "dict_types (a tuple)"

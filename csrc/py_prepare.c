@@ -968,21 +968,17 @@ static void planner_free(planner *p) {
 
 /* Reads the config tuple (see the docstring) into *p; -1 with a TypeError. */
 static int read_config(planner *p, PyObject *config) {
-    PyObject *bits, *keys_stream, *skips_impure;
+    PyObject *bits, *keys_stream, *skips_impure, *key_config;
     if (!PyTuple_Check(config) || PyTuple_GET_SIZE(config) != 10) {
         PyErr_SetString(PyExc_TypeError, "prepare_plan: config must be the 10-tuple prepare.plan_config builds");
         return -1;
     }
-    bits = PyTuple_GET_ITEM(config, 0);
-    p->python_key = PyTuple_GET_ITEM(config, 1);
-    p->bases_of = PyTuple_GET_ITEM(config, 2);
-    p->backward_seeds = PyTuple_GET_ITEM(config, 3);
-    p->unbacked = PyTuple_GET_ITEM(config, 4);
-    p->symbol_cls = PyTuple_GET_ITEM(config, 5);
-    p->tensor_cls = PyTuple_GET_ITEM(config, 6);
-    keys_stream = PyTuple_GET_ITEM(config, 7);
-    skips_impure = PyTuple_GET_ITEM(config, 8);
-    if (fxcut_cse_parse_config(PyTuple_GET_ITEM(config, 9), "prepare_plan config key_config", &p->key) < 0) {
+    if (!PyArg_UnpackTuple(config, "prepare_plan config", 10, 10, &bits, &p->python_key, &p->bases_of,
+                           &p->backward_seeds, &p->unbacked, &p->symbol_cls, &p->tensor_cls, &keys_stream,
+                           &skips_impure, &key_config)) {
+        return -1;
+    }
+    if (fxcut_cse_parse_config(key_config, "prepare_plan config key_config", &p->key) < 0) {
         return -1;
     }
     if (!PyTuple_Check(bits) || PyTuple_GET_SIZE(bits) != B_COUNT) {
