@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 import torch
 import torch.fx as fx
+import torch.utils._pytree as pytree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fxcut import _C
-from fxcut.lower import GraphArrays, lower_structure
+from fxcut.lower import GraphArrays, _output_leaves, lower_structure
 from fxcut.ops import zero3_facts
 
 aten = torch.ops.aten
@@ -772,10 +773,6 @@ def _output_of(value_of: Any) -> fx.Node:
 def test_output_leaves_are_pytrees_leaves(value_of: Any) -> None:
     """The flat-sequence shortcut of ``_output_leaves`` gives what pytree
     gives, for the shapes it takes and the ones it hands to pytree."""
-    import torch.utils._pytree as pytree
-
-    from fxcut.lower import _output_leaves
-
     out = _output_of(value_of)
     expected = list(pytree.arg_tree_leaves(*out.args))
     got = _output_leaves(out)
