@@ -243,10 +243,10 @@ def plot_timeline(key: str, budget: float, path: str) -> None:
 
 
 def _torch_saved(cap: Any, spec: dict[str, Any], budget: float, prob: Any) -> list[int]:
-    from fxcut.budget import decide_with_budget
-    from fxcut.budget import decide_plan
-    from fxcut.lower import lower_plan
-    from fxcut.plan import make_plan
+    from fxcut.solve.budget import decide_with_budget
+    from fxcut.solve.budget import decide_plan
+    from fxcut.route.lower import lower_plan
+    from fxcut.route.plan import make_plan
 
     class Keep:
         def choose_saved(self, plan: Any, decision: Any) -> list[int]:

@@ -1,5 +1,5 @@
 """Measured activation memory of a forward and backward module pair, on CPU,
-and the memory model (fxcut.memory) checked against it on the zoo.
+and the memory model (fxcut.solve.memory) checked against it on the zoo.
 
     PYTHONPATH=python:tests python bench/measure_memory.py [--out docs/memory_model.md] [case ...]
 
@@ -199,8 +199,9 @@ def zoo_row(name: str, budget: float | None = None, *, repeat: bool = True) -> d
     (``budget``) torch's decision at that activation memory budget.
     ``repeat``: measure a second time ("repeat"; -1 when not)."""
     import zoo
-    from fxcut import memory, partition
-    from fxcut.plan import make_plan
+    from fxcut.solve import memory
+    from fxcut import partition
+    from fxcut.route.plan import make_plan
 
     cap = zoo.capture(name)
     gm = cap.fresh()

@@ -4,7 +4,7 @@
 is allocated, whatever the size) at each requested number of layers and
 times, in one run, on the same joint graph:
 
-(a) ``decision``: fxcut's :func:`fxcut.core.decide` (lowering + C core)
+(a) ``decision``: fxcut's :func:`fxcut.solve.core.decide` (lowering + C core)
     vs torch's tag passes + classification + dist_from_bw + ``solve_min_cut``
     (:func:`torch_reference.torch_decision`), both on the graph after
     dead-code elimination and CSE, as the partitioner sees it;
@@ -254,9 +254,10 @@ class Network:
 
 def network_of(graph: fx.Graph, num_fwd_outputs: int, static: list[int]) -> Network:
     """The flow network fxcut's decision builds for ``graph`` (not solved)."""
-    from fxcut.core import decide
+    from fxcut.route.lower import lower_graph
+    from fxcut.solve.core import decide
 
-    d = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static, keep_network=2)
+    d = decide(lower_graph(graph), num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static, keep_network=2)
     assert d.network is not None
     tail, head, cap = (np.array(a) for a in d.network)
     n = len(d.arrays)
@@ -410,8 +411,9 @@ class _Size:
         from torch._functorch import partitioners as tp
 
         from fxcut import min_cut_rematerialization_partition as fxcut_partition
-        from fxcut.snapshot import copy_graph_module
-        from fxcut.core import decide
+        from fxcut.torchrules.snapshot import copy_graph_module
+        from fxcut.route.lower import lower_graph
+        from fxcut.solve.core import decide
         from torch_reference import torch_decision
 
         self.cap, self.prepared, self.net, self.with_gc = cap, prepared, net, with_gc
@@ -438,7 +440,7 @@ class _Size:
 
         def decision_fxcut() -> Callable[[], Any]:
             gm = self.copy()
-            return lambda: decide(gm.graph, num_fwd_outputs=nfo, static_lifetime_input_indices=static)
+            return lambda: decide(lower_graph(gm.graph), num_fwd_outputs=nfo, static_lifetime_input_indices=static)
 
         def decision_torch() -> Callable[[], Any]:
             gm = self.copy()
@@ -530,13 +532,14 @@ class _Size:
         return len(fx_saved), p_fx == p_torch, value, sp_value
 
     def memory(self) -> dict[str, int | None]:
-        from fxcut.core import decide
+        from fxcut.route.lower import lower_graph
+        from fxcut.solve.core import decide
         from torch_reference import torch_decision
 
         out: dict[str, int | None] = {}
         gm = self.copy()
         out["decision_fxcut"], out["decision_fxcut_rss"] = peak_memory(
-            lambda: decide(gm.graph, num_fwd_outputs=self.nfo, static_lifetime_input_indices=self.static))
+            lambda: decide(lower_graph(gm.graph), num_fwd_outputs=self.nfo, static_lifetime_input_indices=self.static))
         gms = [self.copy(), self.copy()]  # torch's passes write into the graph: one copy per call
         out["decision_torch"], out["decision_torch_rss"] = peak_memory(
             lambda: torch_decision(gms.pop(), self.nfo, self.static))
@@ -625,10 +628,10 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = True) -> dict[str, fl
     with ExitStack() as stack:
         stack.enter_context(clock.wrap(tp, "_extract_fwd_bwd_modules", "extract"))
         if fxcut_side:
-            from fxcut import budget as fb
-            from fxcut import build as fbuild
-            from fxcut import lower as flower
-            from fxcut import prepare as fprep
+            from fxcut.solve import budget as fb
+            from fxcut.route import build as fbuild
+            from fxcut.route import lower as flower
+            from fxcut.torchrules import prepare as fprep
 
             stack.enter_context(clock.wrap(fprep, "plan", "plan"))
             # the route lowers through lower.lower_plan
@@ -659,7 +662,7 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = True) -> dict[str, fl
             "lowering": s.get("lower", 0.0),
             "decision (C core, budget passes)": s.get("decide", 0.0),
             "apply DCE + CSE in place, recompile": s.get("apply", 0.0),
-            "module building (fxcut.extract; torch's passes where it declines)": s["build_modules"],
+            "module building (fxcut.torchrules.extract; torch's passes where it declines)": s["build_modules"],
         }
     else:
         out = {

@@ -6,7 +6,7 @@ with the garbage collector ON (as a compile runs):
 
 - ``fxcut``: fxcut's partition_fn as it is (its own graph building);
 - ``fxcut-torch-build``: fxcut's decision, then torch's passes build the
-  modules (fxcut before fxcut.extract);
+  modules (fxcut before fxcut.torchrules.extract);
 - ``torch``: torch's ``min_cut_rematerialization_partition``;
 
 each under the two conditions a user meets: a plain ``GraphModule`` joint
@@ -51,13 +51,13 @@ PRIMITIVES: list[tuple[str, str, str]] = [
     ("fx: Node.replace_all_uses_with", "torch/fx/node.py", "replace_all_uses_with"),
 ]
 PHASES: list[tuple[str, str, str]] = [
-    ("fxcut: prepare.plan (DCE + CSE plan)", "fxcut/prepare.py", "plan"),
-    ("fxcut: lowering", "fxcut/lower.py", "lower_for_partition"),
-    ("fxcut: decision (lowered -> C core)", "fxcut/budget.py", "decide_with_budget"),
-    ("fxcut: prepare.apply (DCE + CSE in place, joint recompile)", "fxcut/prepare.py", "apply"),
-    ("fxcut: build.build_modules", "fxcut/build.py", "build_modules"),
-    ("fxcut: extract.build_modules", "fxcut/extract.py", "build_modules"),
-    ("fxcut: extract selection (what survives)", "fxcut/extract.py", "_select"),
+    ("fxcut: prepare.plan (DCE + CSE plan)", "fxcut/torchrules/prepare.py", "plan"),
+    ("fxcut: lowering", "fxcut/route/lower.py", "lower_for_partition"),
+    ("fxcut: decision (lowered -> C core)", "fxcut/solve/budget.py", "decide_with_budget"),
+    ("fxcut: prepare.apply (DCE + CSE in place, joint recompile)", "fxcut/torchrules/prepare.py", "apply"),
+    ("fxcut: build.build_modules", "fxcut/route/build.py", "build_modules"),
+    ("fxcut: extract.build_modules", "fxcut/torchrules/extract.py", "build_modules"),
+    ("fxcut: extract selection (what survives)", "fxcut/torchrules/extract.py", "_select"),
     ("torch: fx_graph_cse", "torch/_functorch/compile_utils.py", "fx_graph_cse"),
     ("torch: classify_nodes", "torch/_functorch/partitioners.py", "classify_nodes"),
     ("torch: choose_saved_values_set", "torch/_functorch/partitioners.py", "choose_saved_values_set"),
@@ -98,7 +98,7 @@ def _partitioners() -> dict[str, Callable[..., Any]]:
     from torch._functorch import partitioners as tp
 
     import fxcut
-    import fxcut.extract as extract
+    import fxcut.torchrules.extract as extract
 
     def fxcut_torch_build(*args: Any, **kwargs: Any) -> Any:
         real = extract.build_modules

@@ -6,7 +6,7 @@ For every zoo model: DeepCompile's walk (fxcut.recompute_param_aliases) tags
 the alias/cast closure of the parameters MUST_RECOMPUTE -- the nodes ZeRO-3
 requires to be recomputed, so that no gathered parameter stays alive through
 a saved view or cast.  Then torch's min-cut decision on the walked graph
-(fxcut's exact reproduction) and the memory model (fxcut.memory) over it:
+(fxcut's exact reproduction) and the memory model (fxcut.solve.memory) over it:
 which nodes the backward recomputes, and how many of them lie outside the
 closure, with their FLOPs (torch's flop counter, the knapsack's estimator).
 
@@ -72,9 +72,9 @@ def _op_name(target: Any) -> str:
 
 def _decide(gm: Any, nfo: int, statics: Any) -> Any:
     """torch's decision for ``gm`` as the partitioner makes it (read only)."""
-    from fxcut.budget import decide_plan
-    from fxcut.lower import lower_plan
-    from fxcut.plan import make_plan
+    from fxcut.route.decide import decide_plan
+    from fxcut.route.lower import lower_plan
+    from fxcut.route.plan import make_plan
 
     plan = make_plan(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
     return decide_plan(plan, lower_plan(plan))
@@ -82,7 +82,8 @@ def _decide(gm: Any, nfo: int, statics: Any) -> Any:
 
 def row(name: str) -> dict[str, Any]:
     import zoo
-    from fxcut import _C, memory, recompute_param_aliases
+    from fxcut import _C, recompute_param_aliases
+    from fxcut.solve import memory
 
     cap = zoo.capture(name)
     gm = cap.fresh()

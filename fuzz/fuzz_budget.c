@@ -3,7 +3,7 @@
  * partition options and a memory budget -> fxcut_budget_plan_decide (the
  * entry point behind fxcut._C.budget_plan), then, where the plan ends in
  * the knapsack, a knapsack solve and the final cut with the recomputed
- * candidates un-banned, as fxcut.budget runs them.
+ * candidates un-banned, as fxcut.solve.budget runs them.
  *
  * Checks: an error code with a terminated message, or a plan that keeps its
  * contract -- stage and pass count in range; candidates in range, distinct,
@@ -97,7 +97,7 @@ static void check_plan(const fxcut_graph *g, const fxcut_budget_plan *p,
     }
 }
 
-/* The knapsack over the candidates and the final cut, as fxcut.budget. */
+/* The knapsack over the candidates and the final cut, as fxcut.solve.budget. */
 static void knapsack_and_cut(const fxcut_graph *g,
                              const fxcut_partition_options *o,
                              const fxcut_budget_plan *p, double budget,

@@ -23,8 +23,8 @@ import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 from fxcut import _C
-from fxcut.lower import lower_for_partition
-from fxcut.ops import default_facts
+from fxcut.route.lower import lower_for_partition
+from fxcut.torchrules.ops import default_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fuzz_corpus"

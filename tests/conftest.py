@@ -33,7 +33,7 @@ FIDELITY_FILES = frozenset({
     # readers of the partition's plan (issue 16, item 3) and the route's defects (item 8)
     "test_html.py", "test_route_defects.py", "test_plan.py",
     # Not decisions alone: edge cases, bad input and explain, each holding
-    # on every release (what differs is read from fxcut.versions).
+    # on every release (what differs is read from fxcut.torchrules.versions).
     "test_partition_edges.py", "test_bad_input.py", "test_explain.py",
 })
 

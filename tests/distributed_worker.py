@@ -30,7 +30,7 @@ from torch._inductor.compile_fx import compile_fx
 from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 import fxcut
-from fxcut import guard
+from fxcut.route import guard
 from fxcut.integrations import torch_compile
 
 STEPS = 5

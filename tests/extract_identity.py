@@ -107,7 +107,7 @@ def both(make_joint: Callable[[], fx.GraphModule],
     """Partition two fresh joint modules with fxcut: once through fxcut's
     builder, once through torch's passes; assert the modules and the joint
     modules after the call are the same.  Returns (fast path taken, built)."""
-    import fxcut.extract as extract
+    import fxcut.torchrules.extract as extract
 
     taken: list[bool] = []
     real = extract.build_modules

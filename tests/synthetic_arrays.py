@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fxcut import _C
-from fxcut.core import MinCutOptions
+from fxcut.solve.core import MinCutOptions
 
 F, B, W = 13, 14, 4  # forward / backward nodes and weights per layer
 

@@ -25,9 +25,10 @@ import fxcut
 import small_graphs
 from synthetic_arrays import DEFAULT_OPTIONS as OPTIONS
 from fxcut import _C
-from fxcut.lower import GraphArrays, LoweringError, lower_for_partition
-from fxcut.ops import default_facts
-from fxcut.core import MinCutOptions, decide
+from fxcut.route.lower import LoweringError, lower_for_partition, lower_graph
+from fxcut.solve.arrays import GraphArrays
+from fxcut.torchrules.ops import default_facts
+from fxcut.solve.core import MinCutOptions, decide
 
 aten = torch.ops.aten
 
@@ -130,7 +131,7 @@ def c_decide(lower: Callable[[fx.GraphModule], Any], options: Any = OPTIONS, sta
 def test_the_good_graph_partitions_and_is_left_alone_by_decide() -> None:
     gm = joint()
     before = Snapshot.of(gm.graph)
-    assert decide(gm.graph, num_fwd_outputs=1).saved == [0, RELU]
+    assert decide(lower_graph(gm.graph), num_fwd_outputs=1).saved == [0, RELU]
     before.assert_same(gm.graph)
     fw, bw = partition(joint())
     assert "relu" in fw.code and "threshold_backward" in bw.code
@@ -154,7 +155,7 @@ def test_partition_with_num_fwd_outputs_past_the_outputs() -> None:
 
 
 def test_decide_of_a_module_instead_of_a_graph() -> None:
-    check(joint, lambda gm: decide(gm, num_fwd_outputs=1), TypeError, "expected a torch.fx.Graph, got GraphModule")
+    check(joint, lambda gm: decide(lower_graph(gm), num_fwd_outputs=1), TypeError, "expected a torch.fx.Graph, got GraphModule")
 
 
 def test_zero3_walk_of_a_module_instead_of_a_graph() -> None:
@@ -208,7 +209,7 @@ def test_partition_of_a_graph_edited_into_a_cycle() -> None:
 
 
 def test_decide_of_a_graph_edited_into_a_cycle() -> None:
-    check(_cycle, lambda gm: decide(gm.graph, num_fwd_outputs=1), ValueError,
+    check(_cycle, lambda gm: decide(lower_graph(gm.graph), num_fwd_outputs=1), ValueError,
           r"node 3 uses node 4, which does not come before it .*cycle.* \[node 3 is 'mm_default'\]")
 
 
@@ -222,7 +223,7 @@ def test_partition_of_a_graph_using_a_foreign_node() -> None:
 
 
 def test_decide_of_a_graph_using_a_foreign_node() -> None:
-    check(_foreign, lambda gm: decide(gm.graph, num_fwd_outputs=1), LoweringError,
+    check(_foreign, lambda gm: decide(lower_graph(gm.graph), num_fwd_outputs=1), LoweringError,
           "node 'relu_default' uses 'mm_default', which is not in this graph")
 
 
@@ -244,7 +245,7 @@ def test_partition_of_a_graph_with_a_duplicate_node_name() -> None:
 def test_decide_does_not_read_node_names() -> None:
     gm = _duplicate_name()
     before = Snapshot.of(gm.graph)
-    assert decide(gm.graph, num_fwd_outputs=1).saved == [0, RELU]
+    assert decide(lower_graph(gm.graph), num_fwd_outputs=1).saved == [0, RELU]
     before.assert_same(gm.graph)
 
 
@@ -322,8 +323,8 @@ def test_c_walk_with_parameter_indices_out_of_range_or_not_placeholders() -> Non
 def test_static_lifetime_indices_out_of_range_are_ignored_as_torch_does() -> None:
     gm = joint()
     before = Snapshot.of(gm.graph)
-    plain = decide(gm.graph, num_fwd_outputs=1)
-    ignored = decide(gm.graph, num_fwd_outputs=1, static_lifetime_input_indices=[-3, 2, 99])
+    plain = decide(lower_graph(gm.graph), num_fwd_outputs=1)
+    ignored = decide(lower_graph(gm.graph), num_fwd_outputs=1, static_lifetime_input_indices=[-3, 2, 99])
     assert ignored.saved == plain.saved
     before.assert_same(gm.graph)
 
@@ -364,14 +365,14 @@ def test_c_core_given_an_enormous_size(value: int) -> None:
 
 def test_decide_given_an_enormous_size_names_the_node() -> None:
     lower = edited(joint, nbytes=set_at("nbytes", RELU, 2**62))
-    check(joint, lambda gm: decide(gm.graph, num_fwd_outputs=1, arrays=lower(gm)), OverflowError,
+    check(joint, lambda gm: decide(lower(gm), num_fwd_outputs=1), OverflowError,
           r"exceeds 2\^62 \[node 4 is 'relu_default'\]")
 
 
 def test_large_sizes_below_the_limit_are_exact() -> None:
     gm = joint()
     arrays = edited(joint, nbytes=set_at("nbytes", RELU, 2**61))(gm)
-    d = decide(gm.graph, num_fwd_outputs=1, arrays=arrays)
+    d = decide(arrays, num_fwd_outputs=1)
     assert d.saved == [0, RELU]
     assert d.cut_value == d.weight[0] + d.weight[RELU] and d.weight[RELU] > 2**61
 
@@ -510,7 +511,7 @@ def test_decide_with_conflicting_tags_under_every_option_set() -> None:
     options = MinCutOptions.from_config()
     for recompute_views in (False, True):
         opts = dataclasses.replace(options, recompute_views=recompute_views)
-        check(_conflicting, lambda gm: decide(gm.graph, num_fwd_outputs=1, options=opts), fxcut.InfiniteCutError,
+        check(_conflicting, lambda gm: decide(lower_graph(gm.graph), num_fwd_outputs=1, options=opts), fxcut.InfiniteCutError,
               "native_dropout_default")
 
 
@@ -706,7 +707,7 @@ def test_partition_with_a_max_dist_from_bw_that_is_not_an_int(value: Any, exc: t
 
     with config.patch(max_dist_from_bw=value):
         check(joint, partition, exc, match)
-        check(joint, lambda gm: decide(gm.graph, num_fwd_outputs=1), exc, match)
+        check(joint, lambda gm: decide(lower_graph(gm.graph), num_fwd_outputs=1), exc, match)
 
 
 def test_partition_with_a_float_max_dist_from_bw_decides_as_torch() -> None:
@@ -730,7 +731,7 @@ def test_partition_with_a_nan_region_budget_names_the_region() -> None:
             n.meta["custom"] = {key: float("nan")}
         return gm
 
-    if not fxcut.versions.rules_or_nearest().region_memory_budgets:
+    if not fxcut.torchrules.versions.rules_or_nearest().region_memory_budgets:
         # torch 2.12 has no region budgets: the annotation means nothing,
         # to torch and to fxcut alike.
         from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
@@ -759,9 +760,9 @@ def test_memory_pareto_given_a_graph() -> None:
 def test_memory_pareto_checks_the_plot_path_before_the_sweep(
     monkeypatch: pytest.MonkeyPatch, path: Any, exc: type, match: str
 ) -> None:
-    import fxcut.budget as budget
+    import fxcut.pareto
 
     calls = []
-    monkeypatch.setattr(budget, "decide_with_budget", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(fxcut.pareto, "decide_with_budget", lambda *a, **k: calls.append(1))
     check(joint, lambda gm: fxcut.memory_pareto(gm, 1, plot=path), exc, match)
     assert calls == []

@@ -32,15 +32,15 @@ from torch._functorch._activation_checkpointing import knapsack as tk
 from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
 import fxcut
-import fxcut.lower
+import fxcut.route.lower
 import zoo
-from fxcut import knapsack
-import fxcut.core
+from fxcut.solve import knapsack
+import fxcut.solve.core
 import fxcut.partition
-from fxcut.budget import decide_with_budget
+from fxcut.route.lower import lower_graph
+from fxcut.solve.budget import decide_with_budget
 from fxcut.pareto import memory_pareto
-from fxcut.core import plan_and_lower
-from torch_reference import torch_budget_decision, torch_prepared
+from torch_reference import fxcut_prepared_arrays, torch_budget_decision, torch_prepared
 from random_joint import random_joint
 
 BUDGETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -189,7 +189,7 @@ def _decide(cap, budget: float, solver: str | None = None):
     """fxcut's side: the partitioner's planned preparation; the captured graph is only read."""
     graph = cap.gm.graph
     return decide_with_budget(graph, budget, num_fwd_outputs=cap.num_fwd_outputs, solver=solver,
-                              arrays=plan_and_lower(graph, cse=bool(config.cse))[1], **cap.partition_kwargs)
+                              arrays=fxcut_prepared_arrays(graph), **cap.partition_kwargs)
 
 
 # The zoo cases that reach the knapsack at some budget.  The others (mlp,
@@ -258,14 +258,14 @@ def test_resnet_step_under_a_budget_fails_as_with_torch() -> None:
 
 def test_budget_pass_lowers_the_graph_once(monkeypatch) -> None:
     calls = []
-    real = fxcut.lower.lower_for_partition
-    for module in (fxcut.core, fxcut.lower, fxcut.partition):
+    real = fxcut.route.lower.lower_for_partition
+    for module in (fxcut.solve.core, fxcut.route.lower, fxcut.partition):
         if hasattr(module, "lower_for_partition"):
             monkeypatch.setattr(module, "lower_for_partition", lambda *a, **k: calls.append(1) or real(*a, **k))
     cap = zoo.capture("gpt2")
     with _budget_config(0.5, "dp"):
         d = decide_with_budget(cap.gm.graph, 0.5, num_fwd_outputs=cap.num_fwd_outputs,
-                               arrays=plan_and_lower(cap.gm.graph, cse=bool(config.cse))[1])
+                               arrays=fxcut_prepared_arrays(cap.gm.graph))
         assert d.stage == "knapsack" and d.n_cuts == 4
         assert len(calls) == 1
         cap.partition(fxcut.min_cut_rematerialization_partition)
@@ -293,9 +293,10 @@ def test_random_graph_budget_equals_torch(chunk: int) -> None:
             except RuntimeError as e:
                 torch_error = e
             try:
-                got = decide_with_budget(copy.deepcopy(rj.module).graph, budget, num_fwd_outputs=rj.num_fwd_outputs,
+                graph = copy.deepcopy(rj.module).graph
+                got = decide_with_budget(graph, budget, num_fwd_outputs=rj.num_fwd_outputs,
                                          static_lifetime_input_indices=rj.static_lifetime_input_indices,
-                                         solver=solver)
+                                         solver=solver, arrays=lower_graph(graph))
             except fxcut.InfiniteCutError as e:
                 ours_error = e
         assert (torch_error is None) == (ours_error is None), (seed, torch_error, ours_error)
@@ -355,7 +356,7 @@ def test_region_budget_annotation_as_torch(case: str) -> None:
         except RuntimeError as e:
             outcomes.append(type(e))
     assert outcomes[0] == outcomes[1]
-    if fxcut.versions.rules_or_nearest().region_memory_budgets:
+    if fxcut.torchrules.versions.rules_or_nearest().region_memory_budgets:
         assert (case == "whole") == isinstance(outcomes[0], str)
     else:
         assert isinstance(outcomes[0], str)  # the annotation means nothing to this torch

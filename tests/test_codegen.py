@@ -1,4 +1,4 @@
-"""fxcut.codegen writes the code torch.fx's generator writes: the same source
+"""fxcut.torchrules.codegen writes the code torch.fx's generator writes: the same source
 text, line-number map, prologue position and globals, on every zoo model's
 forward, backward and joint graphs (partitioned by torch and by fxcut) and on
 odd graphs built by hand; anything outside the kind of graph it writes falls
@@ -19,7 +19,7 @@ from torch.fx.graph import PythonCode, _PyTreeCodeGen
 
 import fxcut
 import zoo
-from fxcut import codegen
+from fxcut.torchrules import codegen
 
 aten = torch.ops.aten
 
@@ -32,7 +32,7 @@ def _fields(code: PythonCode) -> tuple[Any, ...]:
 def assert_writes_as_torch(graph: fx.Graph) -> None:
     """fxcut's code of ``graph`` exists and equals torch's, field by field."""
     mine = codegen.python_code(graph)
-    assert mine is not None, "fxcut.codegen refused a graph it should write"
+    assert mine is not None, "fxcut.torchrules.codegen refused a graph it should write"
     theirs = graph.python_code(root_module="self")
     assert mine.src == theirs.src
     assert _fields(mine) == _fields(theirs)
@@ -77,7 +77,7 @@ def test_zoo_graphs_written_as_torch_writes_them(name: str) -> None:
             assert mine.src == theirs.src, (who, part)
             assert _fields(mine) == _fields(theirs), (who, part)
         # The joint after DCE + CSE, as the partition left it.
-        if fxcut.codegen.python_code(joint.graph) is not None:
+        if fxcut.torchrules.codegen.python_code(joint.graph) is not None:
             assert_writes_as_torch(joint.graph)
 
 

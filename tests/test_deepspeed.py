@@ -28,6 +28,7 @@ import deepspeed.compile.inductor as ds_inductor  # noqa: E402
 import fxcut  # noqa: E402
 import fxcut.integrations.deepspeed as fxds  # noqa: E402
 import fxcut.partition  # noqa: E402
+import fxcut.route.decide  # noqa: E402
 import fxcut.zero3  # noqa: E402
 import zoo  # noqa: E402
 
@@ -57,7 +58,7 @@ def installed():
 def fxcut_calls(monkeypatch):
     """Counts of fxcut's walks and C decisions during the test."""
     calls = {"walk": 0, "decide": 0}
-    walk, decide = fxcut.zero3.recompute_param_aliases, fxcut.budget.decide_with_budget
+    walk, decide = fxcut.zero3.recompute_param_aliases, fxcut.route.decide.decide_with_budget
 
     def spy_walk(*args, **kwargs):
         calls["walk"] += 1
@@ -68,7 +69,7 @@ def fxcut_calls(monkeypatch):
         return decide(*args, **kwargs)
 
     monkeypatch.setattr(fxcut.zero3, "recompute_param_aliases", spy_walk)
-    monkeypatch.setattr(fxcut.budget, "decide_with_budget", spy_decide)
+    monkeypatch.setattr(fxcut.route.decide, "decide_with_budget", spy_decide)
     return calls
 
 

@@ -31,7 +31,7 @@ from torch._functorch.compilers import nop
 from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
 import fxcut
-from fxcut.snapshot import copy_graph_module
+from fxcut.torchrules.snapshot import copy_graph_module
 
 _W = torch.randn(8, 5, generator=torch.Generator().manual_seed(0))
 

@@ -1,4 +1,4 @@
-"""fxcut's own forward/backward graph building (fxcut.extract) builds what
+"""fxcut's own forward/backward graph building (fxcut.torchrules.extract) builds what
 torch's passes build: the same code text, node names and order, arguments,
 types, user lists, every meta entry (and which meta dicts are shared with
 the joint graph), name tables, module class (lazy or not), attributes and
@@ -24,8 +24,8 @@ from torch.fx._lazy_graph_module import _LazyGraphModule, _use_lazy_graph_module
 import fxcut
 import zoo
 from extract_identity import both, signature
-from fxcut.snapshot import copy_graph_module
-from fxcut.extract import torch_modeled
+from fxcut.torchrules.snapshot import copy_graph_module
+from fxcut.torchrules.extract import torch_modeled
 from random_joint import random_joint
 
 #: Whether fxcut's builder runs at all on this torch (elsewhere torch's passes
@@ -156,7 +156,7 @@ def test_builder_catches_a_wrong_name_table() -> None:
     """The comparison is strong enough to see a builder that forgets the
     names torch's dead-code elimination leaves taken; on a torch whose
     passes the builder does not model, the builder is never run at all."""
-    import fxcut.extract as extract
+    import fxcut.torchrules.extract as extract
 
     real = extract._extraction_graph
     calls = []

@@ -1,7 +1,7 @@
 """The C core's checks of a graph array, through fxcut._C.validate and
 fxcut._C.param_alias_walk.
 
-A well-formed array comes from fxcut.lower.lower_structure; each test breaks
+A well-formed array comes from fxcut.route.lower.lower_structure; each test breaks
 one thing in it and asserts the exception type, that the message names the
 culprit, and (for errors found by the core) the exception's ``node``.
 """
@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fxcut import _C
-from fxcut.lower import GraphArrays, _output_leaves, lower_structure
-from fxcut.ops import zero3_facts
+from fxcut.route.lower import GraphArrays, _output_leaves, lower_structure
+from fxcut.torchrules.ops import zero3_facts
 
 aten = torch.ops.aten
 
@@ -521,8 +521,8 @@ _FIELDS = ("kind", "flags", "tag", "ac_graph_id", "nbytes", "arg_ptr", "arg_idx"
 
 
 def _both_paths(graph: fx.Graph, **kw: Any) -> tuple[GraphArrays, GraphArrays]:
-    from fxcut.lower import lower_for_partition
-    from fxcut.ops import default_facts
+    from fxcut.route.lower import lower_for_partition
+    from fxcut.torchrules.ops import default_facts
 
     facts = default_facts()
     py = lower_for_partition(graph, facts, impure_random=True, use_c=False, **kw)
@@ -544,8 +544,8 @@ def test_c_reader_lowers_zoo_graphs_like_the_python_path(name: str) -> None:
     tuple values), as is and through a DCE/CSE plan (removed + replace)."""
     import zoo
 
-    from fxcut import prepare
-    from fxcut.ops import default_facts
+    from fxcut.torchrules import prepare
+    from fxcut.torchrules.ops import default_facts
 
     graph = zoo.capture(name).fresh().graph
     _assert_same_arrays(*_both_paths(graph))
@@ -613,7 +613,7 @@ def test_c_reader_takes_odd_nodes_through_the_slow_path() -> None:
 def test_c_reader_leaves_a_foreign_node_to_the_python_error() -> None:
     """A node that uses a node of another graph: the reader gives up and the
     Python path raises its LoweringError naming the node."""
-    from fxcut.lower import LoweringError
+    from fxcut.route.lower import LoweringError
 
     other = fx.Graph()
     stranger = other.placeholder("x")
@@ -624,8 +624,8 @@ def test_c_reader_leaves_a_foreign_node_to_the_python_error() -> None:
     n.meta["val"] = torch.empty(2, device="meta")
     g.output((n,))
     for use_c in (False, True):
-        from fxcut.lower import lower_for_partition
-        from fxcut.ops import default_facts
+        from fxcut.route.lower import lower_for_partition
+        from fxcut.torchrules.ops import default_facts
 
         with pytest.raises(LoweringError, match=f"node '{n.name}' uses 'x'"):
             lower_for_partition(g, default_facts(), impure_random=True, use_c=use_c)
@@ -696,8 +696,8 @@ def test_c_reader_takes_sequences_without_the_slow_path() -> None:
     """Exact tuples and lists of exact sizes are read in C: the slow path
     sees only the symbolic size, the namedtuple and the output; opaque() is
     asked once for tuples and once for lists, and its answer is kept."""
-    from fxcut.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
-    from fxcut.ops import default_facts
+    from fxcut.route.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
+    from fxcut.torchrules.ops import default_facts
 
     g, nodes = _sequence_graph()
     facts = default_facts()
@@ -724,9 +724,9 @@ def test_c_reader_takes_sequences_without_the_slow_path() -> None:
 
 def test_opaque_sequences_are_free_objects_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tuple or list type torch calls opaque: F_FREE_OBJECT on both paths."""
-    import fxcut.lower
+    import fxcut.route.lower
 
-    monkeypatch.setattr(fxcut.lower, "_is_opaque", lambda node: True)
+    monkeypatch.setattr(fxcut.route.lower, "_is_opaque", lambda node: True)
     g, nodes = _sequence_graph()
     py, c = _both_paths(g)
     _assert_same_arrays(py, c)
@@ -737,8 +737,8 @@ def test_opaque_sequences_are_free_objects_on_both_paths(monkeypatch: pytest.Mon
 def test_sequence_too_big_for_64_bits_raises_on_both_paths(items: int) -> None:
     """One tensor whose bytes overflow int64, or two whose sum does: both
     paths raise the LoweringError naming the node."""
-    from fxcut.lower import LoweringError, lower_for_partition
-    from fxcut.ops import default_facts
+    from fxcut.route.lower import LoweringError, lower_for_partition
+    from fxcut.torchrules.ops import default_facts
 
     g = fx.Graph()
     x = g.placeholder("primals_1")

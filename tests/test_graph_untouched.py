@@ -23,10 +23,10 @@ from torch._functorch import partitioners as tp
 
 import fxcut
 import small_graphs
-import fxcut.extract
+import fxcut.torchrules.extract
 import fxcut.partition as fxp
-import fxcut.plan
-from fxcut import guard
+import fxcut.route.plan
+from fxcut.route import guard
 from fxcut import zero3
 
 aten = torch.ops.aten
@@ -142,7 +142,7 @@ def test_a_keyboard_interrupt_during_extraction_leaves_the_module(monkeypatch: p
         raise KeyboardInterrupt
 
     monkeypatch.setattr(tp, "reordering_to_mimic_autograd_engine", interrupt)  # torch's passes
-    monkeypatch.setattr(fxcut.extract, "build_modules", interrupt)  # fxcut's own builder
+    monkeypatch.setattr(fxcut.torchrules.extract, "build_modules", interrupt)  # fxcut's own builder
     check(_joint(), partition, KeyboardInterrupt, None)
 
 
@@ -164,7 +164,7 @@ def test_a_failure_in_a_subgraph_module_is_undone_there_too(monkeypatch: pytest.
         raise RuntimeError("extraction failed")
 
     monkeypatch.setattr(tp, "_extract_fwd_bwd_modules", fail)
-    monkeypatch.setattr(fxcut.extract, "build_modules", fail)
+    monkeypatch.setattr(fxcut.torchrules.extract, "build_modules", fail)
     check(gm, partition, RuntimeError, "extraction failed")
     sub_before.assert_same(sub)
 
@@ -222,13 +222,13 @@ def test_the_wrapper_removes_the_walks_tags_when_fxcut_fails() -> None:
 
 
 def test_the_public_entry_hands_an_fxcut_gap_to_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through fxcut.guard, an ImportError inside fxcut (a gap of fxcut's,
+    """Through fxcut.route.guard, an ImportError inside fxcut (a gap of fxcut's,
     not a bad input) falls back to torch's partitioner with one warning: the
     same modules torch builds from the untouched graph."""
     def fail() -> Any:
         raise ImportError("no offloading here")
 
-    monkeypatch.setattr(fxcut.plan, "offloading_pass", fail)
+    monkeypatch.setattr(fxcut.route.plan, "offloading_pass", fail)
     with config.patch(enable_activation_offloading=True):
         with pytest.warns(fxcut.FallbackWarning, match="ImportError: no offloading here"):
             fw, bw = fxcut.min_cut_rematerialization_partition(_joint(), None, num_fwd_outputs=1)

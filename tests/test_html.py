@@ -186,7 +186,7 @@ def _memory(text: str) -> _Memory:
 
 def _expected(d, num_fwd_outputs):
     """The memory model's answer for the decision, asked independently of the page."""
-    from fxcut import memory
+    from fxcut.solve import memory
 
     return memory.simulate(d.arrays, d.saved, num_fwd_outputs, timeline=True)
 
@@ -224,7 +224,7 @@ def test_page_plots_a_second_timeline_when_given():
 def test_cli_plan_page_plots_the_plan_against_torch(tmp_path, capsys):
     """--plan-budget 0: the page draws the plan's decision, its memory line
     and torch's default decision's, the plan's peak at most torch's."""
-    from fxcut import memory
+    from fxcut.solve import memory
 
     out = tmp_path / "plan.html"
     assert cli.main(["partition", "--model", "gpt2", "--plan-budget", "0", "--html", str(out)]) == 0

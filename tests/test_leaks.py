@@ -32,8 +32,8 @@ import torch.fx as fx
 
 import fxcut
 from fxcut import _C
-from fxcut.lower import GraphArrays, lower_for_partition
-from fxcut.ops import default_facts
+from fxcut.route.lower import GraphArrays, lower_for_partition
+from fxcut.torchrules.ops import default_facts
 import small_graphs
 from synthetic_arrays import DEFAULT_OPTIONS
 
@@ -234,12 +234,12 @@ def _cases() -> list[Case]:
 
 
 def _cse_key_cases() -> list[Case]:
-    """_C.cse_key (fxcut.prepare's per-node CSE key): a key, the fallback
+    """_C.cse_key (fxcut.torchrules.prepare's per-node CSE key): a key, the fallback
     (None), and its error paths (a leaf test that raises, an unhashable
     leaf, a bad config)."""
     import collections
 
-    from fxcut.prepare import cse_key_config
+    from fxcut.torchrules.prepare import cse_key_config
 
     g = fx.Graph()
     x, y = g.placeholder("primals_1"), g.placeholder("primals_2")
@@ -265,15 +265,15 @@ def _cse_key_cases() -> list[Case]:
 
 
 def _prepare_plan_cases() -> list[Case]:
-    """_C.prepare_plan (fxcut.prepare's plan): dead code, duplicates merged
+    """_C.prepare_plan (fxcut.torchrules.prepare's plan): dead code, duplicates merged
     (one through pytree's key, floats by bits, a stream), values aliasing an
     output skipped (a table entry dropped), backward values apart; and its
     error paths (bad arguments, callbacks that raise or answer nonsense, an
     element that is no node, no live node)."""
     import collections
 
-    from fxcut import versions
-    from fxcut.prepare import node_facts_of, plan_config
+    from fxcut.torchrules import versions
+    from fxcut.torchrules.prepare import node_facts_of, plan_config
 
     pair = collections.namedtuple("pair", "a b")
     g = fx.Graph()
@@ -332,13 +332,13 @@ def _prepare_plan_cases() -> list[Case]:
 
 
 def _lower_read_cases() -> list[Case]:
-    """_C.lower_read (fxcut.lower's C reader): plain and slow-path nodes,
+    """_C.lower_read (fxcut.route.lower's C reader): plain and slow-path nodes,
     tuple and list values (None, nested, zero-size and odd items, opaque), a
     replacement, the give-ups (None) on a foreign node, a non-node in the
     list, a replacement that is not a node or not in the graph, and its error
     paths (the slow path or opaque raising or answering nonsense, a bad
     config)."""
-    from fxcut.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
+    from fxcut.route.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
 
     facts = default_facts()
     node_facts = _NodeFacts(facts, _ValueFacts(facts, True), True)
@@ -363,7 +363,7 @@ def _lower_read_cases() -> list[Case]:
     def raising(node: fx.Node) -> Any:
         raise RuntimeError("slow path")
 
-    def not_opaque(node: fx.Node) -> bool:  # fxcut.lower._is_opaque's answer, without its inductor import
+    def not_opaque(node: fx.Node) -> bool:  # fxcut.route.lower._is_opaque's answer, without its inductor import
         return False
 
     lr = _C.lower_read

@@ -12,7 +12,8 @@ import fxcut
 import fxcut.tools.cli as cli
 import fxcut.partition
 import zoo
-from fxcut.core import Decision, decide, plan_and_lower
+from fxcut.solve.core import Decision, decide
+from torch_reference import fxcut_prepared_arrays
 
 
 def _records(caplog, level: int) -> list[logging.LogRecord]:
@@ -23,7 +24,7 @@ def _decision_of(case: str) -> Decision:
     """The decision the partitioner logs, made on the same prepared graph (the capture is only read)."""
     cap = zoo.capture(case)
     graph = cap.gm.graph
-    return decide(graph, num_fwd_outputs=cap.num_fwd_outputs, arrays=plan_and_lower(graph, cse=bool(config.cse))[1],
+    return decide(fxcut_prepared_arrays(graph), num_fwd_outputs=cap.num_fwd_outputs,
                   static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"))
 
 

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fxcut import InfiniteCutError, _C
-from fxcut.maxflow import INFINITE, minimum_cut, minimum_cut_arrays
+from fxcut.solve.maxflow import INFINITE, minimum_cut, minimum_cut_arrays
 
 INF = math.inf
 ALGORITHMS = ["push_relabel", "dinic"]

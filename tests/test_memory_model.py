@@ -1,4 +1,4 @@
-"""The C memory model (fxcut._C.memory_simulate / fxcut.memory.simulate)
+"""The C memory model (fxcut._C.memory_simulate / fxcut.solve.memory.simulate)
 against an independent reference (tests/memory_reference.py) that walks the
 forward and backward GraphModules torch's own extraction passes build for the
 same decision: equal bytes, on every zoo model for torch's decision and
@@ -20,12 +20,16 @@ import torch.fx as fx
 from torch.utils._ordered_set import OrderedSet
 
 import zoo
-from fxcut import _C, build, extract, memory, partition
-from fxcut.budget import decide_plan, decide_with_budget
-from fxcut.lower import lower_plan
-from fxcut.plan import make_plan
-from fxcut.lower import GraphArrays, lower_for_partition
-from fxcut.ops import default_facts
+from fxcut import _C, partition
+from fxcut.route import build
+from fxcut.torchrules import extract
+from fxcut.solve import memory
+from fxcut.route.decide import decide_plan
+from fxcut.solve.budget import decide_with_budget
+from fxcut.route.lower import lower_plan
+from fxcut.route.plan import make_plan
+from fxcut.route.lower import GraphArrays, lower_for_partition
+from fxcut.torchrules.ops import default_facts
 import small_graphs
 from memory_reference import reference_peaks, reference_saved_bytes
 from random_joint import random_joint

@@ -1,5 +1,5 @@
-"""The package's shape, checked from its source: no import cycle between
-fxcut's modules, inductor's cache key covering every module that can change
+"""The package's shape, checked from its source: its layers as folders with
+imports pointing down only, no import cycle between fxcut's modules, inductor's cache key covering every module that can change
 a partition, no development tooling in the package, the library apart from
 its tooling (``fxcut.tools``), and ``import fxcut`` without inductor (the
 reason the few lazy imports that remain are lazy)."""
@@ -34,15 +34,15 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def _imports(name: str, path: Path, modules: dict[str, Path], *, type_checking: bool = False) -> set[str]:
     """The fxcut modules ``name`` imports anywhere in its code (function
-    bodies included: a cycle closed at call time is a cycle too), except
-    under ``if TYPE_CHECKING``."""
+    bodies included: a cycle closed at call time is a cycle too), and under
+    ``if TYPE_CHECKING`` only when ``type_checking``."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -69,12 +69,73 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(*, type_checking: bool = False) -> dict[str, set[str]]:
     """fxcut's modules and the fxcut modules each imports (the C extension
     ``fxcut._C`` imports none)."""
     modules = {**_modules(), "fxcut._C": Path(fxcut._C.__file__)}
-    return {name: (_imports(name, path, modules) if path.suffix == ".py" else set())
+    return {name: (_imports(name, path, modules, type_checking=type_checking) if path.suffix == ".py" else set())
             for name, path in modules.items()}
+
+
+#: The package's layers, bottom up, each a folder (or, for the entry, the
+#: modules at the top of the package): a module imports modules of its own
+#: layer and of the layers below it, never of one above -- at the top of a
+#: module, in a function, or under ``if TYPE_CHECKING``.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("leaves", ("fxcut._C", "fxcut._version", "fxcut._paths")),
+    ("torchrules", ("fxcut.torchrules",)),  # what copies torch's behaviour, release by release
+    ("solve", ("fxcut.solve",)),  # the solvers over the graph array, the bridge to C
+    ("route", ("fxcut.route",)),  # guard -> plan -> lower -> decide -> build
+    ("entry", ("fxcut.partition", "fxcut.planned", "fxcut.zero3", "fxcut.explain", "fxcut.pareto")),
+    ("integrations", ("fxcut.integrations",)),
+    ("api", ("fxcut",)),  # the package's __init__: the public names
+    ("tools", ("fxcut.tools", "fxcut.__main__")),
+]
+
+
+def _layer(module: str) -> int:
+    """The rank of ``module``'s layer in :data:`LAYERS` (a folder's modules
+    by prefix; ``fxcut`` itself only by name)."""
+    for rank, (_, members) in enumerate(LAYERS):
+        for member in members:
+            if module == member or (member != "fxcut" and module.startswith(member + ".")):
+                return rank
+    raise KeyError(module)
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} ({LAYERS[_layer(m)][0]}) -> {n} ({LAYERS[_layer(n)][0]})"
+                  for m, deps in graph.items() for n in deps if _layer(n) > _layer(m))
+
+
+def test_every_module_lies_in_one_layer_and_the_layers_are_folders():
+    graph = _graph()
+    unplaced = []
+    for m in graph:
+        try:
+            _layer(m)
+        except KeyError:
+            unplaced.append(m)
+    assert unplaced == [], f"modules in no layer of LAYERS: {unplaced}"
+    for folder in ("torchrules", "solve", "route", "integrations", "tools"):
+        assert (PACKAGE / folder / "__init__.py").is_file(), folder
+    # The flat modules of the old layout are gone.
+    old = {"core", "budget", "lower", "plan", "build", "guard", "versions", "ops", "prepare", "extract",
+           "codegen", "snapshot", "memory", "roles", "planner", "knapsack", "maxflow", "outpath"}
+    assert not {p.stem for p in PACKAGE.glob("*.py")} & old
+
+
+def test_imports_point_down_the_layers_only():
+    assert _upward(_graph(type_checking=True)) == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert _upward({"fxcut.solve.core": {"fxcut.route.plan"}, "fxcut.route.plan": set()}) == [
+        "fxcut.solve.core (solve) -> fxcut.route.plan (route)"]
+    assert _upward({"fxcut.route.plan": {"fxcut.solve.core"}, "fxcut.solve.core": set()}) == []
+    # a function-level import counts, and one under TYPE_CHECKING when asked
+    graph = _graph(type_checking=True)
+    assert "fxcut.solve.core" in graph["fxcut.route.plan"]
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -119,7 +180,7 @@ def test_the_import_walk_sees_imports_in_functions_and_relative_ones():
     graph = _graph()
     # __init__ imports the torch.compile integration only in __getattr__.
     assert "fxcut.integrations.torch_compile" in graph["fxcut"]
-    assert {"fxcut.core", "fxcut.knapsack"} <= graph["fxcut.budget"]
+    assert {"fxcut.solve.core", "fxcut.solve.knapsack"} <= graph["fxcut.solve.budget"]
     assert graph["fxcut.integrations.torch_compile"] >= {"fxcut._C", "fxcut.zero3"}
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
@@ -133,7 +194,7 @@ def test_the_package_has_no_import_cycle():
 def test_inductors_cache_key_covers_the_decision_path_only():
     """What InductorPartitioner runs (fxcut.partition, via fxcut.zero3's
     wrapper) and every fxcut module those import is hashed -- explain too,
-    since verify mode (fxcut.guard) names the rule behind a mismatch with
+    since verify mode (fxcut.route.guard) names the rule behind a mismatch with
     it; the tooling (fxcut.tools: the CLI, the capture, the models, the
     report and the HTML page) is not."""
     modules = _modules()
@@ -209,7 +270,7 @@ def test_a_compile_through_fxcut_imports_no_tooling():
     assert result["same_grads"]
     modules = set(result["modules"])
     # ... through the partition path (so the check below is not vacuous) ...
-    assert {"fxcut.partition", "fxcut.core", "fxcut.lower", "fxcut.zero3",
+    assert {"fxcut.partition", "fxcut.solve.core", "fxcut.route.lower", "fxcut.zero3",
             "fxcut.integrations.torch_compile", "fxcut.integrations.deepspeed"} <= modules
     # ... and no tooling module was imported on the way.
     assert not {m for m in modules if _is_tooling(m)}, sorted(modules)
@@ -271,11 +332,11 @@ def test_the_c_extensions_stub_names_what_it_exports():
 #: nodes through ``lower_read`` (graph reading, not the decision).
 #: Any module may read the extension's constants and classes.
 C_FUNCTION_USERS: dict[str, set[str] | None] = {
-    "fxcut.core": None,  # any
-    "fxcut.prepare": {"prepare_plan"},
-    "fxcut.lower": {"lower_read"},
-    "fxcut.knapsack": {"knapsack"},
-    "fxcut.maxflow": {"min_cut"},
+    "fxcut.solve.core": None,  # any
+    "fxcut.torchrules.prepare": {"prepare_plan"},
+    "fxcut.route.lower": {"lower_read"},
+    "fxcut.solve.knapsack": {"knapsack"},
+    "fxcut.solve.maxflow": {"min_cut"},
 }
 
 
@@ -328,7 +389,7 @@ def test_the_reference_walk_finds_c_function_references():
     functions = _c_functions()
     assert {"partition_decide", "budget_plan", "param_alias_walk", "knapsack", "min_cut"} <= functions
     assert "InfiniteCutError" not in functions and "KIND_PLACEHOLDER" not in functions
-    core = _c_function_references("fxcut.core", PACKAGE / "core.py", functions)
+    core = _c_function_references("fxcut.solve.core", PACKAGE / "solve" / "core.py", functions)
     assert {"partition_decide", "budget_plan", "param_alias_walk"} <= core
 
 
@@ -353,11 +414,31 @@ def test_only_core_calls_the_c_core(tmp_path):
         "partition_decide", "budget_plan", "param_alias_walk"}
 
 
-def test_budget_does_not_reach_into_cores_private_names():
-    for name in ("budget", "zero3", "partition"):
-        tree = ast.parse((PACKAGE / f"{name}.py").read_text())
-        private = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                   and node.module == "core" and node.level == 1 for a in node.names if a.name.startswith("_")}
+def test_no_module_reaches_into_cores_private_names():
+    """``fxcut.solve.core`` is the bridge to the C core: the others use its
+    public names only."""
+    modules = _modules()
+    offenders = {}
+    for name, path in modules.items():
+        if name == "fxcut.solve.core":
+            continue
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text())
+        private = set()
+        core_aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")
+                target = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else (node.module or "")
+                for alias in node.names:
+                    if target == "fxcut.solve.core" and alias.name.startswith("_"):
+                        private.add(alias.name)
+                    if target == "fxcut.solve" and alias.name == "core":
+                        core_aliases.add(alias.asname or "core")
         private |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
-                    and isinstance(node.value, ast.Name) and node.value.id == "core" and node.attr.startswith("_")}
-        assert not private, (name, private)
+                    and isinstance(node.value, ast.Name) and node.value.id in core_aliases
+                    and node.attr.startswith("_")}
+        if private:
+            offenders[name] = sorted(private)
+    assert offenders == {}

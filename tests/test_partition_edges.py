@@ -101,10 +101,10 @@ def test_wrapped_partitioner_defaults_to_fxcut(monkeypatch) -> None:
 from torch._functorch import config as functorch_config  # noqa: E402
 import torch.fx.traceback as fx_traceback  # noqa: E402
 
-# torch 2.12 has no region budgets (fxcut.versions: region_memory_budgets):
+# torch 2.12 has no region budgets (fxcut.torchrules.versions: region_memory_budgets):
 # there the annotation (under the key 2.13 reads) means nothing to torch,
 # and the region tests check that fxcut ignores it as torch does.
-REGION_BUDGETS = fxcut.versions.rules_or_nearest().region_memory_budgets
+REGION_BUDGETS = fxcut.torchrules.versions.rules_or_nearest().region_memory_budgets
 MEMORY_BUDGET_ANNOTATION_KEY = getattr(fx_traceback, "MEMORY_BUDGET_ANNOTATION_KEY", "_region_activation_memory_budget")
 
 
@@ -163,7 +163,7 @@ def test_an_input_mutated_in_forward_and_backward_with_a_cse_merged_source(cse: 
     assert ours == theirs
     if not cse:
         return
-    if fxcut.versions.rules_or_nearest().cse_keeps_backward_apart:
+    if fxcut.torchrules.versions.rules_or_nearest().cse_keeps_backward_apart:
         # 2.14: CSE does not merge mul_tensor_1 (forward only) into
         # mul_tensor (read by the backward): the backward recomputes from x.
         assert "def forward(self, primals_1, primals_2, tangents_1)" in ours[1]

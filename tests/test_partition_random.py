@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from torch._functorch import config
 
 import fxcut
-from fxcut.core import decide
+from fxcut.route.lower import lower_graph
+from fxcut.solve.core import decide
 from random_joint import random_joint
 from torch_reference import torch_decision
 
@@ -47,7 +48,7 @@ def _check_same_decision(seed: int, n_fw: int | None = None) -> str:
     graph = copy.deepcopy(rj.module).graph
     try:
         got = decide(
-            graph,
+            lower_graph(graph),
             num_fwd_outputs=rj.num_fwd_outputs,
             static_lifetime_input_indices=rj.static_lifetime_input_indices,
             keep_network=fxcut._C.KEEP_NETWORK,

@@ -9,8 +9,9 @@ from torch._functorch import config
 
 import fxcut
 import small_graphs
-from fxcut import guard, versions
-from fxcut.plan import make_plan
+from fxcut.route import guard
+from fxcut.torchrules import versions
+from fxcut.route.plan import make_plan
 from test_graph_untouched import State
 
 

@@ -22,11 +22,14 @@ import pytest
 import torch
 
 import fxcut
-from fxcut import _C, build, extract
-from fxcut.budget import decide_plan
-from fxcut.lower import lower_plan
-from fxcut.plan import make_plan
-from fxcut.planner import PeakPlanner, PlanProblem, _mask, pick
+from fxcut import _C
+from fxcut.route import build
+from fxcut.torchrules import extract
+from fxcut.route.decide import decide_plan
+from fxcut.route.lower import lower_plan
+from fxcut.route.plan import make_plan
+from fxcut.planned import PeakPlanner
+from fxcut.solve.planner import PlanProblem, pick, saved_mask
 
 sys.path.insert(0, str(Path(__file__).parent))
 import zoo  # noqa: E402
@@ -233,7 +236,7 @@ def test_plan_saves_what_torch_must_save_and_recomputes_what_it_must() -> None:
     prob, chosen = _problem(cap.fresh(), cap.num_fwd_outputs, cap.partition_kwargs.get(
         "static_lifetime_input_indices"))
     choice, _ = _plan("llama_sac", 0.0)
-    sim = prob.simulate(_mask(len(prob.arrays), choice.saved))
+    sim = prob.simulate(saved_mask(len(prob.arrays), choice.saved))
     saved = set(i for i in range(len(prob.arrays)) if sim.saved[i])
     tag = chosen.decision.tag
     needed = set(_free_reachable(prob)) | saved
@@ -351,7 +354,7 @@ def _compiled_matches_eager(backend: Any, name: str = "gpt2", **cfg: Any) -> Non
 
 
 def test_aot_backend_memory_budget_plans(fresh_compile: Any, monkeypatch: Any) -> None:
-    import fxcut.planner as plan_mod
+    import fxcut.planned as plan_mod
 
     planned: list[float] = []
     plan = plan_mod.PeakPlanner.plan

@@ -14,9 +14,9 @@ import pytest
 import torch
 import torch.fx as fx
 
-from fxcut import prepare, versions
-from fxcut.ops import default_facts
-from fxcut.ops import dce_impure_random
+from fxcut.torchrules import prepare, versions
+from fxcut.torchrules.ops import default_facts
+from fxcut.torchrules.ops import dce_impure_random
 
 import zoo
 from random_joint import random_joint

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import CheckpointPolicy
 
 import fxcut
 import small_graphs
-from fxcut import guard
+from fxcut.route import guard
 from small_graphs import _node, _placeholders, meta
 from test_graph_untouched import State
 
@@ -127,10 +127,10 @@ def test_verify_compares_the_tags_torch_writes() -> None:
     gm = small_graphs.mm_relu_joint()
     expected = TORCH_MIN_CUT(copy.deepcopy(gm), None, num_fwd_outputs=1)
     got = TORCH_MIN_CUT(copy.deepcopy(gm), None, num_fwd_outputs=1)
-    assert guard.compare(expected, got, copy.deepcopy(gm), num_fwd_outputs=1) is None
+    assert guard.compare(expected, got, num_fwd_outputs=1) is None
     relu = next(n for n in got[0].graph.nodes if n.name == "relu_default")
     relu.meta["recompute"] = CheckpointPolicy.MUST_SAVE
-    diff = guard.compare(expected, got, copy.deepcopy(gm), num_fwd_outputs=1)
+    diff = guard.compare(expected, got, num_fwd_outputs=1)
     assert diff is not None
     assert "relu_default" in diff.diff and "recompute" in diff.diff and "MUST_SAVE" in diff.diff
 

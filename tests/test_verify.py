@@ -11,10 +11,10 @@ import torch
 import torch.fx as fx
 
 import fxcut
-import fxcut.build
+import fxcut.route.build
 import fxcut.partition
 import zoo
-from fxcut import guard
+from fxcut.route import guard
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +51,7 @@ def _inject_swap(monkeypatch) -> list[tuple[str, list[str]]]:
     instead of the value itself (the backward then recomputes it): the first
     saved op output computed from forward values only.  Records
     ``(dropped, added)`` per call."""
-    real = fxcut.build.build_modules
+    real = fxcut.route.build.build_modules
     swaps: list[tuple[str, list[str]]] = []
 
     def build(plan, saved_values, *args, **kwargs):
@@ -63,7 +63,7 @@ def _inject_swap(monkeypatch) -> list[tuple[str, list[str]]]:
         swaps.append((victim.name, [a.name for a in added]))
         return real(plan, keep + added, *args, **kwargs)
 
-    monkeypatch.setattr(fxcut.build, "build_modules", build)
+    monkeypatch.setattr(fxcut.route.build, "build_modules", build)
     return swaps
 
 

@@ -1,4 +1,4 @@
-"""The per-release rules table (fxcut.versions), the fallback to torch's
+"""The per-release rules table (fxcut.torchrules.versions), the fallback to torch's
 partitioner on an untested torch or an unmodelled graph, and the rules
 themselves pinned on small graphs."""
 
@@ -13,14 +13,16 @@ import torch.fx as fx
 from torch._functorch import config as functorch_config
 
 import fxcut
-import fxcut.core
-import fxcut.lower
+import fxcut.solve.core
+import fxcut.route.lower
+import fxcut.solve.arrays
 import fxcut.partition
-import fxcut.snapshot
+import fxcut.torchrules.snapshot
 import zoo
-from fxcut import guard, versions
-from fxcut.ops import default_facts, is_rng_node
-from fxcut.prepare import plan_cse
+from fxcut.route import guard
+from fxcut.torchrules import versions
+from fxcut.torchrules.ops import default_facts, is_rng_node
+from fxcut.torchrules.prepare import plan_cse
 
 aten = torch.ops.aten
 
@@ -109,7 +111,7 @@ def test_the_named_builder_builds_the_modules(monkeypatch) -> None:
     torch's passes (the MLP's graph is one fxcut's builder models)."""
     from torch._functorch import partitioners as tp
 
-    import fxcut.extract
+    import fxcut.torchrules.extract
 
     calls: list[int] = []
     real = tp._extract_fwd_bwd_modules
@@ -124,7 +126,7 @@ def test_the_named_builder_builds_the_modules(monkeypatch) -> None:
     fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
     assert guard.partition_counts() == {"fxcut": 1}
     named = versions.current().module_builder
-    assert fxcut.extract.torch_modeled() == (named == versions.BUILDER_FXCUT)
+    assert fxcut.torchrules.extract.torch_modeled() == (named == versions.BUILDER_FXCUT)
     assert len(calls) == (0 if named == versions.BUILDER_FXCUT else 1)
     # The modules are torch's either way.
     calls.clear()
@@ -165,7 +167,7 @@ def _joint_modules() -> list[fx.GraphModule]:
 
 
 def test_snapshots_fx_internals_exist_on_this_release() -> None:
-    """The private torch.fx attributes fxcut.snapshot relies on, as the
+    """The private torch.fx attributes fxcut.torchrules.snapshot relies on, as the
     running release's row names them, exist as snapshot expects: the graph's
     saved fields and rebuilt internals, every node's links and methods, a
     name table with instance state; and ``recompile`` writes no private
@@ -200,12 +202,12 @@ def test_snapshot_reads_its_fields_from_the_table(monkeypatch) -> None:
     hard-coded in snapshot."""
     import dataclasses
 
-    from fxcut.snapshot import ModuleSnapshot
+    from fxcut.torchrules.snapshot import ModuleSnapshot
 
     rules = versions.rules_or_nearest()
     extra = dataclasses.replace(rules.fx_internals, graph_fields=(*rules.fx_internals.graph_fields, "_fxcut_probe"))
     monkeypatch.setattr(versions, "rules_or_nearest", lambda: dataclasses.replace(rules, fx_internals=extra))
-    monkeypatch.setattr(fxcut.snapshot, "rules_or_nearest", versions.rules_or_nearest)
+    monkeypatch.setattr(fxcut.torchrules.snapshot, "rules_or_nearest", versions.rules_or_nearest)
     gm = _joint_modules()[0]
     gm.graph._fxcut_probe = "before"
     snap = ModuleSnapshot(gm)
@@ -332,7 +334,7 @@ def test_2_15_graph_features_fxcut_leaves_to_torch() -> None:
 
 
 def test_partial_region_budget_coverage_is_allowed_only_when_configured() -> None:
-    from fxcut.budget import check_regions
+    from fxcut.solve.budget import check_regions
 
     g = fx.Graph()
     x = g.placeholder("x")
@@ -426,7 +428,7 @@ def test_no_return_op_size_follows_the_release(monkeypatch) -> None:
     """Before 2.13 only _assert_scalar (and get_attr) count as zero-size when
     meta['val'] is missing; from 2.13 every op without returns does."""
     from fxcut import _C
-    from fxcut.lower import _ValueFacts
+    from fxcut.route.lower import _ValueFacts
 
     g = fx.Graph()
     x = g.placeholder("x")
@@ -437,7 +439,7 @@ def test_no_return_op_size_follows_the_release(monkeypatch) -> None:
     assert versions.RELEASES["2.13"].no_return_ops_take_no_memory and versions.RELEASES["2.15"].no_return_ops_take_no_memory
     for free, expected in ((False, _C.SIZE_UNKNOWN), (True, 0)):
         rules = dataclasses.replace(versions.current(), no_return_ops_take_no_memory=free)
-        monkeypatch.setattr(fxcut.lower, "rules_or_nearest", lambda r=rules: r)
+        monkeypatch.setattr(fxcut.route.lower, "rules_or_nearest", lambda r=rules: r)
         _, nbytes = _ValueFacts(default_facts(), True)(node, 0)
         assert nbytes == expected, free
 
@@ -468,7 +470,7 @@ def test_rules_match_the_installed_torch() -> None:
     # Module extraction binds the symbols before replacements too (2.14);
     # tests/test_duplicate_symbols.py has the graphs where that shows.
     assert hasattr(partitioners, "_free_symbols_without_replacements") == rules.binds_unreplaced_symbols
-    # What module extraction writes into meta (fxcut.extract reproduces it;
+    # What module extraction writes into meta (fxcut.torchrules.extract reproduces it;
     # tests/test_extract_identity.py compares every meta entry).
     extraction = inspect.getsource(partitioners._extract_fwd_bwd_modules)
     assert ('meta["autograd_backward"] = True' in extraction) == rules.flags_backward_nodes
@@ -491,7 +493,7 @@ def test_partition_equals_torch_when_forward_and_backward_compute_the_same_value
     from functorch.compile import aot_function, make_boxed_func
     from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
-    from fxcut.snapshot import copy_graph_module
+    from fxcut.torchrules.snapshot import copy_graph_module
 
     seen = []
 
@@ -519,7 +521,7 @@ def test_fxcut_failing_where_torch_would_not_falls_back(monkeypatch, fresh_guard
     def broken(*args, **kwargs):
         raise AttributeError("torch._functorch.config.some_new_option does not exist")
 
-    monkeypatch.setattr(fxcut.lower, "lower_for_partition", broken)  # the route lowers through lower.lower_plan
+    monkeypatch.setattr(fxcut.route.lower, "lower_for_partition", broken)  # the route lowers through lower.lower_plan
     cap = zoo.capture("mlp")
     with pytest.warns(fxcut.FallbackWarning, match="some_new_option does not exist"):
         fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
@@ -572,11 +574,11 @@ def test_partial_region_budget_as_torch_under_the_coverage_config() -> None:
 @pytest.mark.parametrize("tag", [None, "is_backward", "is_forward", "must_be_in_forward", "must_be_in_backward"])
 @pytest.mark.parametrize("target", [aten.add.Tensor, aten.add_.Tensor, operator.getitem])
 def test_must_be_in_forward_and_backward_are_torchs(tag, target) -> None:
-    """fxcut.ops's one statement of the rule (extract.py and lower.py both
+    """fxcut.torchrules.ops's one statement of the rule (extract.py and lower.py both
     use it) against the running torch's own functions, node by node."""
     from torch._functorch import partitioners as tp
 
-    from fxcut.ops import is_mutable_op, must_be_in_backward, must_be_in_forward
+    from fxcut.torchrules.ops import is_mutable_op, must_be_in_backward, must_be_in_forward
 
     graph = fx.Graph()
     x = graph.placeholder("x")
@@ -588,7 +590,7 @@ def test_must_be_in_forward_and_backward_are_torchs(tag, target) -> None:
     assert must_be_in_forward(tag, mutable) == tp._must_be_in_forward(node)
     assert must_be_in_backward(tag, mutable) == tp._must_be_in_backward(node)
     # The lowering's bit follows the same rule.
-    arrays = fxcut.lower.lower_for_partition(graph, default_facts(), impure_random=True)
+    arrays = fxcut.route.lower.lower_for_partition(graph, default_facts(), impure_random=True)
     assert bool(arrays.flags[1] & fxcut._C.F_MUST_BE_IN_BW) == tp._must_be_in_backward(node)
 
 
@@ -599,7 +601,7 @@ def test_ban_relaxation_is_the_cores() -> None:
     import dataclasses
     import itertools
 
-    from fxcut.core import MinCutOptions
+    from fxcut.solve.core import MinCutOptions
 
     switches = [f.name for f in dataclasses.fields(MinCutOptions) if f.name != "max_dist_from_bw"]
     lifted = {"ban_if_used_far_apart", "ban_if_long_fusible_chains", "ban_if_materialized_backward",
@@ -617,9 +619,9 @@ def test_ban_relaxation_is_the_cores() -> None:
 
 def test_each_rule_is_written_once() -> None:
     """The strings that name a rule's inputs appear in one module of the
-    package each: the triton wrapper op (fxcut.ops), inductor's
-    fallback_random (fxcut.ops), the checkpoint tag names (from torch's
-    CheckpointPolicy, in fxcut.lower)."""
+    package each: the triton wrapper op (fxcut.torchrules.ops), inductor's
+    fallback_random (fxcut.torchrules.ops), the checkpoint tag names (from torch's
+    CheckpointPolicy, in fxcut.solve.arrays)."""
     import ast
     from pathlib import Path
 
@@ -639,7 +641,7 @@ def test_each_rule_is_written_once() -> None:
             for word in ("triton_kernel_wrapper_functional", "fallback_random", "PREFER_CPU_OFFLOAD"):
                 if text is not None and word in text:
                     where.setdefault(word, set()).add(str(path.relative_to(package)))
-    assert where.get("triton_kernel_wrapper_functional") == {"ops.py"}
-    assert where.get("fallback_random") == {"ops.py"}
+    assert where.get("triton_kernel_wrapper_functional") == {"torchrules/ops.py"}
+    assert where.get("fallback_random") == {"torchrules/ops.py"}
     assert "PREFER_CPU_OFFLOAD" not in where  # tag names come from torch's CheckpointPolicy
-    assert set(fxcut.lower.TAG_NAMES.values()) == {p.name for p in torch.utils.checkpoint.CheckpointPolicy}
+    assert set(fxcut.solve.arrays.TAG_NAMES.values()) == {p.name for p in torch.utils.checkpoint.CheckpointPolicy}

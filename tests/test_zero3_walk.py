@@ -674,8 +674,8 @@ def test_the_facts_cache_keeps_no_fresh_target_alive() -> None:
     import gc
     import weakref
 
-    from fxcut.lower import lower_for_partition
-    from fxcut.ops import default_facts
+    from fxcut.route.lower import lower_for_partition
+    from fxcut.torchrules.ops import default_facts
 
     facts = default_facts()
     lower_for_partition(_fresh_target_graph(lambda x: x), facts, impure_random=True)  # warm the op lists
@@ -693,7 +693,7 @@ def test_the_facts_cache_keeps_no_fresh_target_alive() -> None:
 
 
 def test_the_facts_cache_is_bounded_for_targets_without_weak_references(monkeypatch) -> None:
-    import fxcut.ops as ops
+    import fxcut.torchrules.ops as ops
 
     monkeypatch.setattr(ops, "MAX_CACHED_TARGETS", 64)
     facts = ops.TargetFacts()
@@ -710,7 +710,7 @@ def test_the_facts_cache_is_bounded_for_targets_without_weak_references(monkeypa
 
 
 def test_the_facts_cache_answers_as_computed(monkeypatch) -> None:
-    import fxcut.ops as ops
+    import fxcut.torchrules.ops as ops
 
     facts = ops.TargetFacts()
 

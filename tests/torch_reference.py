@@ -7,7 +7,8 @@ dist_from_bw, ``solve_min_cut``), on a graph module the caller owns (torch's
 passes write tags into it).  Dead-code elimination and CSE, torch's own, are
 :func:`torch_prepared` (the tests' and benchmarks' one copy of them); fxcut
 plans the same passes without touching the graph
-(:func:`fxcut.core.plan_and_lower`).
+(:func:`fxcut_prepared_arrays`: its plan, then the lowering of the graph as
+that plan would leave it).
 """
 
 from __future__ import annotations
@@ -28,6 +29,24 @@ def torch_prepared(gm: fx.GraphModule, cse: bool | None = None) -> fx.GraphModul
     if config.cse if cse is None else cse:
         gm.graph = tp.fx_graph_cse(gm.graph)
     return gm
+
+
+def fxcut_prepared_arrays(graph: fx.Graph, cse: bool | None = None, num_fwd_outputs: int | None = None):
+    """fxcut's counterpart of :func:`torch_prepared`, read only: its planned
+    dead-code elimination (and CSE when ``cse``, default ``config.cse``;
+    with ``num_fwd_outputs`` as the partitioner runs it from torch 2.14,
+    without as ``fx_graph_cse`` alone) and the graph array of ``graph`` as
+    that plan would leave it."""
+    from fxcut.route.lower import lower_for_partition
+    from fxcut.torchrules import prepare
+    from fxcut.torchrules.ops import dce_impure_random, default_facts
+    from fxcut.torchrules.versions import rules_or_nearest
+
+    facts, impure_random = default_facts(), dce_impure_random()
+    prep = prepare.plan(graph, facts, cse=bool(config.cse if cse is None else cse), impure_random=impure_random,
+                        rules=rules_or_nearest(), num_fwd_outputs=num_fwd_outputs)
+    return lower_for_partition(graph, facts, impure_random=impure_random, removed=prep.removed,
+                               replace=prep.replace)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Types of fxcut's C extension (csrc/module.c), for type checkers.
 
 tests/test_package_shape.py checks that this stub names exactly what the
-extension exports.  Graph arguments are :class:`fxcut.lower.GraphArrays`
+extension exports.  Graph arguments are :class:`fxcut.solve.arrays.GraphArrays`
 (read by attribute); int arrays are ``array('i')``/``array('q')`` or any
 buffer of C ints.
 """
@@ -12,14 +12,14 @@ from typing import Any
 from torch.fx import Node
 from typing_extensions import Buffer
 
-from fxcut.lower import GraphArrays
+from fxcut.solve.arrays import GraphArrays
 
 class InfiniteCutError(RuntimeError):
     """No finite cut: a value needed in backward can be neither saved nor recomputed."""
 
     node: int  # the node index the core names, where it names one
     chain: list[int]  # node indices of the infinite path, as the core found it
-    nodes: list[Node]  # set by fxcut.core with the names
+    nodes: list[Node]  # set by fxcut.solve.core with the names
 
 BAN_COMPUTE_INTENSIVE: int
 BAN_FAR_FROM_BACKWARD: int

@@ -11,22 +11,23 @@
   planned (rules, options, budget, DCE/CSE, objective), as the partition,
   explain, the HTML page and the Pareto sweep read it.
 - :func:`planned_partitioner`, :class:`PeakPlanner`: a partition_fn whose
-  budget is on the simulated peak of activation memory (:mod:`fxcut.planner`).
+  budget is on the simulated peak of activation memory (:mod:`fxcut.planned`).
 - :class:`PartitionMismatch`, :func:`partition_counts`, the fallback
-  warnings: :mod:`fxcut.guard` (untested torch, verify mode).
+  warnings: :mod:`fxcut.route.guard` (untested torch, verify mode).
 """
 
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from ._C import InfiniteCutError
-from .guard import FallbackWarning, PartitionMismatch, UntestedTorchWarning, VerifyWarning, partition_counts
-from .lower import GraphArrays, LoweringError
-from .ops import get_no_copy_ops, is_cast_op
+from .route.guard import FallbackWarning, PartitionMismatch, UntestedTorchWarning, VerifyWarning, partition_counts
+from .route.lower import LoweringError
+from .solve.arrays import GraphArrays
+from .torchrules.ops import get_no_copy_ops, is_cast_op
 from .pareto import ParetoPoint, memory_pareto
 from .partition import min_cut_rematerialization_partition
-from .plan import Objective, Plan, make_plan
-from .planner import PeakPlanner, planned_partitioner
+from .route.plan import Objective, Plan, make_plan
+from .planned import PeakPlanner, planned_partitioner
 from .zero3 import get_wrapped_partitioner, recompute_param_aliases
 
 if TYPE_CHECKING:  # their real types for type checkers; at run time see __getattr__

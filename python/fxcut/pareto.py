@@ -1,7 +1,7 @@
 """The memory/runtime trade-off of the activation memory budget, read from the partition's plan.
 
 :func:`memory_pareto` sweeps the budget over one joint graph as the
-partitioner sees it -- its :class:`fxcut.plan.Plan`: dead code removed and
+partitioner sees it -- its :class:`fxcut.route.plan.Plan`: dead code removed and
 CSE as the partitioner runs them (with ``num_fwd_outputs``), the same
 options and solver -- lowered once, and reports for each budget what the
 partitioner would save and recompute.
@@ -14,11 +14,11 @@ from typing import Any, NamedTuple
 
 import torch.fx as fx
 
-from . import _C
-from .budget import RuntimeEstimates, Solver, check_budget, decide_with_budget
-from .core import Decision
-from .lower import lower_plan
-from .plan import Plan, make_plan
+import fxcut._C as _C
+from .solve.budget import RuntimeEstimates, Solver, check_budget, decide_with_budget
+from .solve.core import Decision
+from .route.lower import lower_plan
+from .route.plan import Plan, make_plan
 
 class ParetoPoint(NamedTuple):
     budget: float
@@ -93,14 +93,14 @@ def memory_pareto(
     estimated runtime of the forward ops the backward recomputes (under the
     configured runtime estimator: flops by default), and the stage that
     decided -- what the partitioner would do under that budget.  The graph
-    is the partition's: its :class:`fxcut.plan.Plan` (made from the
+    is the partition's: its :class:`fxcut.route.plan.Plan` (made from the
     arguments when ``plan`` is None: dead code removed and CSE as the
     partitioner runs them, with ``num_fwd_outputs``; the same options and
     solver), lowered once; ``joint_module`` is not modified; every estimate
     is shared across budgets.  ``plot``: a path to save a PNG of recompute
     runtime against saved bytes (needs matplotlib).
     """
-    from .outpath import check_output_path
+    from ._paths import check_output_path
 
     if not isinstance(joint_module, fx.GraphModule):
         raise TypeError(f"joint_module must be a torch.fx.GraphModule, got {type(joint_module).__name__}")

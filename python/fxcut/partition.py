@@ -2,18 +2,18 @@
 
 A joint graph goes through five modules, each entered once, in order:
 
-1. :mod:`fxcut.guard` -- who decides (torch on an untested torch or a graph
+1. :mod:`fxcut.route.guard` -- who decides (torch on an untested torch or a graph
    fxcut does not model), wrapping the rest: it restores the graph and hands
    it to torch if fxcut fails for a gap of its own, checks the result
    against torch's in verify mode, and counts the graph once;
-2. :mod:`fxcut.plan` -- the call validated and planned once (:class:`Plan`:
+2. :mod:`fxcut.route.plan` -- the call validated and planned once (:class:`Plan`:
    the running torch's rules, the options, budget and solver, DCE/CSE
    planned, the objective);
-3. :mod:`fxcut.lower` -- the graph array of the graph as the plan leaves it;
-4. the core -- the C decision (:mod:`fxcut.core`, under the budget policy of
-   :mod:`fxcut.budget`), then the plan's objective if it has one;
-5. :mod:`fxcut.build` -- DCE/CSE and the tags written, the forward and
-   backward modules built (by :mod:`fxcut.extract` on the releases it
+3. :mod:`fxcut.route.lower` -- the graph array of the graph as the plan leaves it;
+4. the core -- the C decision (:mod:`fxcut.solve.core`, under the budget policy of
+   :mod:`fxcut.solve.budget`), then the plan's objective if it has one;
+5. :mod:`fxcut.route.build` -- DCE/CSE and the tags written, the forward and
+   backward modules built (by :mod:`fxcut.torchrules.extract` on the releases it
    models, by torch's passes on the others).
 
 Nothing is written to the joint graph before step 5.
@@ -25,11 +25,12 @@ from typing import Any, NamedTuple
 
 import torch.fx as fx
 
-from .budget import BudgetDecision, decide_plan
-from .build import build, check_saved
-from .guard import Call, Guard
-from .lower import lower_plan
-from .plan import Objective, Plan, make_plan
+from .route.build import build
+from .route.decide import Decided, decide
+from .route.guard import Call, Guard
+from .route.lower import lower_plan
+from .route.plan import Objective, Plan, make_plan
+from .solve.budget import BudgetDecision
 
 PartitionResult = tuple[fx.GraphModule, fx.GraphModule]
 
@@ -51,9 +52,9 @@ def min_cut_rematerialization_partition(
     as in torch); the decision of what to save is made by fxcut's C core
     and equals the installed torch's.  Reads ``torch._functorch.config`` at
     call time.  ``verify`` (or ``FXCUT_VERIFY``): also run torch's own
-    partitioner and compare (:mod:`fxcut.guard`); ``allow_untested``: run
+    partitioner and compare (:mod:`fxcut.route.guard`); ``allow_untested``: run
     fxcut on a torch outside the tested range; ``objective``: choose the
-    saved values another way (:class:`fxcut.plan.Objective`; verify mode
+    saved values another way (:class:`fxcut.route.plan.Objective`; verify mode
     does not apply then).  On any error the module is left exactly as it
     was (nodes, args, kwargs, meta, generated code).
     """
@@ -62,7 +63,8 @@ def min_cut_rematerialization_partition(
         if guard.fxcut_decides:
             plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
                              static_lifetime_input_indices=static_lifetime_input_indices, objective=objective)
-            guard.result = route(plan, _joint_inputs).modules
+            routed = route(plan, _joint_inputs)
+            guard.result, guard.decided = routed.modules, Decided(routed.decision, routed.saved)
     assert guard.result is not None
     return guard.result
 
@@ -83,10 +85,7 @@ def route(plan: Plan, joint_inputs: Any) -> Routed:
     :func:`min_cut_rematerialization_partition`).  Writes to the plan's
     joint module; the caller restores it if this raises.  For tools and
     benchmarks that need the decision behind the modules."""
-    arrays = lower_plan(plan)
-    chosen = decide_plan(plan, arrays)
-    saved = chosen.saved if plan.objective is None else check_saved(
-        plan, chosen, plan.objective.choose_saved(plan, chosen))
+    chosen, saved = decide(plan, lower_plan(plan))
     return Routed(chosen, saved, build(plan, chosen, saved, joint_inputs))
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
-from . import _C
-from .core import param_alias_walk
-from .lower import lower_structure
-from .ops import TargetFacts, get_no_copy_ops, zero3_facts
-from .snapshot import ModuleSnapshot
+import fxcut._C as _C
+from .solve.core import param_alias_walk
+from .route.lower import lower_structure
+from .torchrules.ops import TargetFacts, get_no_copy_ops, zero3_facts
+from .torchrules.snapshot import ModuleSnapshot
 
 #: (position among the primal inputs, ds_id, full unsharded shape)
 ParamIndex = tuple[int, int, Any]

@@ -155,7 +155,7 @@ def install(memory_budget: float | None = None) -> None:
     instead of torch's decision; None: torch's decision.  A later install()
     sets it again."""
     if memory_budget is not None:
-        from ..planner import planned_partitioner
+        from ..planned import planned_partitioner
 
         planned = planned_partitioner(memory_budget)  # ValueError naming memory_budget
     with _lock:

@@ -45,8 +45,8 @@ from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx
 from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
 
-from .. import _C
-from ..guard import verify_mode
+import fxcut._C as _C
+from ..route.guard import verify_mode
 from ..zero3 import ParamIndex, get_wrapped_partitioner, primal_inputs
 
 Backend = Callable[[fx.GraphModule, Sequence[Any]], Any]
@@ -89,10 +89,20 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
 #: The files whose code can change a partition (the decision path: what
 #: InductorPartitioner runs, and every fxcut module that imports), relative to
 #: the package.  tests/test_package_shape.py checks it against the imports.
-DECISION_FILES = ("budget.py", "build.py", "codegen.py", "core.py", "explain.py", "extract.py", "guard.py", "knapsack.py",
-                  "lower.py", "memory.py", "ops.py", "outpath.py", "partition.py", "plan.py", "planner.py",
-                  "prepare.py", "roles.py", "snapshot.py", "versions.py", "zero3.py",
-                  os.path.join("integrations", "torch_compile.py"))
+#: The decision path's code, relative to the package: the layers under the
+#: entry (every module of ``route/``, ``solve/``, ``torchrules/``), the entry
+#: modules a partition runs, and this integration.
+DECISION_FILES: tuple[str, ...] = (
+    "_paths.py", "explain.py", "pareto.py", "partition.py", "planned.py", "zero3.py",
+    *(os.path.join(layer, name) for layer, names in (
+        ("route", ("__init__.py", "build.py", "decide.py", "guard.py", "lower.py", "plan.py")),
+        ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "knapsack.py", "maxflow.py",
+                   "memory.py", "planner.py", "roles.py")),
+        ("torchrules", ("__init__.py", "codegen.py", "extract.py", "ops.py", "prepare.py", "snapshot.py",
+                        "versions.py")),
+    ) for name in names),
+    os.path.join("integrations", "torch_compile.py"),
+)
 
 
 @functools.cache
@@ -158,7 +168,7 @@ def _fxcut_partition(verify: Any, memory_budget: float | None = None) -> Any:
     from .. import partition
 
     if memory_budget is not None:
-        from ..planner import planned_partitioner
+        from ..planned import planned_partitioner
 
         return planned_partitioner(memory_budget)
     if verify is None:
@@ -183,7 +193,7 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     ``options=`` takes them (e.g. ``max_autotune=True``).  See the module
     docstring for ``zero3_params``.  ``verify``: True/``"raise"`` or
     ``"warn"`` decides every graph with torch's partitioner too and compares
-    (:mod:`fxcut.guard`); None leaves it to ``FXCUT_VERIFY``.
+    (:mod:`fxcut.route.guard`); None leaves it to ``FXCUT_VERIFY``.
     ``memory_budget``: partition with :func:`fxcut.planned_partitioner`
     (the budget on the simulated peak) instead of torch's decision.
     """

@@ -40,7 +40,7 @@ from torch._functorch.compilers import nop
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from .models import BlockStack, LossFn
-from ..snapshot import copy_graph_module
+from ..torchrules.snapshot import copy_graph_module
 from ..zero3 import ParamIndex, PartitionFn, primal_inputs
 
 aten = torch.ops.aten

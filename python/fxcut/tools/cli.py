@@ -266,7 +266,7 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
     from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
     from ..partition import min_cut_rematerialization_partition as fxcut_partition
-    from ..lower import value_nbytes
+    from ..torchrules.ops import value_nbytes
     from .report import Comparison, Zero3Summary, summarize
     from ..zero3 import recompute_param_aliases
 
@@ -276,7 +276,7 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
     if plan_budget is not None:
         if not 0 <= plan_budget <= 1:
             raise UsageError(f"--plan-budget {plan_budget} must be between 0 and 1")
-        from ..planner import planned_partitioner
+        from ..planned import planned_partitioner
 
         fxcut_partition = planned_partitioner(plan_budget)
     if captured is None:
@@ -382,7 +382,7 @@ def write_html(args: argparse.Namespace, captured: Any, path: str) -> None:
     plot adds torch's decision on the same graph (the one the run compares)."""
     from torch._functorch import config as functorch_config
 
-    from ..plan import make_plan
+    from ..route.plan import make_plan
     from .html import decide_prepared, memory_timeline, render_html
 
     gm = captured.fresh()
@@ -399,7 +399,7 @@ def write_html(args: argparse.Namespace, captured: Any, path: str) -> None:
     if plan_budget is None:
         page = render_html(d, title=title, num_fwd_outputs=nfo)
     else:
-        from ..planner import PeakPlanner
+        from ..planned import PeakPlanner
 
         plan = make_plan(gm, num_fwd_outputs=nfo, objective=PeakPlanner(plan_budget),
                          static_lifetime_input_indices=captured.partition_kwargs.get("static_lifetime_input_indices"))
@@ -417,7 +417,7 @@ def write_html(args: argparse.Namespace, captured: Any, path: str) -> None:
 def check_html_target(path: str, *, force: bool) -> None:
     """--html: fail before the run, not after it, when the page cannot be
     written; an existing file is overwritten only with --force."""
-    from ..outpath import check_output_path
+    from .._paths import check_output_path
 
     try:
         check_output_path(path, "--html", overwrite=force)

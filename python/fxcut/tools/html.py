@@ -3,7 +3,7 @@
     page = render_html(decide_prepared(gm, num_fwd_outputs=1), title="mlp")
 
 The decision drawn is the partition's (:func:`fxcut.explain.partition_decision`
-over the partition's :class:`fxcut.plan.Plan`: the same DCE/CSE, budget and
+over the partition's :class:`fxcut.route.plan.Plan`: the same DCE/CSE, budget and
 objective).
 
 Every node of the joint graph gets one of five classes (saved, recomputed in
@@ -13,7 +13,7 @@ fixed-size chunks of graph order); the page draws one box per block with its
 counts per class, the cut (one ``.cut`` mark per saved node) and the edges
 between blocks, and a click on a block lists and draws its nodes.  A "memory
 over time" section draws the memory model's timeline of the decision
-(:func:`fxcut.memory.simulate`: live activation bytes at each step of the
+(:func:`fxcut.solve.memory.simulate`: live activation bytes at each step of the
 forward then the backward) as an inline SVG, with a second line when one is
 given (``baseline``: torch's default decision on the same graph, for a
 planned partition), each peak labelled with its bytes and node.  Inline CSS,
@@ -31,12 +31,13 @@ from typing import Any
 
 import torch.fx as fx
 
-from .. import _C
-from ..core import Decision
-from ..explain import partition_decision, placement
-from ..lower import value_nbytes
-from ..memory import MemoryEstimate, simulate
-from ..plan import Plan, make_plan
+import fxcut._C as _C
+from ..solve.core import Decision
+from ..explain import partition_decision
+from ..solve.account import placement
+from ..torchrules.ops import value_nbytes
+from ..solve.memory import MemoryEstimate, simulate
+from ..route.plan import Plan, make_plan
 
 #: The classes, in legend order, with their colours.
 CLASSES: dict[str, tuple[str, str]] = {
@@ -134,7 +135,7 @@ def _mib(n: int) -> str:
 
 def memory_timeline(d: Decision, num_fwd_outputs: int | None = None) -> MemoryEstimate | None:
     """The memory model's estimate of decision ``d`` with its timeline
-    (:func:`fxcut.memory.simulate`); None for a graph without a backward.
+    (:func:`fxcut.solve.memory.simulate`); None for a graph without a backward.
     Recompute FLOPs are not asked for (zero): the page draws bytes only."""
     nodes = d.arrays.nodes
     if not (d.n_required_bw > 0 and any(n.op == "output" for n in nodes)):
@@ -299,7 +300,7 @@ def _memory_section(d: Decision, num_fwd_outputs: int | None, baseline: MemoryEs
                      f"{esc(_size(e.peak_bytes))} at {esc(e.peak_node or '?')}</span>"
                      for n, (_, lab, e) in enumerate(lines))
     return (head + "<p class='hint'>Live activation bytes at each step of the forward then the backward, as the "
-            "memory model (fxcut.memory.simulate) runs the modules; dashed: the forward/backward boundary.</p>"
+            "memory model (fxcut.solve.memory.simulate) runs the modules; dashed: the forward/backward boundary.</p>"
             f"<div class='legend'>{legend}</div>" + memory_svg(lines) + "</div>")
 
 

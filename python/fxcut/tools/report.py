@@ -9,7 +9,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from ..lower import value_nbytes
+from ..torchrules.ops import value_nbytes
 
 
 def _op_name(node: fx.Node) -> str:

@@ -2,9 +2,9 @@
 
 :func:`make_plan` validates the call (the module, ``num_fwd_outputs``, the
 static indices, the nodes), reads the running torch's rules
-(:mod:`fxcut.versions`) and config once -- the MinCutOptions, the memory
+(:mod:`fxcut.torchrules.versions`) and config once -- the MinCutOptions, the memory
 budget (config, legacy marker, region annotation) and its solver -- and plans
-torch's dead-code elimination and CSE (:mod:`fxcut.prepare`, with
+torch's dead-code elimination and CSE (:mod:`fxcut.torchrules.prepare`, with
 ``num_fwd_outputs`` as the partitioner runs it) without writing anything.
 
 The partition (:func:`fxcut.min_cut_rematerialization_partition`) makes one
@@ -25,15 +25,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch.fx as fx
 
-from . import prepare
-from .core import MinCutOptions
-from .ops import dce_impure_random
-from .lower import KIND_OF_OP
-from .ops import TargetFacts, default_facts
-from .versions import Rules, rules_or_nearest
+from ..solve.arrays import KIND_OF_OP
+from ..solve.core import MinCutOptions
+from ..torchrules import prepare
+from ..torchrules.ops import TargetFacts, dce_impure_random, default_facts
+from ..torchrules.versions import Rules, rules_or_nearest
 
 if TYPE_CHECKING:
-    from .budget import BudgetDecision, Solver
+    from ..solve.budget import BudgetDecision, Solver
 
 
 class Objective(Protocol):
@@ -99,7 +98,7 @@ def make_plan(
     torch does at call time; writes nothing).  ``budget`` / ``solver``:
     override the resolved budget and the configured solver (the Pareto
     sweep's budgets)."""
-    from .budget import check_budget, check_estimator, check_solver
+    from ..solve.budget import check_budget, check_estimator, check_solver
 
     if not isinstance(joint_module, fx.GraphModule):
         raise TypeError(
@@ -138,8 +137,8 @@ def resolve_budget(joint_module: fx.GraphModule) -> tuple[float, list[float], li
     """The memory budget as torch resolves it, in increasing precedence:
     the config, the first float ``meta["memory_budget"]``, a region
     annotation.  Also the region values and unannotated nodes, for
-    :func:`fxcut.budget.check_regions` once the forward is known."""
-    from .budget import legacy_budget, region_budgets
+    :func:`fxcut.solve.budget.check_regions` once the forward is known."""
+    from ..solve.budget import legacy_budget, region_budgets
 
     budget = rules_or_nearest().config("activation_memory_budget")
     legacy = legacy_budget(joint_module.graph)

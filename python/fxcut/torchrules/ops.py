@@ -3,7 +3,7 @@
 A joint graph of 50,000 nodes has a few hundred distinct targets, so every
 per-target question (is it a view, is it fusible, does it alias its input) is
 answered here once and stamped into the graph array's ``flags`` by
-:mod:`fxcut.lower`.  The partitioner's op lists are the installed torch's own
+:mod:`fxcut.route.lower`.  The partitioner's op lists are the installed torch's own
 (``torch._functorch.partitioners.get_default_op_list``), so fxcut follows
 torch wherever a release changes them.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import _C
+import fxcut._C as _C
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -406,3 +406,30 @@ def is_impure(node: fx.Node, facts: TargetFacts, impure_random: bool) -> bool:
             torch_is_impure(target, args=node.args, kwargs=node.kwargs, impure_random=impure_random)
         )
     return bool(bits & (_IMPURE_RANDOM if impure_random else _IMPURE))
+
+
+def tensor_nbytes(val: torch.Tensor) -> int:
+    """Bytes of a tensor value as torch's partitioner sizes it (a symbolic
+    element count by its hint)."""
+    numel = val.numel()
+    if type(numel) is not int:
+        # Loaded already wherever a symbolic size exists; not worth its 0.8 s in ``import fxcut``.
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+        numel = optimization_hint(numel, fallback=4096)
+    return int(numel) * val.dtype.itemsize
+
+
+def object_nbytes(x: object) -> int:
+    return tensor_nbytes(x) if isinstance(x, torch.Tensor) else 0
+
+
+def value_nbytes(node: fx.Node) -> int:
+    """Bytes of the value a node holds (0 for non-tensors, as torch's
+    partitioner sizes symbolic values at 1 byte)."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return tensor_nbytes(val)
+    if isinstance(val, (list, tuple)):
+        return sum(object_nbytes(x) for x in val)
+    return 1 if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) else 0

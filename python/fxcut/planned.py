@@ -1,32 +1,14 @@
-"""The peak-aware memory plan: ``fxcut.planned_partitioner``.
+"""The peak-aware memory plan as a partition function: ``fxcut.planned_partitioner``.
 
-torch's ``activation_memory_budget`` limits the summed bytes of the saved
-values; what runs out is the *peak* of live activations over the forward and
-the backward.  The planner simulates that peak for a decision (the C core,
-:func:`fxcut._C.plan_simulate`) and searches the decisions (which forward
-values to save, the others recomputed by the backward) for the Pareto
-frontier of (peak, recompute FLOPs) (:func:`fxcut._C.plan_frontier`),
-starting from torch's own decisions at budgets 0, 0.1, ..., 1, so that every
-torch decision is on the frontier or dominated by a point of it.
-
-``memory_budget`` b is on the peak: with P1 the simulated peak of torch's
-default partition and P0 the lowest peak on the frontier, the plan is the
-frontier point of least recompute cost whose peak is at most
-``P0 + b * (P1 - P0)``.  The peak is therefore monotonic in b, b=1 gives a
-peak no higher than torch's with no more recompute, b=0 the lowest peak found.
-
-Everything else is the default route's (guard -> plan -> lower -> core ->
-build, :mod:`fxcut.partition`): the same validation, DCE/CSE, tag passes,
-module building, fallback to torch for a graph fxcut does not model, and
-restore-on-failure; the planner is the plan's objective
-(:class:`fxcut.plan.Objective`) and only replaces *which* values are saved,
-through :meth:`PeakPlanner.choose_saved`.  Verify mode does not apply: the
-plan is meant to differ from torch's decision.
-Never recomputed by a plan: inputs, MUST_SAVE-tagged values, random ops
-(unless tagged to be recomputed, which torch handles), collectives, impure /
-mutating / effectful ops, backward hooks, symbolic values.  Always
-recomputed: MUST_RECOMPUTE / PREFER_RECOMPUTE tags (SAC, the ZeRO-3 walk),
-values that must be in the backward.
+:class:`PeakPlanner` is an :class:`~fxcut.route.plan.Objective`: the default
+route (guard -> plan -> lower -> decide -> build, :mod:`fxcut.partition`)
+makes torch's default decision, then asks the planner which values to save.
+The planner seeds the search with torch's own decisions at several budgets
+(:func:`fxcut.solve.budget.decide_with_budget`) and picks a point of the
+(peak, recompute) frontier the C search finds (:mod:`fxcut.solve.planner`).
+Everything else -- validation, DCE/CSE, tags, module building, fallback and
+restore on failure -- is the default route's.  Verify mode does not apply:
+the plan is meant to differ from torch's decision.
 """
 
 from __future__ import annotations
@@ -34,155 +16,21 @@ from __future__ import annotations
 import logging
 import math
 import time
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 import torch.fx as fx
 
-from . import _C, core
-from .budget import BudgetDecision, RuntimeEstimates, check_budget, decide_with_budget
-from .lower import GraphArrays
-from .roles import plan_roles
-
-if TYPE_CHECKING:
-    from .plan import Plan
+from .partition import min_cut_rematerialization_partition
+from .route.plan import Plan
+from .solve import memory
+from .solve.budget import BudgetDecision, RuntimeEstimates, check_budget, decide_with_budget
+from .solve.planner import (DEFAULT_MAX_WORK, DEFAULT_SEED_BUDGETS, DEFAULT_TIME_LIMIT, Frontier, PlanProblem,
+                            pick, region_groups, roles_for, saved_mask)
+from .solve.roles import plan_roles
 
 log = logging.getLogger("fxcut")
-
-DEFAULT_SEED_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
-#: The search's work budget: units of (nodes + edges) per simulated decision.
-#: The search stops there, at the same point on every machine, so separate
-#: calls on one graph search the same frontier (monotonic in the budget).
-DEFAULT_MAX_WORK = 40_000_000
-#: The wall-clock safety net of the search (seconds), far above what the
-#: work budget takes: a limit, not the usual stop.
-DEFAULT_TIME_LIMIT = 60.0
-
-
-
-# --------------------------------------------------------------------------- per-node facts
-
-
-def storage_of(arrays: GraphArrays) -> array[int]:
-    """The node whose storage each value shares: a view or alias op's first
-    positional argument (its own storage for every other node)."""
-    out = array("i", range(len(arrays)))
-    flags, kind, arg_ptr, arg_idx = arrays.flags, arrays.kind, arrays.arg_ptr, arrays.arg_idx
-    alias = _C.F_VIEW | _C.F_NO_COPY
-    for i in range(len(arrays)):
-        if kind[i] == _C.KIND_CALL_FUNCTION and flags[i] & alias and arg_ptr[i] < arg_ptr[i + 1]:
-            out[i] = arg_idx[arg_ptr[i]]
-    return out
-
-
-def node_flops(arrays: GraphArrays, roles: bytes, estimates: RuntimeEstimates | None = None) -> array[int]:
-    """The cost of running each forward op once, as torch's knapsack
-    estimates it (``activation_memory_budget_runtime_estimator``, FLOPs by
-    default, memoised per op signature); 0 for the rest."""
-    out = array("q", [0]) * len(arrays)
-    estimate = estimates or RuntimeEstimates()
-    free_ops = _C.F_GETITEM | _C.F_VIEW
-    for i in range(len(arrays)):
-        if (roles[i] not in (_C.PLAN_ROLE_FREE, _C.PLAN_ROLE_RECOMPUTE) or arrays.kind[i] != _C.KIND_CALL_FUNCTION
-                or arrays.flags[i] & free_ops):
-            continue
-        try:
-            value = float(estimate([arrays.nodes[i]])[0])
-        except Exception:  # an op torch's estimator cannot run on its meta values: counted free
-            log.debug("plan: no runtime estimate for node %d (%s)", i, arrays.nodes[i].name)
-            continue
-        out[i] = max(0, int(round(value))) if math.isfinite(value) else 0
-    return out
-
-
-# --------------------------------------------------------------------------- simulation and frontier
-
-
-class Simulation(NamedTuple):
-    peak_bytes: int
-    fw_peak_bytes: int
-    bw_peak_bytes: int
-    saved_bytes: int
-    recompute_flops: int
-    peak_step: int
-    n_fw_steps: int
-    n_recomputed: int
-    saved: bytes
-    schedule: memoryview
-    live_bytes: memoryview
-
-
-class Frontier(NamedTuple):
-    peak_bytes: list[int]
-    recompute_flops: list[int]
-    masks: list[bytes]
-    n_free: int
-    n_evals: int
-    exact: bool
-    timed_out: bool
-    work: int
-    out_of_work: bool
-
-
-@dataclass
-class PlanProblem:
-    """One graph's plan inputs: the arrays, roles, storages and costs."""
-
-    arrays: GraphArrays
-    num_fwd_outputs: int
-    roles: bytes
-    storage: array[int]
-    flops: array[int]
-    marks: bytes | None = None
-
-    def simulate(self, saved: bytes | Sequence[int], roles: bytes | None = None) -> Simulation:
-        mask = saved if isinstance(saved, bytes) else _mask(len(self.arrays), saved)
-        out = core.plan_simulate(self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
-                                 saved=mask, storage_of=self.storage, flops=self.flops, marks=self.marks)
-        return Simulation(*out)
-
-    def model_point(self, saved: Sequence[int]) -> tuple[int, int]:
-        """(peak, recompute FLOPs) of the decision saving exactly ``saved``:
-        the memory model alone, no plan role applied."""
-        from . import memory
-
-        est = memory.simulate(self.arrays, saved, self.num_fwd_outputs, storage=self.storage, flops=self.flops,
-                              marks=self.marks)
-        return est.peak_bytes, est.recompute_flops
-
-    def frontier(self, seeds: Sequence[bytes], *, roles: bytes | None = None, exact_max_free: int = 16,
-                 max_work: int = DEFAULT_MAX_WORK, time_limit: float = 60.0, max_points: int = 1024) -> Frontier:
-        n = len(self.arrays)
-        peaks, costs, masks, n_free, n_evals, exact, timed_out, work, out_of_work = core.plan_frontier(
-            self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
-            storage_of=self.storage, flops=self.flops, seeds=b"".join(seeds), exact_max_free=exact_max_free,
-            max_work=max_work, time_limit=time_limit, max_points=max_points, marks=self.marks)
-        return Frontier(list(peaks), list(costs), [masks[k * n:(k + 1) * n] for k in range(len(peaks))],
-                        n_free, n_evals, exact, timed_out, work, out_of_work)
-
-
-def _mask(n: int, saved: Sequence[int]) -> bytes:
-    m = bytearray(n)
-    for i in saved:
-        m[i] = 1
-    return bytes(m)
-
-
-def pick(frontier: Frontier, budget: float, torch_peak: int) -> int:
-    """The frontier point for ``budget``: the least recompute cost with peak
-    at most ``P0 + budget * (torch_peak - P0)``."""
-    p0 = frontier.peak_bytes[0]
-    limit = p0 + budget * max(0, torch_peak - p0)
-    k = 0
-    for j, p in enumerate(frontier.peak_bytes):
-        if p <= limit + 1e-9:
-            k = j
-    return k
-
-
-# --------------------------------------------------------------------------- the planner
 
 
 @dataclass
@@ -257,15 +105,13 @@ class PeakPlanner:
     def choose_saved(self, plan: Plan, decision: BudgetDecision) -> list[int]:
         """The saved node indices (into ``decision.decision.arrays``) for
         the planned call ``plan`` whose default (budget 1) decision is
-        ``decision``: :class:`fxcut.plan.Objective`'s hook."""
+        ``decision``: :class:`fxcut.route.plan.Objective`'s hook."""
         choice = self.plan(plan.joint_module, decision, num_fwd_outputs=plan.num_fwd_outputs,
                            static_lifetime_input_indices=plan.static_indices)
         return choice.saved
 
     def problem(self, chosen: BudgetDecision, num_fwd_outputs: int,
                 estimates: RuntimeEstimates | None = None) -> PlanProblem:
-        from . import memory
-
         arrays = chosen.decision.arrays
         marks = memory.extraction_marks(arrays)
         roles = plan_roles(chosen.decision, marks)
@@ -295,7 +141,7 @@ class PeakPlanner:
         n = len(prob.arrays)
         seeds = self.torch_seeds(joint_module.graph, chosen, num_fwd_outputs, static_lifetime_input_indices,
                                  estimates)
-        seed_masks = [_mask(n, s) for s in seeds.values()]
+        seed_masks = [saved_mask(n, s) for s in seeds.values()]
         # torch's points: the memory model on torch's own saved sets, not
         # through the plan's roles (which may only narrow what a plan does)
         torch_points = {b: prob.model_point(s) for b, s in seeds.items()}
@@ -304,14 +150,14 @@ class PeakPlanner:
             log.warning("plan: torch's default decision simulates to %s under the plan's roles, %s as torch "
                         "made it", (torch_sim.peak_bytes, torch_sim.recompute_flops), torch_points[1.0])
         self.last_problem = prob
-        groups = _region_groups(prob, self.memory_budget)
+        groups = region_groups(prob, self.memory_budget)
         current = seed_masks[0]
         lowest, points, exact, timed_out = torch_sim.peak_bytes, 0, True, False
         per_region: dict[float, int] = {}
         limit_each = self.time_limit / max(1, len(groups))
         work_each = max(1, self.max_work // max(1, len(groups)))
         for budget, members in groups:
-            roles = _roles_for(prob.roles, members, current)
+            roles = roles_for(prob.roles, members, current)
             front = prob.frontier(seed_masks + [current], roles=roles, exact_max_free=self.exact_max_candidates,
                                   max_work=work_each, time_limit=limit_each)
             timed_out = timed_out or front.timed_out
@@ -334,40 +180,6 @@ class PeakPlanner:
         return self.last
 
 
-def _region_groups(prob: PlanProblem, default: float) -> list[tuple[float, list[int]]]:
-    """The FREE nodes grouped by their region budget (``default`` where
-    none), groups in the graph order of their first node."""
-    by_budget: dict[float, list[int]] = {}
-    annotation = _annotation_reader()
-    for i, node in enumerate(prob.arrays.nodes):
-        if prob.roles[i] != _C.PLAN_ROLE_FREE:
-            continue
-        b = annotation(node) if annotation is not None else None
-        b = default if b is None else float(b)
-        by_budget.setdefault(b, []).append(i)
-    if not by_budget:
-        return [(default, [])]
-    return list(by_budget.items())
-
-
-def _annotation_reader() -> Any:
-    try:
-        from torch.fx.traceback import _get_memory_budget_annotation
-    except ImportError:  # torch 2.12: no region budgets
-        return None
-    return _get_memory_budget_annotation
-
-
-def _roles_for(roles: bytes, members: list[int], current: bytes) -> bytes:
-    """``roles`` with only ``members`` FREE: every other FREE node held at
-    ``current`` (saved where it saves, recomputed where it does not)."""
-    out = bytearray(roles)
-    keep = set(members)
-    for i, r in enumerate(roles):
-        if r == _C.PLAN_ROLE_FREE and i not in keep:
-            out[i] = _C.PLAN_ROLE_SAVE if current[i] else _C.PLAN_ROLE_RECOMPUTE
-    return bytes(out)
-
 
 # --------------------------------------------------------------------------- the partition function
 
@@ -385,8 +197,6 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
     def planned_partition(joint_module: fx.GraphModule, joint_inputs: Any, compiler: str = "inductor", *,
                           num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,
                           **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
-        from .partition import min_cut_rematerialization_partition
-
         return min_cut_rematerialization_partition(
             joint_module, joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
             static_lifetime_input_indices=static_lifetime_input_indices, objective=planner, **kwargs)
@@ -394,6 +204,4 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
     planned_partition.planner = planner  # type: ignore[attr-defined]
     return planned_partition
 
-
-__all__ = ["DEFAULT_MAX_WORK", "DEFAULT_SEED_BUDGETS", "DEFAULT_TIME_LIMIT", "Frontier", "PeakPlanner", "PlanChoice", "PlanProblem", "Simulation",
-           "node_flops", "pick", "plan_roles", "planned_partitioner", "storage_of"]
+__all__ = ["PeakPlanner", "PlanChoice", "planned_partitioner"]

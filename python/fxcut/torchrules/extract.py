@@ -15,7 +15,7 @@ name-table state and user-list order, and generates each module's code once
 (or lazily, under torch's lazy graph modules, as torch's own modules are).
 
 It builds them on the releases whose row of the versions table names it
-the ``module_builder`` (:mod:`fxcut.versions`: every supported release); on the others
+the ``module_builder`` (:mod:`fxcut.torchrules.versions`: every supported release); on the others
 torch's passes build every graph.  Graphs this module does not model (RNG functionalization, activation
 offloading or quantization, opaque saved objects, backward state, HOP RNG
 threading, collectives, call_module nodes, forward outputs that depend on
@@ -531,7 +531,7 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
         bw_graph = _extraction_graph(bw_sel, bwd_descs, flag)
     _raise_getitems(bw_graph)
 
-    # Code generated as torch's generator writes it (fxcut.codegen), faster.
+    # Code generated as torch's generator writes it (fxcut.torchrules.codegen), faster.
     with generated_code(fw_graph):
         fw_module = _make_graph_module(joint_module, fw_graph)
     with generated_code(bw_graph):

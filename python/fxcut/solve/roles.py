@@ -1,8 +1,8 @@
 """What a plan may do with each node of a joint graph: save it, recompute
 it, choose, or leave it to the backward (``_C.PLAN_ROLE_*``).
 
-One rule, read by the peak-aware planner (:mod:`fxcut.planner`) to bound
-its search and by the route's build step (:func:`fxcut.build.check_saved`)
+One rule, read by the peak-aware planner (:mod:`fxcut.planned`) to bound
+its search and by the route's build step (:func:`fxcut.route.build.check_saved`)
 to accept an objective's choice: a leaf module, so neither imports the other.
 """
 
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from . import _C
+import fxcut._C as _C
 from .core import Decision
 
 if TYPE_CHECKING:
-    from .lower import GraphArrays
+    from .arrays import GraphArrays
 
 _NEVER_RECOMPUTE = (_C.F_RANDOM | _C.F_COLLECTIVE | _C.F_IMPURE | _C.F_WITH_EFFECTS | _C.F_MUTABLE_HOP
                     | _C.F_FREE_OBJECT | _C.F_BW_HOOK | _C.F_SYM | _C.F_NON_TENSOR)

@@ -6,7 +6,7 @@ Every call of :func:`fxcut.min_cut_rematerialization_partition` runs inside
 one :class:`Guard` (``with Guard(call, ...) as g:`` wraps fxcut's route):
 
 1. **Untested torch.**  On a torch outside the tested range
-   (:mod:`fxcut.versions`), the graph goes to torch's partitioner, with one
+   (:mod:`fxcut.torchrules.versions`), the graph goes to torch's partitioner, with one
    :class:`UntestedTorchWarning` per process naming the version and the
    range.  ``allow_untested=True`` or ``FXCUT_ALLOW_UNTESTED_TORCH=1`` runs
    fxcut anyway (with the nearest tested release's rules).
@@ -51,9 +51,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import versions
-from .explain import explain_values
-from .snapshot import ModuleSnapshot, copy_graph_module
+from ..torchrules import versions
+from ..solve.account import accounts
+from ..torchrules.snapshot import ModuleSnapshot, copy_graph_module
+from .decide import Decided
 
 log = logging.getLogger("fxcut")
 
@@ -388,6 +389,8 @@ class Guard:
             )
         self.allow_untested = allow_untested
         self.result: PartitionResult | None = None
+        #: the route's decision behind ``result`` (verify mode explains a mismatch with it)
+        self.decided: Decided | None = None
         self.fxcut_decides = False
         self._outcome = ""
         self._reason = ""
@@ -450,8 +453,7 @@ class Guard:
             if self._snapshot is not None:
                 self._snapshot.restore()  # as torch's error would leave it: fxcut's changes undone
             raise
-        diff = compare(expected, got, pristine, num_fwd_outputs=self.call.num_fwd_outputs,
-                       static_lifetime_input_indices=self.call.static_lifetime_input_indices)
+        diff = compare(expected, got, num_fwd_outputs=self.call.num_fwd_outputs, explain=self._explain)
         if diff is None:
             _count("verified")
             return got
@@ -460,6 +462,23 @@ class Guard:
             raise diff
         warnings.warn(f"{diff.diff}\nfxcut: using torch's partition of this graph", VerifyWarning, stacklevel=4)
         return expected
+
+    def _explain(self, names: list[str]) -> list[dict[str, Any]]:
+        """fxcut's account of each named node from the route's own decision
+        (the rule -- ban, tag, cut -- that placed it).  Best effort:
+        explaining never hides the mismatch."""
+        missing = "not in the graph fxcut decides on (dead code, or merged by CSE)"
+        decided = self.decided
+        if decided is None:
+            return [{"node": n, "text": f"{n}: (fxcut's decision is not at hand)"} for n in names]
+        try:
+            nodes = decided.decision.decision.arrays.nodes
+            index = {node.name: i for i, node in enumerate(nodes) if node.op != "output"}
+            found = {facts["node"]: facts for facts in accounts(
+                decided.decision, decided.saved, self.call.num_fwd_outputs, [index[n] for n in names if n in index])}
+        except Exception as e:  # noqa: BLE001
+            return [{"node": n, "text": f"{n}: (fxcut could not explain it: {type(e).__name__}: {e})"} for n in names]
+        return [found.get(n) or {"node": n, "text": f"{n}: {missing}"} for n in names]
 
 
 def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
@@ -492,15 +511,14 @@ def _meta_diff(label: str, a: fx.GraphModule, b: fx.GraphModule, limit: int = 20
 def compare(
     expected: PartitionResult,
     got: PartitionResult,
-    joint_module: fx.GraphModule,
     *,
     num_fwd_outputs: int,
-    static_lifetime_input_indices: list[int] | None = None,
+    explain: Callable[[list[str]], list[dict[str, Any]]] | None = None,
 ) -> PartitionMismatch | None:
     """None when ``got`` (fxcut's modules) equals ``expected`` (torch's),
     else the :class:`PartitionMismatch` describing the difference.
-    ``joint_module``: an unpartitioned copy of the joint graph, used (and
-    modified) to explain the nodes that differ."""
+    ``explain``: fxcut's account of the nodes saved by one side only (by
+    name), from the decision behind ``got``."""
     (tfw, tbw), (ffw, fbw) = expected, got
     torch_saved = _saved_names(tfw, num_fwd_outputs)
     fxcut_saved = _saved_names(ffw, num_fwd_outputs)
@@ -521,7 +539,7 @@ def compare(
         lines.append("  the same saved values in a different order:")
         lines.append(f"    torch: {', '.join(torch_saved)}")
         lines.append(f"    fxcut: {', '.join(fxcut_saved)}")
-    nodes = _explain(joint_module, only_torch + only_fxcut, num_fwd_outputs, static_lifetime_input_indices)
+    nodes = explain(only_torch + only_fxcut) if explain is not None and (only_torch or only_fxcut) else []
     for facts in nodes:
         lines.append("  " + facts["text"].replace("\n", "\n  "))
     if meta_lines:
@@ -540,22 +558,6 @@ def _code_diff(a: str, b: str, limit: int = 40) -> list[str]:
     if len(out) > limit:
         out = out[:limit] + [f"... ({len(out) - limit} more diff lines)"]
     return out
-
-
-def _explain(joint_module: fx.GraphModule, names: list[str], num_fwd_outputs: int,
-             static_lifetime_input_indices: list[int] | None) -> list[dict[str, Any]]:
-    """fxcut's account of each named node: the rule (ban, tag, cut) that
-    placed it.  Best effort: explaining never hides the mismatch."""
-    if not names:
-        return []
-    try:
-        every = explain_values(joint_module, None, num_fwd_outputs=num_fwd_outputs,
-                               static_lifetime_input_indices=static_lifetime_input_indices)
-    except Exception as e:  # noqa: BLE001
-        return [{"node": n, "text": f"{n}: (fxcut could not explain it: {type(e).__name__}: {e})"} for n in names]
-    by_name = {facts["node"]: facts for facts in every}
-    missing = "not in the graph fxcut decides on (dead code, or merged by CSE)"
-    return [by_name.get(n) or {"node": n, "text": f"{n}: {missing}"} for n in names]
 
 
 __all__ = [

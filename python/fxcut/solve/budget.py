@@ -14,10 +14,10 @@ annotation) below 1, torch trades recomputation for memory:
    the budget; the others are un-banned (``dont_ban``) for a last cut.
 
 Steps 1-3 and the candidate list (order and ties as torch forms them) run
-in C over one lowered graph (:func:`fxcut.core.budget_plan`); the runtimes of
+in C over one lowered graph (:func:`fxcut.solve.core.budget_plan`); the runtimes of
 the candidates come from torch's own per-node ``estimate_runtime`` (facts
 about ops, like sizes; memoised per op signature for ``"flops"``); the
-knapsack runs in C (:mod:`fxcut.knapsack`); the last cut reuses the same
+knapsack runs in C (:mod:`fxcut.solve.knapsack`); the last cut reuses the same
 graph array.  :func:`decide_plan` is the partition route's decision step
 (the plan's budget, options and solver); the budget sweep is
 :mod:`fxcut.pareto`.
@@ -37,14 +37,12 @@ from torch._functorch import config
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._ordered_set import OrderedSet
 
-from . import _C
-from .core import Decision, MinCutOptions, budget_plan, decide, lower_graph, plan_and_lower
+import fxcut._C as _C
+from .core import Decision, MinCutOptions, budget_plan, decide
 from .knapsack import SOLVERS, KnapsackChoice, solve
-from .lower import GraphArrays
-from .versions import rules_or_nearest
+from .arrays import GraphArrays
+from ..torchrules.versions import rules_or_nearest
 
-if TYPE_CHECKING:
-    from .plan import Plan
 if TYPE_CHECKING:  # both import inductor (seconds): at run time only when a budget below 1 needs them
     from torch._functorch.partitioners import NodeInfo
     from torch._inductor.custom_graph_pass import CustomKnapsackSolver
@@ -352,13 +350,14 @@ def decide_with_budget(
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
     options: MinCutOptions | None = None,
-    arrays: GraphArrays | None = None,
+    arrays: GraphArrays,
     estimates: RuntimeEstimates | None = None,
     solver: Solver | None = None,
 ) -> BudgetDecision:
-    """The budget pass over ``graph`` (read only).  ``arrays``: a lowering
-    of ``graph`` to reuse; ``estimates``: a runtime cache to share across
-    calls; ``solver``: overrides ``config.activation_memory_budget_solver``."""
+    """The budget pass over ``graph`` (read only), lowered as ``arrays``
+    (one lowering serves every budget).  ``estimates``: a runtime cache to
+    share across calls; ``solver``: overrides
+    ``config.activation_memory_budget_solver``."""
     rules = rules_or_nearest()
     budget = check_budget(budget)
     solver = rules.config("activation_memory_budget_solver") if solver is None else solver
@@ -367,9 +366,6 @@ def decide_with_budget(
         check_estimator(rules.config("activation_memory_budget_runtime_estimator"))
     opts = options or MinCutOptions.from_config()
     statics = list(static_lifetime_input_indices or [])
-    t0 = time.perf_counter()
-    if arrays is None:
-        arrays = lower_graph(graph)
     t1 = time.perf_counter()
     mask = input_storage_mask(arrays) if 0.0 < budget < 1.0 else None
     t2 = time.perf_counter()
@@ -390,12 +386,12 @@ def decide_with_budget(
         candidates=list(out.candidates),
         memories=list(out.memories),
         n_cuts=out.n_passes,
-        seconds={"lower": t1 - t0, "storage": t2 - t1, "plan": t3 - t2},
+        seconds={"lower": arrays.seconds, "storage": t2 - t1, "plan": t3 - t2},
     )
     if stage == "no_candidates" and rules.no_candidates_saves_aggressive_cut:
         # Nothing left to trade off: the cut the knapsack would end with.
-        final = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
-                       options=opts.aggressive(), arrays=arrays)
+        final = decide(arrays, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
+                       options=opts.aggressive())
         result.decision, result.saved = final, list(final.saved)
         result.n_cuts += 1
     if stage != "knapsack":
@@ -413,8 +409,8 @@ def decide_with_budget(
     dont_ban = bytearray(len(arrays))
     for k in result.knapsack.recomputable:
         dont_ban[result.candidates[k]] = 1
-    final = decide(graph, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
-                   options=opts.aggressive(), arrays=arrays, dont_ban_mask=bytes(dont_ban))
+    final = decide(arrays, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
+                   options=opts.aggressive(), dont_ban_mask=bytes(dont_ban))
     t6 = time.perf_counter()
     result.decision = final
     result.saved = list(final.saved)
@@ -423,33 +419,7 @@ def decide_with_budget(
     return result
 
 
-def decide_plan(plan: Plan, arrays: GraphArrays) -> BudgetDecision:
-    """The route's decision step: the C core's decision for ``plan`` over
-    its lowered graph, under the plan's budget, solver and options (read
-    only).  With region budgets, torch checks them once the forward is
-    classified and before any cut: a budget-0 decision classifies without
-    cutting.  Raises NotImplementedError for a graph shape the core does not
-    model (the guard hands such a graph to torch)."""
-    graph = plan.graph
-    common: dict[str, Any] = {
-        "num_fwd_outputs": plan.num_fwd_outputs, "static_lifetime_input_indices": plan.static_indices,
-        "options": plan.options, "arrays": arrays, "solver": plan.solver,
-    }
-    if plan.regions:
-        probe = decide_with_budget(graph, 0.0, **common)
-        if probe.stage != "no_backward":
-            fw = probe.decision.node_class
-            check_regions(
-                plan.regions,
-                plan.unannotated,
-                lambda n: n.graph is not graph
-                or (n in arrays.index and n.op == "call_function"
-                    and bool(fw[arrays.index[n]] & _C.C_REQUIRED_FW)),
-            )
-    return decide_with_budget(graph, plan.budget, **common)
-
-
 __all__ = [
     "BudgetDecision", "ESTIMATORS", "RuntimeEstimates", "STAGES", "check_budget", "check_estimator",
-    "check_solver", "decide_plan", "decide_with_budget", "input_storage_mask",
+    "check_regions", "check_solver", "decide_with_budget", "input_storage_mask",
 ]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal, Union, overload
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
-from . import _C
+import fxcut._C as _C
 
 __all__ = ["INFINITE", "ALGORITHMS", "minimum_cut", "minimum_cut_arrays"]
 

@@ -26,7 +26,7 @@ from torch.fx.graph import CodeGen, _Namespace
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.utils._pytree import tree_flatten, tree_is_leaf
 
-from . import _C
+import fxcut._C as _C
 from .codegen import generated_code
 from .ops import TargetFacts, aten_target, default_facts, is_impure, mutable_hop_targets, mutated_inputs
 from .versions import Rules, rules_or_nearest
@@ -297,7 +297,7 @@ def plan_cse(
     """``fx_graph_cse``'s choices over ``nodes`` (the graph after dead-code
     elimination): duplicate -> representative, and the mutation region of
     every node (which torch records in ``meta["mutation_region_id"]``).
-    ``rules``: the running release's CSE rules (fxcut.versions).
+    ``rules``: the running release's CSE rules (fxcut.torchrules.versions).
     ``num_fwd_outputs``: as the partitioner runs CSE (from 2.14 it keeps
     values the backward needs apart from the others); None plans
     ``fx_graph_cse`` called on its own.  ``use_c``: the whole plan from the

@@ -1,10 +1,10 @@
 """The route's last step: write the decision and build the forward and backward modules.
 
 :func:`build` is the only step that writes to the user's joint graph: it
-applies the plan's dead-code elimination and CSE (:mod:`fxcut.prepare`),
+applies the plan's dead-code elimination and CSE (:mod:`fxcut.torchrules.prepare`),
 writes back the recompute tags the core's tag passes changed (as torch's
 passes do in place), and builds the two modules from the saved values --
-with fxcut's own builder (:mod:`fxcut.extract`) where the release's rules
+with fxcut's own builder (:mod:`fxcut.torchrules.extract`) where the release's rules
 say it models torch's extraction and the passes after it
 (``Rules.module_builder``: fxcut's on every supported release), else with torch's own
 passes.  A graph without a backward goes to torch's ``default_partition``.
@@ -19,12 +19,13 @@ from typing import Any
 
 import torch.fx as fx
 
-from . import _C, extract, prepare
-from .budget import BudgetDecision, decide_with_budget
-from .core import Decision
-from .ops import is_rng_node
+import fxcut._C as _C
+from ..torchrules import extract, prepare
+from ..solve.budget import BudgetDecision, decide_with_budget
+from ..solve.core import Decision
+from ..torchrules.ops import is_rng_node
+from .lower import lower_for_partition
 from .plan import Plan, offloading_pass
-from .roles import plan_roles
 
 log = logging.getLogger("fxcut")
 
@@ -56,9 +57,10 @@ def build(plan: Plan, chosen: BudgetDecision, saved: list[int], joint_inputs: An
         if plan.objective is not None:
             raise
         log.error("fxcut: DCE/CSE plan diverged from the graph; deciding again on the graph as it is")
+        arrays = lower_for_partition(joint_module.graph, plan.facts, impure_random=plan.impure_random)
         chosen = decide_with_budget(joint_module.graph, plan.budget, num_fwd_outputs=plan.num_fwd_outputs,
                                     static_lifetime_input_indices=plan.static_indices, options=plan.options,
-                                    solver=plan.solver)
+                                    solver=plan.solver, arrays=arrays)
         saved_values = chosen.saved_nodes
     joint_graph = joint_module.graph
     if chosen.stage == "knapsack" and rules.config("visualize_memory_budget_pareto"):
@@ -83,34 +85,6 @@ def build(plan: Plan, chosen: BudgetDecision, saved: list[int], joint_inputs: An
     if getattr(_functorch_config(), "_sync_decision_cross_ranks", False):
         saved_values = tp._sync_decision_cross_ranks(joint_graph, saved_values)
     return build_modules(plan, saved_values, static_nodes, has_recomputable, has_recomputable_rng)
-
-
-def check_saved(plan: Plan, chosen: BudgetDecision, saved: Any) -> list[int]:
-    """An objective's choice as node indices the forward computes; a
-    ValueError naming the first that is not."""
-    try:
-        indices = list(saved)
-    except TypeError:
-        raise ValueError(f"{plan.objective!r}.choose_saved returned {saved!r}, not a list of node indices") from None
-    cls = chosen.decision.node_class
-    nodes = chosen.decision.arrays.nodes
-    roles: bytes | None = None
-    for k, i in enumerate(indices):
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(nodes):
-            raise ValueError(f"{plan.objective!r}.choose_saved()[{k}] = {i!r} is not a node index "
-                             f"(0 to {len(nodes) - 1})")
-        if cls[i] & (_C.C_REQUIRED_FW | _C.C_INPUT):
-            continue
-        # Not required by the forward, but the forward can compute it (it
-        # depends on no tangent or backward seed), as torch's extraction does
-        # for any saved value: the planner's roles say which nodes those are
-        # (an input that is not a primal or forward seed -- a tangent -- is not).
-        if roles is None:
-            roles = plan_roles(chosen.decision)
-        if roles[i] in (_C.PLAN_ROLE_BACKWARD, _C.PLAN_ROLE_INPUT) or nodes[i].op == "output":
-            raise ValueError(f"{plan.objective!r}.choose_saved()[{k}]: node {i} ({nodes[i].name!r}) is not "
-                             "computed by the forward, so it cannot be saved")
-    return list(dict.fromkeys(indices))
 
 
 def _functorch_config() -> Any:
@@ -151,7 +125,7 @@ def _write_back_tags(decision: Decision) -> None:
 def build_modules(plan: Plan, saved_values: list[fx.Node], static_nodes: Any, has_recomputable: bool,
                   has_recomputable_rng: bool) -> PartitionResult:
     """The forward and backward modules from the saved values: fxcut's own
-    builder (:mod:`fxcut.extract`, the modules torch's passes would build),
+    builder (:mod:`fxcut.torchrules.extract`, the modules torch's passes would build),
     or torch's passes for the graphs that builder leaves to them."""
     saved = extract.split_saved(saved_values)
     if not (has_recomputable and has_recomputable_rng):
@@ -166,7 +140,7 @@ def torch_build_modules(joint_module: fx.GraphModule, saved: extract.SavedValues
                         static_nodes: Any, has_recomputable: bool, has_recomputable_rng: bool
                         ) -> PartitionResult:
     """torch's own module extraction and the passes after it (the reference
-    :mod:`fxcut.extract` is tested against)."""
+    :mod:`fxcut.torchrules.extract` is tested against)."""
     from torch._functorch import partitioners as tp
 
     fw_module, bw_module = tp._extract_fwd_bwd_modules(
@@ -191,4 +165,4 @@ def torch_build_modules(joint_module: fx.GraphModule, saved: extract.SavedValues
     return fw_module, bw_module
 
 
-__all__ = ["build", "build_modules", "check_saved", "torch_build_modules"]
+__all__ = ["build", "build_modules", "torch_build_modules"]

@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from . import _C
+import fxcut._C as _C
 
 #: Solvers fxcut runs itself; torch's ``dynamic_memory_budget_dp`` and
-#: custom solvers are handed to torch (see fxcut.budget).
+#: custom solvers are handed to torch (see fxcut.solve.budget).
 SOLVERS: tuple[str, ...] = ("dp", "dp_lean", "greedy", "ilp", "dp_knapsack_sliding_hirschberg")
 
 _DESCENDING_RECOMPUTE = frozenset({"dp", "dp_lean", "dp_knapsack_sliding_hirschberg"})

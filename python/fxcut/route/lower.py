@@ -1,7 +1,7 @@
 """Lowering: a ``torch.fx.Graph`` to fxcut's compact graph array, in one pass.
 
 Node index = position in ``graph.nodes``.  Per-target facts come from the
-:class:`fxcut.ops.TargetFacts` cache; only per-node facts (placeholder role,
+:class:`fxcut.torchrules.ops.TargetFacts` cache; only per-node facts (placeholder role,
 the value in ``meta["val"]``, the recompute tag, sizes) are computed here.
 Lowering reads the graph and never writes to it.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from array import array
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,28 +19,18 @@ from torch._library.fake_class_registry import FakeScriptObject
 from torch.fx.experimental._backward_state import BackwardState
 from torch.fx.experimental.proxy_tensor import py_sym_types
 from torch.fx.immutable_collections import immutable_list
-from torch.utils.checkpoint import CheckpointPolicy
 
-from . import _C
-from .ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, invoke_subgraph_has_effects, is_cast_op,
-                  is_impure, must_be_in_backward, triton_wrapper_op)
-from .versions import rules_or_nearest
+import fxcut._C as _C
+from ..solve.arrays import KIND_OF_OP, TAG_OF_POLICY, GraphArrays
+from ..torchrules.ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, dce_impure_random, default_facts,
+                              invoke_subgraph_has_effects, is_cast_op, is_impure, must_be_in_backward, object_nbytes,
+                              tensor_nbytes, triton_wrapper_op, value_nbytes)
+from ..torchrules.versions import rules_or_nearest
 
 if TYPE_CHECKING:
     from .plan import Plan
 
-KIND_OF_OP: dict[str, int] = {
-    "placeholder": _C.KIND_PLACEHOLDER,
-    "call_function": _C.KIND_CALL_FUNCTION,
-    "get_attr": _C.KIND_GET_ATTR,
-    "output": _C.KIND_OUTPUT,
-    "call_module": _C.KIND_CALL_MODULE,
-    "call_method": _C.KIND_CALL_METHOD,
-}
 
-_TAG_OF_POLICY: dict[Any, int] = {policy: getattr(_C, f"TAG_{policy.name}") for policy in CheckpointPolicy}
-#: The core's tag (the ``tag`` array) -> the name of torch's CheckpointPolicy it stands for.
-TAG_NAMES: dict[int, str] = {tag: policy.name for policy, tag in _TAG_OF_POLICY.items()}
 _FLAGS_MASK = (1 << 32) - 1
 _F_IMPURE = _C.F_IMPURE
 _F_IS_BACKWARD_TAG = _C.F_IS_BACKWARD_TAG
@@ -52,29 +41,6 @@ _F_NO_FUSE_OUT = _C.F_NO_FUSE_OUT
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
 _SIZE_UNKNOWN = _C.SIZE_UNKNOWN
-
-
-@dataclass
-class GraphArrays:
-    """The graph array of ``csrc/fxcut.h``, plus the nodes it was made from."""
-
-    nodes: list[fx.Node]
-    index: dict[fx.Node, int]
-    kind: array[int]
-    flags: array[int]
-    tag: array[int]
-    ac_graph_id: array[int]
-    nbytes: array[int]
-    arg_ptr: array[int]
-    arg_idx: array[int]
-    in_ptr: array[int]
-    in_idx: array[int]
-    outputs: array[int]
-    #: wall time the lowering took, for logs and benchmarks
-    seconds: float = 0.0
-
-    def __len__(self) -> int:
-        return len(self.nodes)
 
 
 class LoweringError(ValueError):
@@ -97,7 +63,7 @@ def _recompute_tag(node: fx.Node) -> int:
     if policy is None:
         return _C.TAG_NONE
     try:
-        return _TAG_OF_POLICY[policy]
+        return TAG_OF_POLICY[policy]
     except (KeyError, TypeError):
         raise LoweringError(
             f"node {node.name!r}: meta['recompute'] = {policy!r} is not a "
@@ -138,7 +104,7 @@ def _lower(
 ) -> GraphArrays:
     """One pass over ``graph.nodes``.  ``removed`` nodes are left out and
     every use of a ``replace`` key is lowered as a use of its value: the
-    graph as dead-code elimination and CSE will leave it (fxcut.prepare).
+    graph as dead-code elimination and CSE will leave it (fxcut.torchrules.prepare).
     ``use_c``: read the nodes through the C reader (``_C.lower_read``) when
     lowering for the partition; False, or a graph the reader leaves, takes
     the Python path (the same arrays)."""
@@ -339,31 +305,6 @@ _FLAT_SEQUENCES = (tuple, list, immutable_list)
 
 
 
-def _tensor_nbytes(val: torch.Tensor) -> int:
-    numel = val.numel()
-    if type(numel) is not int:
-        # Loaded already wherever a symbolic size exists; not worth its 0.8 s in ``import fxcut``.
-        from torch.fx.experimental.symbolic_shapes import optimization_hint
-
-        numel = optimization_hint(numel, fallback=4096)
-    return int(numel) * val.dtype.itemsize
-
-
-def _object_nbytes(x: object) -> int:
-    return _tensor_nbytes(x) if isinstance(x, torch.Tensor) else 0
-
-
-def value_nbytes(node: fx.Node) -> int:
-    """Bytes of the value a node holds (0 for non-tensors, as torch's
-    partitioner sizes symbolic values at 1 byte)."""
-    val = node.meta.get("val")
-    if isinstance(val, torch.Tensor):
-        return _tensor_nbytes(val)
-    if isinstance(val, (list, tuple)):
-        return sum(_object_nbytes(x) for x in val)
-    return 1 if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) else 0
-
-
 class _ValueFacts:
     """Per-node facts of the value a node produces, for the partitioner:
     the flag bits torch's checks on ``meta["val"]`` give, and the byte size
@@ -388,7 +329,7 @@ class _ValueFacts:
         if "val" in meta:
             val = meta["val"]
             if isinstance(val, torch.Tensor):
-                nbytes = _tensor_nbytes(val)
+                nbytes = tensor_nbytes(val)
             else:
                 bits |= _C.F_NON_TENSOR
                 if isinstance(val, self.sym_types):
@@ -398,9 +339,9 @@ class _ValueFacts:
                     nbytes = 1
                 elif isinstance(val, (list, tuple)):
                     bits |= _C.F_VAL_IS_SEQ
-                    nbytes = sum(_object_nbytes(x) for x in val)
+                    nbytes = sum(object_nbytes(x) for x in val)
                 elif isinstance(val, dict):
-                    nbytes = sum(_object_nbytes(x) for x in val.values())
+                    nbytes = sum(object_nbytes(x) for x in val.values())
                 elif isinstance(val, self.script_types) and self.script_objects_free:
                     nbytes = 0
                 if isinstance(val, self.free_types) or _is_opaque(node):
@@ -424,7 +365,7 @@ class _ValueFacts:
         return bits, nbytes
 
     def _call_function_bits(self, node: fx.Node, bits: int) -> int:
-        """``bits`` carries the target's Python-only bits (fxcut.ops)."""
+        """``bits`` carries the target's Python-only bits (fxcut.torchrules.ops)."""
         if bits & _HOP:
             if is_impure(node, self.facts, self.impure_random):
                 bits |= _F_IMPURE
@@ -488,3 +429,9 @@ def lower_plan(plan: Plan) -> GraphArrays:
     itself is not modified)."""
     return lower_for_partition(plan.graph, plan.facts, impure_random=plan.impure_random,
                                removed=plan.prep.removed, replace=plan.prep.replace)
+
+
+def lower_graph(graph: fx.Graph) -> GraphArrays:
+    """The graph array of ``graph`` as it is (no DCE/CSE planned), with the
+    facts the decision reads: for tools and tests that decide a bare graph."""
+    return lower_for_partition(graph, default_facts(), impure_random=dce_impure_random())

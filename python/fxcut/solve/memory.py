@@ -21,9 +21,10 @@ import torch
 import torch.fx as fx
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from . import _C, core
+import fxcut._C as _C
+from . import core
 from .budget import RuntimeEstimates
-from .lower import GraphArrays
+from .arrays import GraphArrays
 
 
 def _ref(t: torch.Tensor) -> StorageWeakRef:
@@ -69,7 +70,7 @@ def storage_of(arrays: GraphArrays) -> array[int]:
 def node_flops(arrays: GraphArrays, estimates: RuntimeEstimates | None = None) -> array[int]:
     """Per node, the cost torch's knapsack gives running it once under its
     ``"flops"`` estimator (``torch.utils.flop_counter``; at least 1 for an
-    op, as torch counts it), through :class:`fxcut.budget.RuntimeEstimates`
+    op, as torch counts it), through :class:`fxcut.solve.budget.RuntimeEstimates`
     (memoised per op signature); 0 for placeholders, get_attr, getitems, the
     output, and an op the estimator cannot replay on its fake values (its
     exception swallowed: torch's knapsack never asks those)."""
@@ -95,7 +96,7 @@ def extraction_marks(arrays: GraphArrays) -> bytes:
     op not tagged for the backward, or ``partitioner_tag ==
     "must_be_in_forward"``), ``X_COPY`` for ``aten.copy_`` (which the
     backward's reordering emits early)."""
-    from .extract import _placement
+    from ..torchrules.extract import _placement
 
     must_fw, _ = _placement(arrays.nodes)
     copy_ = torch.ops.aten.copy_.default

@@ -2,7 +2,7 @@
 
 The partitioner writes to the user's module only after its decision has
 succeeded (dead-code elimination, CSE, recompute tags, then the module
-building: :mod:`fxcut.extract` where the versions table names it the
+building: :mod:`fxcut.torchrules.extract` where the versions table names it the
 release's builder, torch's extraction passes elsewhere), but some of those
 later steps can still fail: Python's compiler rejecting the generated code,
 torch's module extraction or activation offloading, torch's own partitioner
@@ -17,7 +17,7 @@ code elimination recurses into subgraphs), and :meth:`restore` puts them back.
 (verify mode gives torch one).
 
 Both rely on private ``torch.fx`` attributes; which, per release, is the
-versions table's :attr:`fxcut.versions.Rules.fx_internals` (and
+versions table's :attr:`fxcut.torchrules.versions.Rules.fx_internals` (and
 tests/test_versions.py checks, on every release, that they exist as this
 module expects).
 """

@@ -3,7 +3,7 @@
 Everything that turns a lowered graph and torch's config into a call of
 ``fxcut._C`` and the core's answer back into Python lives here, and only
 here (tests/test_package_shape.py checks that no other module calls a
-``_C`` function; :mod:`fxcut.knapsack` and :mod:`fxcut.maxflow` wrap their
+``_C`` function; :mod:`fxcut.solve.knapsack` and :mod:`fxcut.solve.maxflow` wrap their
 own solver): the options (:class:`MinCutOptions`), the decision
 (:class:`Decision`), the per-call arguments and the call itself with errors
 naming nodes, and the three entry points: :func:`decide` (one cut),
@@ -24,10 +24,10 @@ import torch
 import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
-from . import _C, prepare
-from .lower import GraphArrays, lower_for_partition
-from .ops import dce_impure_random, default_facts, mutated_inputs
-from .versions import Rules, rules_or_nearest
+import fxcut._C as _C
+from ..torchrules.ops import mutated_inputs
+from .arrays import GraphArrays
+from ..torchrules.versions import Rules, rules_or_nearest
 
 aten = torch.ops.aten
 
@@ -108,7 +108,7 @@ def _max_dist_from_bw(value: Any) -> int:
 
 class _ConfigView:
     """``torch._functorch.config`` as the running release reads it
-    (:meth:`fxcut.versions.Rules.config`), by attribute."""
+    (:meth:`fxcut.torchrules.versions.Rules.config`), by attribute."""
 
     def __init__(self, rules: Rules) -> None:
         self._rules = rules
@@ -225,30 +225,6 @@ def _fuse_pairs(arrays: GraphArrays) -> tuple[array[int], array[int]]:
     return fuse_a, fuse_b
 
 
-def lower_graph(graph: fx.Graph) -> GraphArrays:
-    """The graph array of ``graph`` with the facts the decision reads."""
-    return lower_for_partition(graph, default_facts(), impure_random=dce_impure_random())
-
-
-def plan_and_lower(graph: fx.Graph, *, cse: bool, num_fwd_outputs: int | None = None
-                   ) -> tuple[prepare.Preparation, GraphArrays]:
-    """The one graph-preparation path: torch's dead-code elimination (and
-    CSE when ``cse``) planned on ``graph``, and the graph array of the graph
-    as they will leave it.  ``graph`` is not modified: the partitioner
-    applies the plan (:func:`fxcut.prepare.apply`) once its decision has
-    succeeded; explain, the HTML page and the Pareto sweep only read.
-    ``num_fwd_outputs``: as the partitioner runs CSE (from torch 2.14 it
-    keeps values the backward needs apart); None plans ``fx_graph_cse``
-    on its own."""
-    facts = default_facts()
-    impure_random = dce_impure_random()
-    prep = prepare.plan(graph, facts, cse=cse, impure_random=impure_random, rules=rules_or_nearest(),
-                        num_fwd_outputs=num_fwd_outputs)
-    arrays = lower_for_partition(graph, facts, impure_random=impure_random, removed=prep.removed,
-                                 replace=prep.replace)
-    return prep, arrays
-
-
 def _core_args(
     arrays: GraphArrays,
     num_fwd_outputs: int,
@@ -290,28 +266,27 @@ def _call_core(fn: Callable[..., Any], arrays: GraphArrays, opts: MinCutOptions,
 
 
 def decide(
-    graph: fx.Graph,
+    arrays: GraphArrays,
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
     options: MinCutOptions | None = None,
     dont_ban: set[fx.Node] | None = None,
     keep_network: int = _C.KEEP_NONE,
-    arrays: GraphArrays | None = None,
     dont_ban_mask: bytes | None = None,
 ) -> Decision:
-    """Run the C decision over ``graph`` (read only; nothing is written).
+    """Run the C decision over the lowered graph ``arrays`` (read only;
+    nothing is written; one lowering serves several cuts).
 
-    ``arrays``: the graph's lowering, to reuse one across several cuts.
     ``dont_ban`` (nodes) or ``dont_ban_mask`` (one byte per node): values the
     cut may not ban (the memory budget's un-banned candidates).
     ``keep_network``: ``_C.KEEP_NETWORK`` returns the flow network with the
     decision, ``_C.KEEP_BUILD_ONLY`` builds it without solving (``saved``
     empty); anything else but ``_C.KEEP_NONE`` is a ValueError.
     """
+    if not isinstance(arrays, GraphArrays):
+        raise TypeError(f"decide() takes the lowered graph (GraphArrays), got {type(arrays).__name__}")
     opts = options or MinCutOptions.from_config()
-    if arrays is None:
-        arrays = lower_graph(graph)
     t1 = time.perf_counter()
     t0 = t1 - arrays.seconds
     args = _core_args(arrays, num_fwd_outputs, list(static_lifetime_input_indices or []))
@@ -335,7 +310,7 @@ def budget_plan(
     input_storage: bytes | None,
 ) -> _C.BudgetPlan:
     """The core's budget pass over ``arrays`` (read only): the cuts of
-    steps 1-3 of :mod:`fxcut.budget` and, when none fits the budget, the
+    steps 1-3 of :mod:`fxcut.solve.budget` and, when none fits the budget, the
     knapsack's candidates and their memories.  ``input_storage``: one byte
     per node, 1 where its value lives in a graph input's storage (only read
     for a budget strictly between 0 and 1)."""

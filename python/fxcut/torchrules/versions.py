@@ -9,13 +9,13 @@ column of the table to see what changed in which release.
 
 Who builds the forward and backward modules from the saved values is a
 field too (:attr:`Rules.module_builder`): fxcut's own builder
-(:mod:`fxcut.extract`, node for node what that release's extraction,
+(:mod:`fxcut.torchrules.extract`, node for node what that release's extraction,
 reordering and ``raise_getitems`` passes build) on every supported release,
 the release's differences in module building being fields too
 (``flags_backward_nodes``, ``marks_static_inputs``); it leaves the graphs it
 does not model (RNG functionalization, activation offloading, collectives,
 ...) to torch's passes.  So are the private ``torch.fx`` attributes
-:mod:`fxcut.snapshot` reads and writes to undo a failed partition
+:mod:`fxcut.torchrules.snapshot` reads and writes to undo a failed partition
 (:attr:`Rules.fx_internals`; tests/test_versions.py checks them on every
 release).  Differences torch's own code absorbs need no entry: fxcut reads
 the op lists (``get_default_op_list``), the purity test and the
@@ -23,8 +23,8 @@ symbol-binding helpers from the installed torch.
 
 The tested range: :data:`TESTED` holds the exact releases CI runs the
 fidelity suite on.  A torch outside [oldest, newest] -- older, newer, or a
-nightly -- is *untested*: :mod:`fxcut.guard` hands such graphs to torch's
-own partitioner (:mod:`fxcut.guard`).
+nightly -- is *untested*: :mod:`fxcut.route.guard` hands such graphs to torch's
+own partitioner (:mod:`fxcut.route.guard`).
 
 Adding a release: diff its ``torch/_functorch/partitioners.py`` (and
 ``compile_utils.fx_graph_cse``, ``config.py``) against the newest row's;
@@ -59,7 +59,7 @@ import torch
 
 
 #: :attr:`Rules.module_builder`: fxcut's own builder of the forward and backward modules ...
-BUILDER_FXCUT = "fxcut.extract"
+BUILDER_FXCUT = "fxcut.torchrules.extract"
 #: ... or torch's extraction and the passes after it (``_extract_fwd_bwd_modules``,
 #: ``functionalize_rng_ops``, ``reordering_to_mimic_autograd_engine``, ``raise_getitems``, ...)
 BUILDER_TORCH = "torch._functorch.partitioners"
@@ -67,7 +67,7 @@ BUILDER_TORCH = "torch._functorch.partitioners"
 
 @dataclass(frozen=True)
 class FxInternals:
-    """The private ``torch.fx`` attributes :mod:`fxcut.snapshot` relies on
+    """The private ``torch.fx`` attributes :mod:`fxcut.torchrules.snapshot` relies on
     (to put a module back exactly as it was when a partition fails, and to
     copy one), in one release."""
 
@@ -151,13 +151,13 @@ class Rules:
     #: graphs
     effectful_leaves_only: bool = False
     #: who builds the forward and backward modules from the saved values:
-    #: :data:`BUILDER_FXCUT` (:mod:`fxcut.extract`, as this release's
+    #: :data:`BUILDER_FXCUT` (:mod:`fxcut.torchrules.extract`, as this release's
     #: extraction, reordering and raise_getitems passes would; it still
     #: leaves some graphs to torch's passes, see
-    #: :func:`fxcut.extract.unsupported_reason`) or :data:`BUILDER_TORCH`
+    #: :func:`fxcut.torchrules.extract.unsupported_reason`) or :data:`BUILDER_TORCH`
     #: (torch's passes)
     module_builder: str = BUILDER_FXCUT
-    #: the private torch.fx attributes :mod:`fxcut.snapshot` relies on
+    #: the private torch.fx attributes :mod:`fxcut.torchrules.snapshot` relies on
     fx_internals: FxInternals = _FX_INTERNALS
     #: module extraction flags the backward's nodes
     #: (``meta["autograd_backward"]``, 2.13)

@@ -1,0 +1,165 @@
+"""The peak-aware memory plan's search, over the graph array (:mod:`fxcut.planned` wraps it).
+
+torch's ``activation_memory_budget`` limits the summed bytes of the saved
+values; what runs out is the *peak* of live activations over the forward and
+the backward.  The planner simulates that peak for a decision (the C core,
+:func:`fxcut._C.plan_simulate`) and searches the decisions (which forward
+values to save, the others recomputed by the backward) for the Pareto
+frontier of (peak, recompute FLOPs) (:func:`fxcut._C.plan_frontier`),
+starting from torch's own decisions at budgets 0, 0.1, ..., 1, so that every
+torch decision is on the frontier or dominated by a point of it.
+
+``memory_budget`` b is on the peak: with P1 the simulated peak of torch's
+default partition and P0 the lowest peak on the frontier, the plan is the
+frontier point of least recompute cost whose peak is at most
+``P0 + b * (P1 - P0)``.  The peak is therefore monotonic in b, b=1 gives a
+peak no higher than torch's with no more recompute, b=0 the lowest peak found.
+
+Never recomputed by a plan: inputs, MUST_SAVE-tagged values, random ops
+(unless tagged to be recomputed, which torch handles), collectives, impure /
+mutating / effectful ops, backward hooks, symbolic values.  Always
+recomputed: MUST_RECOMPUTE / PREFER_RECOMPUTE tags (SAC, the ZeRO-3 walk),
+values that must be in the backward.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import fxcut._C as _C
+from . import core, memory
+from .arrays import GraphArrays
+
+DEFAULT_SEED_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
+#: The search's work budget: units of (nodes + edges) per simulated decision.
+#: The search stops there, at the same point on every machine, so separate
+#: calls on one graph search the same frontier (monotonic in the budget).
+DEFAULT_MAX_WORK = 40_000_000
+#: The wall-clock safety net of the search (seconds), far above what the
+#: work budget takes: a limit, not the usual stop.
+DEFAULT_TIME_LIMIT = 60.0
+
+
+# --------------------------------------------------------------------------- simulation and frontier
+
+
+class Simulation(NamedTuple):
+    peak_bytes: int
+    fw_peak_bytes: int
+    bw_peak_bytes: int
+    saved_bytes: int
+    recompute_flops: int
+    peak_step: int
+    n_fw_steps: int
+    n_recomputed: int
+    saved: bytes
+    schedule: memoryview
+    live_bytes: memoryview
+
+
+class Frontier(NamedTuple):
+    peak_bytes: list[int]
+    recompute_flops: list[int]
+    masks: list[bytes]
+    n_free: int
+    n_evals: int
+    exact: bool
+    timed_out: bool
+    work: int
+    out_of_work: bool
+
+
+@dataclass
+class PlanProblem:
+    """One graph's plan inputs: the arrays, roles, storages and costs."""
+
+    arrays: GraphArrays
+    num_fwd_outputs: int
+    roles: bytes
+    storage: array[int]
+    flops: array[int]
+    marks: bytes | None = None
+
+    def simulate(self, saved: bytes | Sequence[int], roles: bytes | None = None) -> Simulation:
+        mask = saved if isinstance(saved, bytes) else saved_mask(len(self.arrays), saved)
+        out = core.plan_simulate(self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
+                                 saved=mask, storage_of=self.storage, flops=self.flops, marks=self.marks)
+        return Simulation(*out)
+
+    def model_point(self, saved: Sequence[int]) -> tuple[int, int]:
+        """(peak, recompute FLOPs) of the decision saving exactly ``saved``:
+        the memory model alone, no plan role applied."""
+        est = memory.simulate(self.arrays, saved, self.num_fwd_outputs, storage=self.storage, flops=self.flops,
+                              marks=self.marks)
+        return est.peak_bytes, est.recompute_flops
+
+    def frontier(self, seeds: Sequence[bytes], *, roles: bytes | None = None, exact_max_free: int = 16,
+                 max_work: int = DEFAULT_MAX_WORK, time_limit: float = 60.0, max_points: int = 1024) -> Frontier:
+        n = len(self.arrays)
+        peaks, costs, masks, n_free, n_evals, exact, timed_out, work, out_of_work = core.plan_frontier(
+            self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
+            storage_of=self.storage, flops=self.flops, seeds=b"".join(seeds), exact_max_free=exact_max_free,
+            max_work=max_work, time_limit=time_limit, max_points=max_points, marks=self.marks)
+        return Frontier(list(peaks), list(costs), [masks[k * n:(k + 1) * n] for k in range(len(peaks))],
+                        n_free, n_evals, exact, timed_out, work, out_of_work)
+
+
+def saved_mask(n: int, saved: Sequence[int]) -> bytes:
+    m = bytearray(n)
+    for i in saved:
+        m[i] = 1
+    return bytes(m)
+
+
+def pick(frontier: Frontier, budget: float, torch_peak: int) -> int:
+    """The frontier point for ``budget``: the least recompute cost with peak
+    at most ``P0 + budget * (torch_peak - P0)``."""
+    p0 = frontier.peak_bytes[0]
+    limit = p0 + budget * max(0, torch_peak - p0)
+    k = 0
+    for j, p in enumerate(frontier.peak_bytes):
+        if p <= limit + 1e-9:
+            k = j
+    return k
+
+
+def region_groups(prob: PlanProblem, default: float) -> list[tuple[float, list[int]]]:
+    """The FREE nodes grouped by their region budget (``default`` where
+    none), groups in the graph order of their first node."""
+    by_budget: dict[float, list[int]] = {}
+    annotation = _annotation_reader()
+    for i, node in enumerate(prob.arrays.nodes):
+        if prob.roles[i] != _C.PLAN_ROLE_FREE:
+            continue
+        b = annotation(node) if annotation is not None else None
+        b = default if b is None else float(b)
+        by_budget.setdefault(b, []).append(i)
+    if not by_budget:
+        return [(default, [])]
+    return list(by_budget.items())
+
+
+def _annotation_reader() -> Any:
+    try:
+        from torch.fx.traceback import _get_memory_budget_annotation
+    except ImportError:  # torch 2.12: no region budgets
+        return None
+    return _get_memory_budget_annotation
+
+
+def roles_for(roles: bytes, members: list[int], current: bytes) -> bytes:
+    """``roles`` with only ``members`` FREE: every other FREE node held at
+    ``current`` (saved where it saves, recomputed where it does not)."""
+    out = bytearray(roles)
+    keep = set(members)
+    for i, r in enumerate(roles):
+        if r == _C.PLAN_ROLE_FREE and i not in keep:
+            out[i] = _C.PLAN_ROLE_SAVE if current[i] else _C.PLAN_ROLE_RECOMPUTE
+    return bytes(out)
+
+
+__all__ = ["DEFAULT_MAX_WORK", "DEFAULT_SEED_BUDGETS", "DEFAULT_TIME_LIMIT", "Frontier", "PlanProblem",
+           "Simulation", "pick", "region_groups", "roles_for", "saved_mask"]
