@@ -22,6 +22,7 @@ import torch.fx as fx
 from torch.utils.checkpoint import CheckpointPolicy
 
 import fxcut
+import fxcut.torchrules.versions
 import small_graphs
 from synthetic_arrays import DEFAULT_OPTIONS as OPTIONS
 from fxcut import _C
@@ -508,7 +509,7 @@ def test_partition_with_conflicting_tags_names_the_chain() -> None:
 
 
 def test_decide_with_conflicting_tags_under_every_option_set() -> None:
-    options = MinCutOptions.from_config()
+    options = MinCutOptions.from_config(fxcut.torchrules.versions.rules_or_nearest())
     for recompute_views in (False, True):
         opts = dataclasses.replace(options, recompute_views=recompute_views)
         check(_conflicting, lambda gm: decide(lower_graph(gm.graph), num_fwd_outputs=1, options=opts), fxcut.InfiniteCutError,
@@ -760,9 +761,9 @@ def test_memory_pareto_given_a_graph() -> None:
 def test_memory_pareto_checks_the_plot_path_before_the_sweep(
     monkeypatch: pytest.MonkeyPatch, path: Any, exc: type, match: str
 ) -> None:
-    import fxcut.pareto
+    import fxcut.route.plan
 
     calls = []
-    monkeypatch.setattr(fxcut.pareto, "decide_with_budget", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(fxcut.route.plan, "budget_pass", lambda *a, **k: calls.append(1))
     check(joint, lambda gm: fxcut.memory_pareto(gm, 1, plot=path), exc, match)
     assert calls == []

@@ -58,7 +58,7 @@ def installed():
 def fxcut_calls(monkeypatch):
     """Counts of fxcut's walks and C decisions during the test."""
     calls = {"walk": 0, "decide": 0}
-    walk, decide = fxcut.zero3.recompute_param_aliases, fxcut.route.decide.decide_with_budget
+    walk, decide = fxcut.zero3.recompute_param_aliases, fxcut.route.decide.decide_plan
 
     def spy_walk(*args, **kwargs):
         calls["walk"] += 1
@@ -69,7 +69,7 @@ def fxcut_calls(monkeypatch):
         return decide(*args, **kwargs)
 
     monkeypatch.setattr(fxcut.zero3, "recompute_param_aliases", spy_walk)
-    monkeypatch.setattr(fxcut.route.decide, "decide_with_budget", spy_decide)
+    monkeypatch.setattr(fxcut.route.decide, "decide_plan", spy_decide)
     return calls
 
 

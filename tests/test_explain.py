@@ -86,3 +86,26 @@ def test_unknown_and_removed_nodes_are_named():
         dead = gm.graph.call_function(torch.ops.aten.neg.default, (first,))
     with pytest.raises(UnknownNodeError, match="dead code"):
         explain_value(gm, dead.name, num_fwd_outputs=cap.num_fwd_outputs)
+
+
+@pytest.mark.parametrize("case, budget", [("gpt2", 1.0), ("llama", 0.5)])
+def test_a_partitions_own_route_explains_as_a_fresh_plan_does(case, budget):
+    """explain_routed reads the decision the partition carried out (no
+    second plan): every account equals explain_values' on a fresh copy."""
+    from fxcut.explain import explain_routed
+    from fxcut.partition import partition
+
+    cap = zoo.capture(case)
+    with functorch_config.patch(activation_memory_budget=budget):
+        done = partition(cap.fresh(), None, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+        fresh = explain_values(cap.fresh(), None, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    assert done.routed is not None
+    routed = explain_routed(done.routed)
+    assert [a["node"] for a in routed] == [a["node"] for a in fresh]
+    assert routed == fresh
+    saved = [a["node"] for a in routed if a["saved"]]
+    fw = done.modules[0]
+    output = next(iter(reversed(fw.graph.nodes)))
+    assert set(saved) == {n.name for n in output.args[0][cap.num_fwd_outputs:] if hasattr(n, "name")}
+    with pytest.raises(UnknownNodeError, match="no node named 'nope'"):
+        explain_routed(done.routed, ["nope"])

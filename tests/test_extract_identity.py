@@ -26,11 +26,12 @@ import zoo
 from extract_identity import both, signature
 from fxcut.torchrules.snapshot import copy_graph_module
 from fxcut.torchrules.extract import torch_modeled
+from fxcut.torchrules.versions import rules_or_nearest
 from random_joint import random_joint
 
 #: Whether fxcut's builder runs at all on this torch (elsewhere torch's passes
 #: build the modules and the comparisons are trivially equal).
-MODELED = torch_modeled()
+MODELED = torch_modeled(rules_or_nearest())
 
 CASES = sorted(zoo.CASES)
 LAZY = [False, True]

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from fxcut import _C
 from fxcut.route.lower import GraphArrays, _output_leaves, lower_structure
 from fxcut.torchrules.ops import zero3_facts
+from fxcut.torchrules.versions import rules_or_nearest
 
 aten = torch.ops.aten
 
@@ -701,7 +702,7 @@ def test_c_reader_takes_sequences_without_the_slow_path() -> None:
 
     g, nodes = _sequence_graph()
     facts = default_facts()
-    node_facts = _NodeFacts(facts, _ValueFacts(facts, True), True)
+    node_facts = _NodeFacts(facts, _ValueFacts(facts, True, rules_or_nearest()), True)
     slow: list[str] = []
     asked: list[type] = []
 

@@ -225,7 +225,7 @@ def test_the_public_entry_hands_an_fxcut_gap_to_torch(monkeypatch: pytest.Monkey
     """Through fxcut.route.guard, an ImportError inside fxcut (a gap of fxcut's,
     not a bad input) falls back to torch's partitioner with one warning: the
     same modules torch builds from the untouched graph."""
-    def fail() -> Any:
+    def fail(rules: Any) -> Any:
         raise ImportError("no offloading here")
 
     monkeypatch.setattr(fxcut.route.plan, "offloading_pass", fail)

@@ -34,14 +34,14 @@ def fresh_compile():
 def decisions(monkeypatch):
     """Every decision fxcut's C core makes during the test, as (nodes, saved) pairs."""
     made: list[tuple[int, int]] = []
-    decide = fxcut.route.decide.decide_with_budget  # every partition decides through it
+    decide = fxcut.route.decide.decide_plan  # every partition decides through it
 
     def spy(*args, **kwargs):
         chosen = decide(*args, **kwargs)
         made.append((len(chosen.decision.arrays), len(chosen.decision.saved)))
         return chosen
 
-    monkeypatch.setattr(fxcut.route.decide, "decide_with_budget", spy)
+    monkeypatch.setattr(fxcut.route.decide, "decide_plan", spy)
     return made
 
 

@@ -31,6 +31,7 @@ import torch
 import torch.fx as fx
 
 import fxcut
+import fxcut.torchrules.versions
 from fxcut import _C
 from fxcut.route.lower import GraphArrays, lower_for_partition
 from fxcut.torchrules.ops import default_facts
@@ -341,7 +342,7 @@ def _lower_read_cases() -> list[Case]:
     from fxcut.route.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
 
     facts = default_facts()
-    node_facts = _NodeFacts(facts, _ValueFacts(facts, True), True)
+    node_facts = _NodeFacts(facts, _ValueFacts(facts, True, fxcut.torchrules.versions.rules_or_nearest()), True)
     config = node_facts.reader_config()
     g = fx.Graph()
     x, t = g.placeholder("primals_1"), g.placeholder("tangents_1")

@@ -30,6 +30,7 @@ from fxcut.route.lower import lower_plan
 from fxcut.route.plan import make_plan
 from fxcut.route.lower import GraphArrays, lower_for_partition
 from fxcut.torchrules.ops import default_facts
+from fxcut.torchrules.versions import rules_or_nearest
 import small_graphs
 from memory_reference import reference_peaks, reference_saved_bytes
 from random_joint import random_joint
@@ -51,7 +52,8 @@ fidelity = pytest.mark.fidelity
 
 def _torch_modules(gm: fx.GraphModule, saved: list[fx.Node], nfo: int) -> tuple[fx.GraphModule, fx.GraphModule]:
     """torch's own extraction passes (not fxcut's builder) for ``saved``."""
-    return build.torch_build_modules(gm, extract.split_saved(saved), nfo, OrderedSet(), False, False)
+    return build.torch_build_modules(gm, extract.split_saved(saved), nfo, OrderedSet(), False, False,
+                                     rules_or_nearest())
 
 
 def _tangent_dependent(arrays: GraphArrays) -> list[bool]:

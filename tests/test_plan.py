@@ -13,6 +13,8 @@ from fxcut.route import guard
 from fxcut.torchrules import versions
 from fxcut.route.plan import make_plan
 from test_graph_untouched import State
+import zoo
+from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
 
 @pytest.fixture(autouse=True)
@@ -82,3 +84,54 @@ def test_an_objective_without_choose_saved_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="choose_saved"):
         fxcut.min_cut_rematerialization_partition(small_graphs.mm_relu_joint(), None, num_fwd_outputs=1,
                                                   objective=object())
+
+
+# --------------------------------------------------------------------------- the rules, looked up once
+
+
+def _count_rule_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every lookup of the running torch's rules (``versions.rules_for`` is
+    what ``current``, ``running`` and ``rules_or_nearest`` all ask), listed."""
+    calls: list[str] = []
+    real = versions.rules_for
+
+    def counting(version: str) -> Any:
+        calls.append(version)
+        return real(version)
+
+    monkeypatch.setattr(versions, "rules_for", counting)
+    return calls
+
+
+@pytest.mark.parametrize("budget", [1.0, 0.5, 0.0])
+def test_a_partition_looks_the_rules_up_once(monkeypatch: pytest.MonkeyPatch, budget: float) -> None:
+    """The guard looks the running torch's rules up; the plan carries them
+    and nothing below it asks again -- at budget 1, through the knapsack
+    (0.5) and at 0 -- and the result is still torch's."""
+    cap = zoo.capture("gpt2")
+    with config.patch(activation_memory_budget=budget):
+        expected = torch_partition(cap.fresh(), None, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+        calls = _count_rule_lookups(monkeypatch)
+        fw, bw = fxcut.min_cut_rematerialization_partition(cap.fresh(), None, num_fwd_outputs=cap.num_fwd_outputs,
+                                                           **cap.partition_kwargs)
+    assert len(calls) == 1, calls
+    assert (fw.code, bw.code) == (expected[0].code, expected[1].code)
+
+
+def test_a_planned_partition_looks_the_rules_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's objective (the peak planner, with its seed budgets' budget
+    passes) reads the plan's rules too."""
+    cap = zoo.capture("mlp")
+    fn = fxcut.planned_partitioner(0.5)
+    calls = _count_rule_lookups(monkeypatch)
+    fn(cap.fresh(), None, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    assert len(calls) == 1, calls
+    assert fn.planner.last is not None
+
+
+def test_the_lookup_counter_sees_every_kind_of_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_rule_lookups(monkeypatch)
+    versions.current()
+    versions.rules_or_nearest()
+    versions.running()
+    assert len(calls) == 3

@@ -114,7 +114,7 @@ def _reference_point(plan: Any, prob: PlanProblem, mask: bytes) -> tuple[int, in
     a = prob.arrays
     saved = [a.nodes[i] for i in range(len(a)) if prob.simulate(mask).saved[i]]
     fw, bw = build.torch_build_modules(plan.joint_module, extract.split_saved(saved), prob.num_fwd_outputs,
-                                       OrderedSet(), False, False)
+                                       OrderedSet(), False, False, plan.rules)
     fw_peak, bw_peak = reference_peaks(plan.joint_module, fw, bw)
     index = {node.name: i for i, node in enumerate(a.nodes)}
     dep = bytearray(len(a))  # tangent-dependent: the backward's own work, not recompute

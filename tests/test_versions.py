@@ -126,7 +126,7 @@ def test_the_named_builder_builds_the_modules(monkeypatch) -> None:
     fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
     assert guard.partition_counts() == {"fxcut": 1}
     named = versions.current().module_builder
-    assert fxcut.torchrules.extract.torch_modeled() == (named == versions.BUILDER_FXCUT)
+    assert fxcut.torchrules.extract.torch_modeled(versions.rules_or_nearest()) == (named == versions.BUILDER_FXCUT)
     assert len(calls) == (0 if named == versions.BUILDER_FXCUT else 1)
     # The modules are torch's either way.
     calls.clear()
@@ -339,11 +339,12 @@ def test_partial_region_budget_coverage_is_allowed_only_when_configured() -> Non
     g = fx.Graph()
     x = g.placeholder("x")
     op = g.call_function(aten.sin.default, (x,))
+    rules = versions.current()
     with pytest.raises(RuntimeError, match="must cover the entire forward"):
-        check_regions([0.5], [op], lambda n: True)
-    if "activation_memory_budget_require_full_coverage" not in versions.current().missing_config:
+        check_regions([0.5], [op], lambda n: True, rules)
+    if "activation_memory_budget_require_full_coverage" not in rules.missing_config:
         with functorch_config.patch(activation_memory_budget_require_full_coverage=False):
-            check_regions([0.5], [op], lambda n: True)
+            check_regions([0.5], [op], lambda n: True, rules)
 
 
 # --------------------------------------------------------------------------- the rules, on small graphs
@@ -439,8 +440,7 @@ def test_no_return_op_size_follows_the_release(monkeypatch) -> None:
     assert versions.RELEASES["2.13"].no_return_ops_take_no_memory and versions.RELEASES["2.15"].no_return_ops_take_no_memory
     for free, expected in ((False, _C.SIZE_UNKNOWN), (True, 0)):
         rules = dataclasses.replace(versions.current(), no_return_ops_take_no_memory=free)
-        monkeypatch.setattr(fxcut.route.lower, "rules_or_nearest", lambda r=rules: r)
-        _, nbytes = _ValueFacts(default_facts(), True)(node, 0)
+        _, nbytes = _ValueFacts(default_facts(), True, rules)(node, 0)
         assert nbytes == expected, free
 
 

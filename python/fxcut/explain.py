@@ -15,6 +15,7 @@ from typing import Any
 
 import torch.fx as fx
 
+from .partition import Routed
 from .route.decide import decide
 from .route.lower import lower_plan
 from .route.plan import Plan, make_plan
@@ -68,11 +69,25 @@ def explain_values(
     if plan is None:
         plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
                          static_lifetime_input_indices=static_lifetime_input_indices)
-    graph = plan.graph
-    num_fwd_outputs = plan.num_fwd_outputs
-    before = {n.name for n in graph.nodes}
+    before = {n.name for n in plan.graph.nodes}
     chosen, saved = partition_decision(plan)
-    index = {n.name: i for i, n in enumerate(chosen.decision.arrays.nodes) if n.op != "output"}
+    return _accounts(chosen, saved, plan.num_fwd_outputs, names, before)
+
+
+def explain_routed(routed: Routed, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """:func:`explain_values` for a partition already made: the accounts of
+    the decision its route carried out (:func:`fxcut.partition.partition`
+    returns it), without deciding again."""
+    return _accounts(routed.decision, routed.saved, routed.plan.num_fwd_outputs, names, set())
+
+
+def _accounts(chosen: BudgetDecision, saved: list[int], num_fwd_outputs: int, names: Sequence[str] | None,
+              before: set[str]) -> list[dict[str, Any]]:
+    """The accounts of ``names`` under ``chosen``; ``before``: the names of
+    the graph before dead-code elimination and CSE (to say why a name is
+    missing)."""
+    nodes = chosen.decision.arrays.nodes
+    index = {n.name: i for i, n in enumerate(nodes) if n.op != "output"}
     wanted = list(index) if names is None else list(names)
     for name in wanted:
         if name not in index and name in before:
@@ -89,4 +104,5 @@ def explain_values(
     return accounts(chosen, saved, num_fwd_outputs, [index[name] for name in wanted])
 
 
-__all__ = ["Placement", "UnknownNodeError", "explain_value", "explain_values", "partition_decision", "placement"]
+__all__ = ["Placement", "UnknownNodeError", "explain_routed", "explain_value", "explain_values", "partition_decision",
+           "placement"]

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import torch.fx as fx
 
 import fxcut._C as _C
-from .solve.budget import RuntimeEstimates, Solver, check_budget, decide_with_budget
+from .solve.budget import Solver, check_budget, check_estimator, check_solver
 from .solve.core import Decision
 from .route.lower import lower_plan
 from .route.plan import Plan, make_plan
@@ -111,14 +111,14 @@ def memory_pareto(
     if plan is None:
         plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
                          static_lifetime_input_indices=static_lifetime_input_indices, solver=solver)
-    graph = plan.graph
+    if any(0.0 < b < 1.0 for b in points_budgets):  # the plan checked them only for a budget of its own below 1
+        check_solver(plan.solver)
+        check_estimator(plan.estimator)
     arrays = lower_plan(plan)
-    estimates = RuntimeEstimates()
+    estimates = plan.estimates()
     points = []
     for b in points_budgets:
-        d = decide_with_budget(graph, b, num_fwd_outputs=plan.num_fwd_outputs,
-                               static_lifetime_input_indices=plan.static_indices, options=plan.options,
-                               arrays=arrays, estimates=estimates, solver=plan.solver)
+        d = plan.budget_pass(arrays, b, estimates)
         if d.stage == "no_backward":
             points.append(ParetoPoint(b, 0, 0.0, d.stage))
             continue

@@ -58,22 +58,54 @@ def min_cut_rematerialization_partition(
     does not apply then).  On any error the module is left exactly as it
     was (nodes, args, kwargs, meta, generated code).
     """
-    call = Call(joint_module, _joint_inputs, compiler, num_fwd_outputs, static_lifetime_input_indices)
+    return partition(joint_module, _joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
+                     static_lifetime_input_indices=static_lifetime_input_indices, verify=verify,
+                     allow_untested=allow_untested, objective=objective).modules
+
+
+class Partitioned(NamedTuple):
+    """A guarded partition: the modules, and the route that made them
+    (None where torch's partitioner decided: a fallback, an untested torch,
+    or verify mode's warn-only answer after a mismatch)."""
+
+    modules: PartitionResult
+    routed: Routed | None
+
+
+def partition(
+    joint_module: fx.GraphModule,
+    joint_inputs: Any,
+    compiler: str = "inductor",
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int] | None = None,
+    verify: Any = None,
+    allow_untested: bool | None = None,
+    objective: Objective | None = None,
+) -> Partitioned:
+    """:func:`min_cut_rematerialization_partition` with the route behind
+    its modules -- the plan and the decision -- for the tools that report
+    on a partition (the HTML page, the CLI) without planning it again."""
+    call = Call(joint_module, joint_inputs, compiler, num_fwd_outputs, static_lifetime_input_indices)
+    routed: Routed | None = None
     with Guard(call, verify=verify, allow_untested=allow_untested, default_plan=objective is None) as guard:
         if guard.fxcut_decides:
             plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
-                             static_lifetime_input_indices=static_lifetime_input_indices, objective=objective)
-            routed = route(plan, _joint_inputs)
+                             static_lifetime_input_indices=static_lifetime_input_indices, objective=objective,
+                             rules=guard.rules)
+            routed = route(plan, joint_inputs)
             guard.result, guard.decided = routed.modules, Decided(routed.decision, routed.saved)
     assert guard.result is not None
-    return guard.result
+    return Partitioned(guard.result, routed if routed is not None and guard.result is routed.modules else None)
 
 
 class Routed(NamedTuple):
-    """What the route made of one plan: the core's decision (torch's, under
-    the plan's budget), the saved node indices the modules were built from
-    (the objective's where the plan has one) and the modules."""
+    """What the route made of one plan: the plan, the core's decision
+    (torch's, under the plan's budget), the saved node indices the modules
+    were built from (the objective's where the plan has one) and the
+    modules."""
 
+    plan: Plan
     decision: BudgetDecision
     saved: list[int]
     modules: PartitionResult
@@ -86,7 +118,7 @@ def route(plan: Plan, joint_inputs: Any) -> Routed:
     joint module; the caller restores it if this raises.  For tools and
     benchmarks that need the decision behind the modules."""
     chosen, saved = decide(plan, lower_plan(plan))
-    return Routed(chosen, saved, build(plan, chosen, saved, joint_inputs))
+    return Routed(plan, chosen, saved, build(plan, chosen, saved, joint_inputs))
 
 
-__all__ = ["Routed", "min_cut_rematerialization_partition", "route"]
+__all__ = ["Partitioned", "Routed", "min_cut_rematerialization_partition", "partition", "route"]

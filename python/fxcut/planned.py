@@ -4,7 +4,7 @@
 route (guard -> plan -> lower -> decide -> build, :mod:`fxcut.partition`)
 makes torch's default decision, then asks the planner which values to save.
 The planner seeds the search with torch's own decisions at several budgets
-(:func:`fxcut.solve.budget.decide_with_budget`) and picks a point of the
+(:meth:`fxcut.route.plan.Plan.budget_pass`) and picks a point of the
 (peak, recompute) frontier the C search finds (:mod:`fxcut.solve.planner`).
 Everything else -- validation, DCE/CSE, tags, module building, fallback and
 restore on failure -- is the default route's.  Verify mode does not apply:
@@ -25,7 +25,7 @@ import torch.fx as fx
 from .partition import min_cut_rematerialization_partition
 from .route.plan import Plan
 from .solve import memory
-from .solve.budget import BudgetDecision, RuntimeEstimates, check_budget, decide_with_budget
+from .solve.budget import BudgetDecision, RuntimeEstimates, check_budget
 from .solve.planner import (DEFAULT_MAX_WORK, DEFAULT_SEED_BUDGETS, DEFAULT_TIME_LIMIT, Frontier, PlanProblem,
                             pick, region_groups, roles_for, saved_mask)
 from .solve.roles import plan_roles
@@ -106,9 +106,7 @@ class PeakPlanner:
         """The saved node indices (into ``decision.decision.arrays``) for
         the planned call ``plan`` whose default (budget 1) decision is
         ``decision``: :class:`fxcut.route.plan.Objective`'s hook."""
-        choice = self.plan(plan.joint_module, decision, num_fwd_outputs=plan.num_fwd_outputs,
-                           static_lifetime_input_indices=plan.static_indices)
-        return choice.saved
+        return self.plan(plan, decision).saved
 
     def problem(self, chosen: BudgetDecision, num_fwd_outputs: int,
                 estimates: RuntimeEstimates | None = None) -> PlanProblem:
@@ -119,28 +117,24 @@ class PeakPlanner:
         return PlanProblem(arrays, num_fwd_outputs, roles, memory.storage_of(arrays),
                            memory.node_flops(arrays, estimates), marks=marks)
 
-    def torch_seeds(self, graph: fx.Graph, chosen: BudgetDecision, num_fwd_outputs: int,
-                    static_lifetime_input_indices: list[int] | None,
-                    estimates: RuntimeEstimates) -> dict[float, list[int]]:
-        """torch's saved sets at the seed budgets (1.0: ``chosen``'s)."""
+    def torch_seeds(self, plan: Plan, chosen: BudgetDecision, estimates: RuntimeEstimates) -> dict[float, list[int]]:
+        """torch's saved sets at the seed budgets (1.0: ``chosen``'s), under
+        the plan's options, solver and estimator."""
         out = {1.0: list(chosen.saved)}
         for b in self.seed_budgets:
-            if b == 1.0:
-                continue
-            d = decide_with_budget(graph, b, num_fwd_outputs=num_fwd_outputs,
-                                   static_lifetime_input_indices=static_lifetime_input_indices,
-                                   arrays=chosen.decision.arrays, estimates=estimates)
-            out[b] = list(d.saved)
+            if b != 1.0:
+                out[b] = list(plan.budget_pass(chosen.decision.arrays, b, estimates).saved)
         return out
 
-    def plan(self, joint_module: fx.GraphModule, chosen: BudgetDecision, *, num_fwd_outputs: int,
-             static_lifetime_input_indices: list[int] | None = None) -> PlanChoice:
+    def plan(self, plan: Plan, chosen: BudgetDecision) -> PlanChoice:
+        """The plan for the planned call ``plan`` whose default (budget 1)
+        decision is ``chosen``."""
         t0 = time.perf_counter()
-        estimates = RuntimeEstimates()
+        estimates = plan.estimates()
+        num_fwd_outputs = plan.num_fwd_outputs
         prob = self.problem(chosen, num_fwd_outputs, estimates)
         n = len(prob.arrays)
-        seeds = self.torch_seeds(joint_module.graph, chosen, num_fwd_outputs, static_lifetime_input_indices,
-                                 estimates)
+        seeds = self.torch_seeds(plan, chosen, estimates)
         seed_masks = [saved_mask(n, s) for s in seeds.values()]
         # torch's points: the memory model on torch's own saved sets, not
         # through the plan's roles (which may only narrow what a plan does)
@@ -150,7 +144,7 @@ class PeakPlanner:
             log.warning("plan: torch's default decision simulates to %s under the plan's roles, %s as torch "
                         "made it", (torch_sim.peak_bytes, torch_sim.recompute_flops), torch_points[1.0])
         self.last_problem = prob
-        groups = region_groups(prob, self.memory_budget)
+        groups = region_groups(prob, self.memory_budget, plan.rules)
         current = seed_masks[0]
         lowest, points, exact, timed_out = torch_sim.peak_bytes, 0, True, False
         per_region: dict[float, int] = {}

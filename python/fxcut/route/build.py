@@ -21,10 +21,11 @@ import torch.fx as fx
 
 import fxcut._C as _C
 from ..torchrules import extract, prepare
-from ..solve.budget import BudgetDecision, decide_with_budget
+from ..solve.budget import BudgetDecision
 from ..solve.core import Decision
 from ..torchrules.ops import is_rng_node
 from .lower import lower_for_partition
+from ..torchrules.versions import Rules
 from .plan import Plan, offloading_pass
 
 log = logging.getLogger("fxcut")
@@ -57,10 +58,8 @@ def build(plan: Plan, chosen: BudgetDecision, saved: list[int], joint_inputs: An
         if plan.objective is not None:
             raise
         log.error("fxcut: DCE/CSE plan diverged from the graph; deciding again on the graph as it is")
-        arrays = lower_for_partition(joint_module.graph, plan.facts, impure_random=plan.impure_random)
-        chosen = decide_with_budget(joint_module.graph, plan.budget, num_fwd_outputs=plan.num_fwd_outputs,
-                                    static_lifetime_input_indices=plan.static_indices, options=plan.options,
-                                    solver=plan.solver, arrays=arrays)
+        chosen = plan.budget_pass(lower_for_partition(joint_module.graph, plan.facts, rules=plan.rules,
+                                                      impure_random=plan.impure_random))
         saved_values = chosen.saved_nodes
     joint_graph = joint_module.graph
     if chosen.stage == "knapsack" and rules.config("visualize_memory_budget_pareto"):
@@ -82,15 +81,9 @@ def build(plan: Plan, chosen: BudgetDecision, saved: list[int], joint_inputs: An
         )
 
     _log_decision(decision, chosen.seconds, budget=chosen.budget, stage=chosen.stage)
-    if getattr(_functorch_config(), "_sync_decision_cross_ranks", False):
+    if rules.config("_sync_decision_cross_ranks"):
         saved_values = tp._sync_decision_cross_ranks(joint_graph, saved_values)
     return build_modules(plan, saved_values, static_nodes, has_recomputable, has_recomputable_rng)
-
-
-def _functorch_config() -> Any:
-    from torch._functorch import config
-
-    return config
 
 
 def _log_decision(decision: Decision, seconds: dict[str, float], *, budget: float, stage: str) -> None:
@@ -129,18 +122,20 @@ def build_modules(plan: Plan, saved_values: list[fx.Node], static_nodes: Any, ha
     or torch's passes for the graphs that builder leaves to them."""
     saved = extract.split_saved(saved_values)
     if not (has_recomputable and has_recomputable_rng):
-        built = extract.build_modules(plan.joint_module, saved, plan.num_fwd_outputs, static_nodes)
+        built = extract.build_modules(plan.joint_module, saved, plan.num_fwd_outputs, static_nodes, plan.rules,
+                                      impure_random=plan.impure_random)
         if built is not None:
             return built
     return torch_build_modules(plan.joint_module, saved, plan.num_fwd_outputs, static_nodes, has_recomputable,
-                               has_recomputable_rng)
+                               has_recomputable_rng, plan.rules)
 
 
 def torch_build_modules(joint_module: fx.GraphModule, saved: extract.SavedValues, num_fwd_outputs: int,
-                        static_nodes: Any, has_recomputable: bool, has_recomputable_rng: bool
+                        static_nodes: Any, has_recomputable: bool, has_recomputable_rng: bool, rules: Rules
                         ) -> PartitionResult:
     """torch's own module extraction and the passes after it (the reference
-    :mod:`fxcut.torchrules.extract` is tested against)."""
+    :mod:`fxcut.torchrules.extract` is tested against), as the release of
+    ``rules`` runs them."""
     from torch._functorch import partitioners as tp
 
     fw_module, bw_module = tp._extract_fwd_bwd_modules(
@@ -156,8 +151,8 @@ def torch_build_modules(joint_module: fx.GraphModule, saved: extract.SavedValues
             joint_module, fw_module, bw_module, len(saved.sym)
         )
     bw_module = tp.reordering_to_mimic_autograd_engine(bw_module)
-    if _functorch_config().enable_activation_offloading:
-        offloading_pass()(fw_module, bw_module, num_fwd_outputs, static_nodes)
+    if rules.config("enable_activation_offloading"):
+        offloading_pass(rules)(fw_module, bw_module, num_fwd_outputs, static_nodes)
     fw_module = tp.raise_getitems(fw_module)  # type: ignore[attr-defined]
     bw_module = tp.raise_getitems(bw_module)  # type: ignore[attr-defined]
     fw_module = tp.thread_graphsafe_rng_from_hops(fw_module, is_backward=False)

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import fxcut._C as _C
 from ..solve.arrays import GraphArrays
-from ..solve.budget import BudgetDecision, check_regions, decide_with_budget
+from ..solve.budget import BudgetDecision, check_regions
 from ..solve.roles import plan_roles
 from .plan import Plan
 
@@ -44,12 +44,9 @@ def decide_plan(plan: Plan, arrays: GraphArrays) -> BudgetDecision:
     cutting.  Raises NotImplementedError for a graph shape the core does not
     model (the guard hands such a graph to torch)."""
     graph = plan.graph
-    common: dict[str, Any] = {
-        "num_fwd_outputs": plan.num_fwd_outputs, "static_lifetime_input_indices": plan.static_indices,
-        "options": plan.options, "arrays": arrays, "solver": plan.solver,
-    }
+    estimates = plan.estimates()
     if plan.regions:
-        probe = decide_with_budget(graph, 0.0, **common)
+        probe = plan.budget_pass(arrays, 0.0, estimates)
         if probe.stage != "no_backward":
             fw = probe.decision.node_class
             check_regions(
@@ -58,8 +55,9 @@ def decide_plan(plan: Plan, arrays: GraphArrays) -> BudgetDecision:
                 lambda n: n.graph is not graph
                 or (n in arrays.index and n.op == "call_function"
                     and bool(fw[arrays.index[n]] & _C.C_REQUIRED_FW)),
+                plan.rules,
             )
-    return decide_with_budget(graph, plan.budget, **common)
+    return plan.budget_pass(arrays, estimates=estimates)
 
 
 

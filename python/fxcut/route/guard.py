@@ -312,12 +312,14 @@ def torch_partition(
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
+    fx_internals: versions.FxInternals | None = None,
 ) -> PartitionResult:
     """The one hand-off to torch: torch's own partitioner
     (:func:`torchs_own_min_cut`) on ``joint_module``, which is restored
-    exactly as it was if torch's partitioner raises."""
+    exactly as it was if torch's partitioner raises (``fx_internals``: the
+    running release's, looked up when None)."""
     partition = torchs_own_min_cut()
-    snapshot = ModuleSnapshot(joint_module) if isinstance(joint_module, fx.GraphModule) else None
+    snapshot = ModuleSnapshot(joint_module, fx_internals) if isinstance(joint_module, fx.GraphModule) else None
     try:
         return partition(joint_module, joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
                          static_lifetime_input_indices=static_lifetime_input_indices)
@@ -357,10 +359,12 @@ class Call:
     num_fwd_outputs: int
     static_lifetime_input_indices: list[int] | None
 
-    def to_torch(self, joint_module: fx.GraphModule | None = None) -> PartitionResult:
+    def to_torch(self, joint_module: fx.GraphModule | None = None,
+                 fx_internals: versions.FxInternals | None = None) -> PartitionResult:
         return torch_partition(
             self.joint_module if joint_module is None else joint_module, self.joint_inputs, self.compiler,
             num_fwd_outputs=self.num_fwd_outputs, static_lifetime_input_indices=self.static_lifetime_input_indices,
+            fx_internals=fx_internals,
         )
 
 
@@ -392,6 +396,9 @@ class Guard:
         #: the route's decision behind ``result`` (verify mode explains a mismatch with it)
         self.decided: Decided | None = None
         self.fxcut_decides = False
+        #: the running torch's rules (the nearest release's on an untested
+        #: torch), looked up once on entry: the plan takes them from here
+        self.rules: versions.Rules | None = None
         self._outcome = ""
         self._reason = ""
         self._snapshot: ModuleSnapshot | None = None
@@ -399,7 +406,8 @@ class Guard:
 
     def __enter__(self) -> Guard:
         joint_module = self.call.joint_module
-        if versions.current() is None and not _allow_untested(self.allow_untested):
+        self.rules, tested = versions.running()
+        if not tested and not _allow_untested(self.allow_untested):
             version = versions.installed_version()
             _warn_once(
                 "untested",
@@ -411,11 +419,11 @@ class Guard:
             self._outcome = "torch_untested"
             return self
         if isinstance(joint_module, fx.GraphModule):
-            reason = unmodelled_feature(joint_module, versions.rules_or_nearest())
+            reason = unmodelled_feature(joint_module, self.rules)
             if reason is not None:
                 self._outcome, self._reason = "torch_unmodelled", reason
                 return self
-            self._snapshot = ModuleSnapshot(joint_module)
+            self._snapshot = ModuleSnapshot(joint_module, self.rules.fx_internals)
             if self.mode is not None:
                 self._pristine = copy_graph_module(joint_module)
         self.fxcut_decides = True
@@ -434,7 +442,7 @@ class Guard:
             if self._reason:
                 note_fallback(self._reason)
             _count(self._outcome)
-            self.result = self.call.to_torch()
+            self.result = self.call.to_torch(fx_internals=self._fx_internals())
             return True
         if self._pristine is None:
             _count("fxcut")
@@ -442,13 +450,16 @@ class Guard:
         self.result = self._verified(self._pristine)
         return False
 
+    def _fx_internals(self) -> versions.FxInternals | None:
+        return None if self.rules is None else self.rules.fx_internals
+
     def _verified(self, pristine: fx.GraphModule) -> PartitionResult:
         """fxcut's result (in ``self.result``) checked against torch's own
         partitioner on the pristine copy of the joint graph."""
         got = self.result
         assert got is not None
         try:
-            expected = self.call.to_torch(copy_graph_module(pristine))
+            expected = self.call.to_torch(copy_graph_module(pristine), self._fx_internals())
         except BaseException:
             if self._snapshot is not None:
                 self._snapshot.restore()  # as torch's error would leave it: fxcut's changes undone

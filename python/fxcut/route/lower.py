@@ -25,7 +25,7 @@ from ..solve.arrays import KIND_OF_OP, TAG_OF_POLICY, GraphArrays
 from ..torchrules.ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, dce_impure_random, default_facts,
                               invoke_subgraph_has_effects, is_cast_op, is_impure, must_be_in_backward, object_nbytes,
                               tensor_nbytes, triton_wrapper_op, value_nbytes)
-from ..torchrules.versions import rules_or_nearest
+from ..torchrules.versions import Rules, rules_or_nearest
 
 if TYPE_CHECKING:
     from .plan import Plan
@@ -310,13 +310,12 @@ class _ValueFacts:
     the flag bits torch's checks on ``meta["val"]`` give, and the byte size
     torch's ``_size_of`` computes (SIZE_UNKNOWN where it would raise)."""
 
-    def __init__(self, facts: TargetFacts, impure_random: bool) -> None:
+    def __init__(self, facts: TargetFacts, impure_random: bool, rules: Rules) -> None:
         self.facts = facts
         self.impure_random = impure_random
         self.sym_types = py_sym_types
         self.free_types = (BackwardState, FakeScriptObject)
         self.script_types = (torch.ScriptObject, FakeScriptObject)
-        rules = rules_or_nearest()
         self.script_objects_free = bool(rules.config("unsafe_treat_script_objects_as_zero_size"))
         self.no_return_ops_free = rules.no_return_ops_take_no_memory
         self.assert_scalar = torch.ops.aten._assert_scalar.default
@@ -410,13 +409,15 @@ def lower_for_partition(
     removed: set[fx.Node] | None = None,
     replace: dict[fx.Node, fx.Node] | None = None,
     use_c: bool = True,
+    rules: Rules | None = None,
 ) -> GraphArrays:
     """Everything the partition decision reads: structure, target flags,
     per-node value facts, tags, ac_graph_id and byte sizes -- of the graph
-    as it will be once ``removed`` nodes are gone and ``replace`` applied."""
+    as it will be once ``removed`` nodes are gone and ``replace`` applied.
+    ``rules``: the running release's (the plan's; looked up when None)."""
     start = time.perf_counter()
     arrays = _lower(
-        graph, facts, value_facts=_ValueFacts(facts, impure_random), with_meta=True,
+        graph, facts, value_facts=_ValueFacts(facts, impure_random, rules or rules_or_nearest()), with_meta=True,
         removed=removed, replace=replace, use_c=use_c,
     )
     arrays.seconds = time.perf_counter() - start
@@ -428,7 +429,7 @@ def lower_plan(plan: Plan) -> GraphArrays:
     as the planned dead-code elimination and CSE will leave it (the graph
     itself is not modified)."""
     return lower_for_partition(plan.graph, plan.facts, impure_random=plan.impure_random,
-                               removed=plan.prep.removed, replace=plan.prep.replace)
+                               removed=plan.prep.removed, replace=plan.prep.replace, rules=plan.rules)
 
 
 def lower_graph(graph: fx.Graph) -> GraphArrays:

@@ -21,18 +21,18 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import torch.fx as fx
 
-from ..solve.arrays import KIND_OF_OP
+from ..solve.arrays import KIND_OF_OP, GraphArrays
+from ..solve.budget import (BudgetDecision, Estimator, RuntimeEstimates, Solver, budget_pass, check_budget,
+                            check_estimator, check_solver, legacy_budget, region_budgets)
 from ..solve.core import MinCutOptions
 from ..torchrules import prepare
 from ..torchrules.ops import TargetFacts, dce_impure_random, default_facts
 from ..torchrules.versions import Rules, rules_or_nearest
 
-if TYPE_CHECKING:
-    from ..solve.budget import BudgetDecision, Solver
 
 
 class Objective(Protocol):
@@ -68,6 +68,8 @@ class Plan:
     budget: float
     #: ``config.activation_memory_budget_solver`` (or the caller's)
     solver: Solver
+    #: ``config.activation_memory_budget_runtime_estimator`` (checked when the budget is below 1)
+    estimator: Estimator
     #: region budget values and the nodes without one (checked once the
     #: forward is known)
     regions: list[float]
@@ -84,6 +86,21 @@ class Plan:
     def graph(self) -> fx.Graph:
         return self.joint_module.graph
 
+    def estimates(self) -> RuntimeEstimates:
+        """A runtime-estimate cache under the plan's estimator."""
+        return RuntimeEstimates(self.estimator)
+
+    def budget_pass(self, arrays: GraphArrays, budget: float | None = None,
+                    estimates: RuntimeEstimates | None = None) -> BudgetDecision:
+        """torch's budget pass over the plan's graph lowered as ``arrays``,
+        under the plan's options, solver, estimator and rules (all checked
+        when the plan was made); ``budget``: another budget than the plan's
+        (in [0, 1]: the caller checked it), for the budget sweeps."""
+        return budget_pass(self.graph, self.budget if budget is None else budget, arrays=arrays,
+                           num_fwd_outputs=self.num_fwd_outputs, static_lifetime_input_indices=self.static_indices,
+                           options=self.options, solver=self.solver, rules=self.rules,
+                           estimates=estimates if estimates is not None else self.estimates())
+
 
 def make_plan(
     joint_module: fx.GraphModule,
@@ -93,12 +110,14 @@ def make_plan(
     objective: Objective | None = None,
     budget: float | None = None,
     solver: Solver | None = None,
+    rules: Rules | None = None,
 ) -> Plan:
     """Validate one partition call and plan it (reads the config now, as
     torch does at call time; writes nothing).  ``budget`` / ``solver``:
     override the resolved budget and the configured solver (the Pareto
-    sweep's budgets)."""
-    from ..solve.budget import check_budget, check_estimator, check_solver
+    sweep's budgets).  ``rules``: the running torch's rules, as the guard
+    looked them up (looked up here when None); every step after the plan
+    reads ``plan.rules``."""
 
     if not isinstance(joint_module, fx.GraphModule):
         raise TypeError(
@@ -111,40 +130,40 @@ def make_plan(
     static_indices = check_static_indices(static_lifetime_input_indices)
     graph = joint_module.graph
     check_nodes(graph)
-    rules = rules_or_nearest()
+    if rules is None:
+        rules = rules_or_nearest()
     if rules.config("enable_activation_offloading"):
-        offloading_pass()  # an import that fails, fails before any write
-    resolved, regions, unannotated = resolve_budget(joint_module)
+        offloading_pass(rules)  # an import that fails, fails before any write
+    resolved, regions, unannotated = resolve_budget(joint_module, rules)
     if objective is not None:
         # The objective owns the budget (region budgets included): the core
         # makes torch's default decision, which the objective starts from.
         resolved, regions, unannotated = 1.0, [], []
     resolved = check_budget(resolved if budget is None else budget)
     solver = rules.config("activation_memory_budget_solver") if solver is None else solver
-    if 0.0 < resolved < 1.0:
+    estimator = rules.config("activation_memory_budget_runtime_estimator")
+    if 0.0 < resolved < 1.0 or objective is not None:  # an objective may run budget passes at any budget
         check_solver(solver)
-        check_estimator(rules.config("activation_memory_budget_runtime_estimator"))
-    options = MinCutOptions.from_config()
+        check_estimator(estimator)
+    options = MinCutOptions.from_config(rules)
     facts = default_facts()
     impure_random = dce_impure_random()
     prep = prepare.plan(graph, facts, cse=bool(rules.config("cse")), impure_random=impure_random,
                         rules=rules, num_fwd_outputs=num_fwd_outputs)
-    return Plan(joint_module, num_fwd_outputs, static_indices, rules, options, resolved, solver, regions,
+    return Plan(joint_module, num_fwd_outputs, static_indices, rules, options, resolved, solver, estimator, regions,
                 unannotated, prep, facts, impure_random, objective)
 
 
-def resolve_budget(joint_module: fx.GraphModule) -> tuple[float, list[float], list[fx.Node]]:
+def resolve_budget(joint_module: fx.GraphModule, rules: Rules) -> tuple[float, list[float], list[fx.Node]]:
     """The memory budget as torch resolves it, in increasing precedence:
     the config, the first float ``meta["memory_budget"]``, a region
     annotation.  Also the region values and unannotated nodes, for
     :func:`fxcut.solve.budget.check_regions` once the forward is known."""
-    from ..solve.budget import legacy_budget, region_budgets
-
-    budget = rules_or_nearest().config("activation_memory_budget")
+    budget = rules.config("activation_memory_budget")
     legacy = legacy_budget(joint_module.graph)
     if legacy is not None:
         budget = legacy
-    regions, unannotated = region_budgets(joint_module)
+    regions, unannotated = region_budgets(joint_module, rules)
     for value in regions:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
             raise ValueError(
@@ -189,9 +208,9 @@ def check_static_indices(indices: Any) -> list[int]:
     return values
 
 
-def offloading_pass() -> Any:
+def offloading_pass(rules: Rules) -> Any:
     """torch's activation offloading pass (``config.enable_activation_offloading``)."""
-    module = importlib.import_module(rules_or_nearest().offloading_module)
+    module = importlib.import_module(rules.offloading_module)
     pass_: Any = module.enable_activation_offloading
     return pass_
 

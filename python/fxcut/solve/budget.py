@@ -41,14 +41,16 @@ import fxcut._C as _C
 from .core import Decision, MinCutOptions, budget_plan, decide
 from .knapsack import SOLVERS, KnapsackChoice, solve
 from .arrays import GraphArrays
-from ..torchrules.versions import rules_or_nearest
+from ..torchrules.versions import Rules, rules_or_nearest
 
 if TYPE_CHECKING:  # both import inductor (seconds): at run time only when a budget below 1 needs them
     from torch._functorch.partitioners import NodeInfo
-    from torch._inductor.custom_graph_pass import CustomKnapsackSolver
+    from torch._inductor.custom_graph_pass import CustomKnapsackSolver, CustomRuntimeEstimator
 
 #: ``activation_memory_budget_solver``: a name (fxcut's solvers and torch's) or torch's custom solver.
 Solver: TypeAlias = "str | CustomKnapsackSolver"
+#: ``activation_memory_budget_runtime_estimator``: a name in :data:`ESTIMATORS` or torch's custom estimator.
+Estimator: TypeAlias = "str | CustomRuntimeEstimator"
 
 STAGES: dict[int, str] = {
     _C.STAGE_NO_BACKWARD: "no_backward",
@@ -113,12 +115,12 @@ def legacy_budget(graph: fx.Graph) -> float | None:
     return None
 
 
-def region_budgets(joint_module: fx.GraphModule) -> tuple[list[float], list[fx.Node]]:
+def region_budgets(joint_module: fx.GraphModule, rules: Rules) -> tuple[list[float], list[fx.Node]]:
     """``region_activation_memory_budget`` annotations of the joint graph and
     of the subgraph modules under it (distinct values, in order), and the
     annotated graph's nodes without one (torch requires full coverage of the
     forward; the caller filters these by its classification)."""
-    if not rules_or_nearest().region_memory_budgets:
+    if not rules.region_memory_budgets:
         return [], []
     from torch.fx.traceback import _get_memory_budget_annotation
 
@@ -143,7 +145,8 @@ def region_budgets(joint_module: fx.GraphModule) -> tuple[list[float], list[fx.N
     return values, unannotated
 
 
-def check_regions(values: list[float], unannotated: list[fx.Node], is_forward_op: Callable[[fx.Node], bool]) -> None:
+def check_regions(values: list[float], unannotated: list[fx.Node], is_forward_op: Callable[[fx.Node], bool],
+                  rules: Rules) -> None:
     """torch's rules for region budgets: one value per joint graph, covering
     every forward op (nodes of subgraph modules count as forward ops)."""
     # The key phrases ("conflicting budgets within a single joint graph",
@@ -155,7 +158,7 @@ def check_regions(values: list[float], unannotated: list[fx.Node], is_forward_op
             f"joint graph (including nested subgraphs): {sorted(values)}; one joint graph takes one "
             "budget, so put a graph break between regions of different budgets"
         )
-    if values and rules_or_nearest().config("activation_memory_budget_require_full_coverage"):
+    if values and rules.config("activation_memory_budget_require_full_coverage"):
         missing = [n for n in unannotated if is_forward_op(n)]
         if missing:
             raise RuntimeError(
@@ -231,27 +234,24 @@ def _signature(value: Any) -> Any:
 
 class RuntimeEstimates:
     """Per-node runtime estimates, as torch's ``estimate_runtime`` gives them
-    under the configured estimator.  ``"flops"`` depends only on the op and
-    its arguments' shapes, so equal signatures share one estimate (a model
-    of 48 equal layers is estimated once per layer shape); ``"profile"`` and
-    custom estimators are asked per node, as torch asks them."""
+    under ``estimator`` (the plan's, checked once by the caller).
+    ``"flops"`` depends only on the op and its arguments' shapes, so equal
+    signatures share one estimate (a model of 48 equal layers is estimated
+    once per layer shape); ``"profile"`` and custom estimators are asked per
+    node, as torch asks them."""
 
-    def __init__(self) -> None:
+    def __init__(self, estimator: Estimator = "flops") -> None:
+        self.estimator = estimator
         self._by_signature: dict[Any, float] = {}
         self.calls = 0
 
     def __call__(self, nodes: Sequence[fx.Node]) -> list[float]:
-        # torch's estimators live in its partitioner, which imports inductor (seconds):
-        # only when a budget below 1 needs them (``import fxcut`` does not import inductor).
-        from torch._functorch import partitioners as tp
-
-        mode = config.activation_memory_budget_runtime_estimator
-        check_estimator(mode)
+        mode = self.estimator
         if mode == "testing":
             return [1] * len(nodes)
         if mode != "flops":
             self.calls += len(nodes)
-            return [tp.estimate_runtime(node) for node in nodes]
+            return [self._estimate(node) for node in nodes]
         out = []
         for node in nodes:
             try:
@@ -263,11 +263,22 @@ class RuntimeEstimates:
                 out.append(self._by_signature[key])
                 continue
             self.calls += 1
-            value = tp.estimate_runtime(node)
+            value = self._estimate(node)
             if key is not None:
                 self._by_signature[key] = value
             out.append(value)
         return out
+
+    def _estimate(self, node: fx.Node) -> float:
+        # torch's estimators live in its partitioner, which imports inductor (seconds):
+        # only when a budget below 1 needs them (``import fxcut`` does not import inductor).
+        from torch._functorch import partitioners as tp
+
+        if config.activation_memory_budget_runtime_estimator == self.estimator:
+            return float(tp.estimate_runtime(node))
+        # torch's estimate_runtime reads its mode from the config: this object's mode for this call.
+        with config.patch(activation_memory_budget_runtime_estimator=self.estimator):
+            return float(tp.estimate_runtime(node))
 
 
 # --------------------------------------------------------------------------- the decision
@@ -353,19 +364,45 @@ def decide_with_budget(
     arrays: GraphArrays,
     estimates: RuntimeEstimates | None = None,
     solver: Solver | None = None,
+    rules: Rules | None = None,
 ) -> BudgetDecision:
     """The budget pass over ``graph`` (read only), lowered as ``arrays``
-    (one lowering serves every budget).  ``estimates``: a runtime cache to
-    share across calls; ``solver``: overrides
-    ``config.activation_memory_budget_solver``."""
-    rules = rules_or_nearest()
+    (one lowering serves every budget), for a caller without a plan: the
+    budget, the solver and the estimator checked here; ``options``, ``solver``
+    and the estimator from the config of ``rules`` (the running torch's,
+    looked up when None) unless given.  ``estimates``: a runtime cache to
+    share across calls.  The route's decide step has all of this checked in
+    its plan already and calls :func:`budget_pass`."""
+    rules = rules or rules_or_nearest()
     budget = check_budget(budget)
     solver = rules.config("activation_memory_budget_solver") if solver is None else solver
+    if estimates is None:
+        estimates = RuntimeEstimates(rules.config("activation_memory_budget_runtime_estimator"))
     if 0.0 < budget < 1.0:
         check_solver(solver)
-        check_estimator(rules.config("activation_memory_budget_runtime_estimator"))
-    opts = options or MinCutOptions.from_config()
-    statics = list(static_lifetime_input_indices or [])
+        check_estimator(estimates.estimator)
+    return budget_pass(graph, budget, arrays=arrays, num_fwd_outputs=num_fwd_outputs,
+                       static_lifetime_input_indices=list(static_lifetime_input_indices or []),
+                       options=options or MinCutOptions.from_config(rules), solver=solver, rules=rules,
+                       estimates=estimates)
+
+
+def budget_pass(
+    graph: fx.Graph,
+    budget: float,
+    *,
+    arrays: GraphArrays,
+    num_fwd_outputs: int,
+    static_lifetime_input_indices: list[int],
+    options: MinCutOptions,
+    solver: Solver,
+    rules: Rules,
+    estimates: RuntimeEstimates,
+) -> BudgetDecision:
+    """torch's budget pass (module docstring) over ``graph`` lowered as
+    ``arrays``, with every input already checked (budget in [0, 1], a known
+    solver and estimator): nothing is looked up or checked again."""
+    opts, statics = options, static_lifetime_input_indices
     t1 = time.perf_counter()
     mask = input_storage_mask(arrays) if 0.0 < budget < 1.0 else None
     t2 = time.perf_counter()
@@ -398,7 +435,6 @@ def decide_with_budget(
         return result
     nodes = arrays.nodes
     candidate_nodes = [nodes[i] for i in result.candidates]
-    estimates = estimates if estimates is not None else RuntimeEstimates()
     result.runtimes = estimates(candidate_nodes)
     t4 = time.perf_counter()
     result.knapsack = _knapsack(
@@ -420,6 +456,6 @@ def decide_with_budget(
 
 
 __all__ = [
-    "BudgetDecision", "ESTIMATORS", "RuntimeEstimates", "STAGES", "check_budget", "check_estimator",
-    "check_regions", "check_solver", "decide_with_budget", "input_storage_mask",
+    "BudgetDecision", "ESTIMATORS", "Estimator", "RuntimeEstimates", "STAGES", "Solver", "budget_pass", "check_budget",
+    "check_estimator", "check_regions", "check_solver", "decide_with_budget", "input_storage_mask",
 ]

@@ -63,9 +63,10 @@ class MinCutOptions:
     max_dist_from_bw: int
 
     @classmethod
-    def from_config(cls) -> MinCutOptions:
-        """Read ``torch._functorch.config`` now, as torch does at call time."""
-        config = _ConfigView(rules_or_nearest())
+    def from_config(cls, rules: Rules) -> MinCutOptions:
+        """Read ``torch._functorch.config`` now, as torch does at call time,
+        as the release of ``rules`` reads it."""
+        config = _ConfigView(rules)
         opts = cls(
             ban_if_used_far_apart=bool(config.ban_recompute_used_far_apart),
             ban_if_long_fusible_chains=bool(config.ban_recompute_long_fusible_chains),
@@ -286,7 +287,7 @@ def decide(
     """
     if not isinstance(arrays, GraphArrays):
         raise TypeError(f"decide() takes the lowered graph (GraphArrays), got {type(arrays).__name__}")
-    opts = options or MinCutOptions.from_config()
+    opts = options or MinCutOptions.from_config(rules_or_nearest())
     t1 = time.perf_counter()
     t0 = t1 - arrays.seconds
     args = _core_args(arrays, num_fwd_outputs, list(static_lifetime_input_indices or []))

@@ -73,20 +73,18 @@ def node_flops(arrays: GraphArrays, estimates: RuntimeEstimates | None = None) -
     op, as torch counts it), through :class:`fxcut.solve.budget.RuntimeEstimates`
     (memoised per op signature); 0 for placeholders, get_attr, getitems, the
     output, and an op the estimator cannot replay on its fake values (its
-    exception swallowed: torch's knapsack never asks those)."""
-    from torch._functorch import config
-
-    est = estimates if estimates is not None else RuntimeEstimates()
+    exception swallowed: torch's knapsack never asks those).  ``estimates``:
+    a cache to share, used when its estimator is ``"flops"``."""
+    est = estimates if estimates is not None and estimates.estimator == "flops" else RuntimeEstimates("flops")
     out = array("q", bytes(8 * len(arrays)))
-    with config.patch(activation_memory_budget_runtime_estimator="flops"):
-        for i, node in enumerate(arrays.nodes):
-            if node.op != "call_function" or node.target is operator.getitem:
-                continue
-            try:
-                (value,) = est([node])
-            except Exception:  # an op the flop counter cannot replay (torch's knapsack never asks it)
-                value = 0
-            out[i] = max(0, int(value))
+    for i, node in enumerate(arrays.nodes):
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        try:
+            (value,) = est([node])
+        except Exception:  # an op the flop counter cannot replay (torch's knapsack never asks it)
+            value = 0
+        out[i] = max(0, int(value))
     return out
 
 

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import fxcut._C as _C
 from . import core, memory
+from ..torchrules.versions import Rules
 from .arrays import GraphArrays
 
 DEFAULT_SEED_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
@@ -126,11 +127,12 @@ def pick(frontier: Frontier, budget: float, torch_peak: int) -> int:
     return k
 
 
-def region_groups(prob: PlanProblem, default: float) -> list[tuple[float, list[int]]]:
+def region_groups(prob: PlanProblem, default: float, rules: Rules) -> list[tuple[float, list[int]]]:
     """The FREE nodes grouped by their region budget (``default`` where
-    none), groups in the graph order of their first node."""
+    none, and everywhere on a release without region budgets), groups in
+    the graph order of their first node."""
     by_budget: dict[float, list[int]] = {}
-    annotation = _annotation_reader()
+    annotation = _annotation_reader() if rules.region_memory_budgets else None
     for i, node in enumerate(prob.arrays.nodes):
         if prob.roles[i] != _C.PLAN_ROLE_FREE:
             continue
@@ -143,10 +145,8 @@ def region_groups(prob: PlanProblem, default: float) -> list[tuple[float, list[i
 
 
 def _annotation_reader() -> Any:
-    try:
-        from torch.fx.traceback import _get_memory_budget_annotation
-    except ImportError:  # torch 2.12: no region budgets
-        return None
+    from torch.fx.traceback import _get_memory_budget_annotation
+
     return _get_memory_budget_annotation
 
 

@@ -265,7 +265,7 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
     from torch._functorch import config as functorch_config
     from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
 
-    from ..partition import min_cut_rematerialization_partition as fxcut_partition
+    from ..partition import partition
     from ..torchrules.ops import value_nbytes
     from .report import Comparison, Zero3Summary, summarize
     from ..zero3 import recompute_param_aliases
@@ -273,12 +273,21 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
     if args.budget is not None and not 0 <= args.budget <= 1:
         raise UsageError(f"--budget {args.budget} must be between 0 and 1")
     plan_budget = getattr(args, "plan_budget", None)
+    objective = None
     if plan_budget is not None:
         if not 0 <= plan_budget <= 1:
             raise UsageError(f"--plan-budget {plan_budget} must be between 0 and 1")
-        from ..planned import planned_partitioner
+        from ..planned import PeakPlanner
 
-        fxcut_partition = planned_partitioner(plan_budget)
+        objective = PeakPlanner(plan_budget)
+    routes: list[Any] = []
+
+    def fxcut_partition(gm: Any, joint_inputs: Any, **kwargs: Any) -> Any:
+        # The route behind the modules is kept: the HTML page draws it (no second plan).
+        done = partition(gm, joint_inputs, objective=objective, **kwargs)
+        routes[:] = [done.routed]
+        return done.modules
+
     if captured is None:
         captured = _capture(args)
     budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
@@ -295,6 +304,7 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
     # their first call (fxcut computes per-op facts on first sight).
     run(fxcut_partition, args.zero3)
     fw, bw, seconds, tagged = run(fxcut_partition, args.zero3)
+    routed = routes[0]
     ours = summarize(fw, bw, captured.num_fwd_outputs, seconds)
     theirs = same_saved = same_graphs = None
     if not args.no_torch:
@@ -334,6 +344,7 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
         joint_nodes=captured.num_nodes,
         extra={"model": args.module or args.model, "parameters": len(captured.param_indices),
                **({"plan_budget": plan_budget} if plan_budget is not None else {})},
+        routed=routed,
     )
 
 
@@ -375,37 +386,36 @@ def print_comparison(cmp: Any, out: Any = None) -> None:
         w(f"fxcut vs torch: saved values and graphs {verdict}{speed}\n")
 
 
-def write_html(args: argparse.Namespace, captured: Any, path: str) -> None:
-    """--html: the page of fxcut's decision on the prepared joint graph (as
-    explain sees it: dead code removed, CSE), under the run's --budget.
-    With --plan-budget B the page draws the plan's decision, and its memory
-    plot adds torch's decision on the same graph (the one the run compares)."""
+def write_html(args: argparse.Namespace, captured: Any, path: str, routed: Any) -> None:
+    """--html: the page of fxcut's decision on the prepared joint graph (dead
+    code removed, CSE), under the run's --budget: the route of the run's own
+    fxcut partition (``routed``), drawn without deciding again.  With
+    --plan-budget B the page draws the plan's decision, and its memory plot
+    adds torch's decision at --budget on the same graph (the one the run
+    compares)."""
     from torch._functorch import config as functorch_config
 
-    from ..route.plan import make_plan
-    from .html import decide_prepared, memory_timeline, render_html
+    from .html import decide_prepared, memory_timeline, render_html, routed_decision
 
-    gm = captured.fresh()
-    if args.zero3:
-        from ..zero3 import recompute_param_aliases
-
-        recompute_param_aliases(gm.graph, captured.param_indices)
+    if routed is None:
+        raise UsageError("--html: torch's partitioner decided this graph (a fallback): no fxcut decision to draw")
     nfo = captured.num_fwd_outputs
-    budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
-    with functorch_config.patch(activation_memory_budget=budget):
-        d = decide_prepared(gm, num_fwd_outputs=nfo, **captured.partition_kwargs)
     title = f"fxcut partition: {args.module or args.model}"
     plan_budget = getattr(args, "plan_budget", None)
     if plan_budget is None:
-        page = render_html(d, title=title, num_fwd_outputs=nfo)
+        page = render_html(routed_decision(routed), title=title, num_fwd_outputs=nfo)
     else:
-        from ..planned import PeakPlanner
+        gm = captured.fresh()
+        if args.zero3:
+            from ..zero3 import recompute_param_aliases
 
-        plan = make_plan(gm, num_fwd_outputs=nfo, objective=PeakPlanner(plan_budget),
-                         static_lifetime_input_indices=captured.partition_kwargs.get("static_lifetime_input_indices"))
-        planned = decide_prepared(gm, num_fwd_outputs=nfo, plan=plan)
-        page = render_html(planned, title=f"{title} (plan, memory budget {plan_budget:g})", num_fwd_outputs=nfo,
-                           baseline=memory_timeline(d, nfo), label=f"fxcut plan b={plan_budget:g}",
+            recompute_param_aliases(gm.graph, captured.param_indices)
+        budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
+        with functorch_config.patch(activation_memory_budget=budget):
+            torchs = decide_prepared(gm, num_fwd_outputs=nfo, **captured.partition_kwargs)
+        page = render_html(routed_decision(routed), title=f"{title} (plan, memory budget {plan_budget:g})",
+                           num_fwd_outputs=nfo, baseline=memory_timeline(torchs, nfo),
+                           label=f"fxcut plan b={plan_budget:g}",
                            baseline_label=f"torch (activation_memory_budget={budget:g})")
     try:
         with open(path, "w", encoding="utf-8") as f:
@@ -628,7 +638,7 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             else:
                 print_comparison(cmp)
             if args.html:
-                write_html(args, captured, args.html)
+                write_html(args, captured, args.html, cmp.routed)
             return 0 if cmp.same_saved in (None, True) else 1
         if args.command == "explain":
             result = run_explain(args)

@@ -1,10 +1,13 @@
 """A self-contained HTML page drawing one partition decision.
 
-    page = render_html(decide_prepared(gm, num_fwd_outputs=1), title="mlp")
+    page = render_html(routed_decision(fxcut.partition.partition(gm, None, num_fwd_outputs=1).routed),
+                       title="mlp")
 
-The decision drawn is the partition's (:func:`fxcut.explain.partition_decision`
-over the partition's :class:`fxcut.route.plan.Plan`: the same DCE/CSE, budget and
-objective).
+The decision drawn is a partition's own (:func:`routed_decision` of the route
+behind its modules), or, for a graph not partitioned,
+:func:`decide_prepared`'s: the partition's decision under one
+:class:`fxcut.route.plan.Plan` (the same DCE/CSE, budget and objective),
+nothing built.
 
 Every node of the joint graph gets one of five classes (saved, recomputed in
 backward, forward only, backward, banned).  Nodes are collapsed into blocks
@@ -37,6 +40,7 @@ from ..explain import partition_decision
 from ..solve.account import placement
 from ..torchrules.ops import value_nbytes
 from ..solve.memory import MemoryEstimate, simulate
+from ..partition import Routed
 from ..route.plan import Plan, make_plan
 
 #: The classes, in legend order, with their colours.
@@ -65,6 +69,13 @@ def decide_prepared(joint_module: fx.GraphModule, *, num_fwd_outputs: int,
                          static_lifetime_input_indices=static_lifetime_input_indices)
     chosen, saved = partition_decision(plan)
     return dataclasses.replace(chosen.decision, saved=saved)
+
+
+def routed_decision(routed: Routed) -> Decision:
+    """The decision a partition's route carried out: the core's
+    classification with the saved values the modules were built from (the
+    plan's objective's where it has one)."""
+    return dataclasses.replace(routed.decision.decision, saved=list(routed.saved))
 
 
 def _infer_num_fwd_outputs(d: Decision) -> int:

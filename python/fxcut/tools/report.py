@@ -87,6 +87,9 @@ class Comparison:
     zero3: Zero3Summary | None = None
     joint_nodes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: fxcut's route behind its modules (:class:`fxcut.partition.Routed`; None
+    #: where torch decided): what the HTML page draws.  Not in :meth:`as_dict`.
+    routed: Any = None
 
     @property
     def speedup(self) -> float | None:

@@ -37,8 +37,8 @@ from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import map_aggregate
 
 from .codegen import generated_code
-from .ops import dce_impure_random, is_mutable_op, must_be_in_backward, must_be_in_forward
-from .versions import BUILDER_FXCUT, is_assert_only_symbool, rules_or_nearest
+from .ops import is_mutable_op, must_be_in_backward, must_be_in_forward
+from .versions import BUILDER_FXCUT, Rules, is_assert_only_symbool
 
 
 class _Unsupported(Exception):
@@ -128,7 +128,7 @@ def _static_tensor(val: Any) -> bool:
         return False
 
 
-def _symbols_to_bind() -> Callable[[Any], set[Any]]:
+def _symbols_to_bind(rules: Rules) -> Callable[[Any], set[Any]]:
     """The symbols of a backward input's value that the backward must get a
     binding for: those of its sizes after the ShapeEnv's replacements, and on
     releases that bind them (versions: ``binds_unreplaced_symbols``) also the
@@ -137,7 +137,7 @@ def _symbols_to_bind() -> Callable[[Any], set[Any]]:
     from torch._functorch import partitioners
     from torch.fx.experimental.symbolic_shapes import free_symbols
 
-    if not rules_or_nearest().binds_unreplaced_symbols:
+    if not rules.binds_unreplaced_symbols:
         return lambda val: set(free_symbols(val))
     unreplaced: Callable[[Any], Any] = getattr(partitioners, "_free_symbols_without_replacements")
     return lambda val: set(free_symbols(val)) | set(unreplaced(val))
@@ -368,7 +368,7 @@ def split_saved(saved: list[fx.Node]) -> SavedValues:
 
 
 def build_modules(joint_module: fx.GraphModule, saved: SavedValues, num_fwd_outputs: int,
-                  static_nodes: Collection[fx.Node] | None = None,
+                  static_nodes: Collection[fx.Node] | None, rules: Rules, *, impure_random: bool,
                   ) -> tuple[fx.GraphModule, fx.GraphModule] | None:
     """The forward and backward modules torch's ``_extract_fwd_bwd_modules``,
     ``reordering_to_mimic_autograd_engine``, ``raise_getitems`` and
@@ -376,30 +376,32 @@ def build_modules(joint_module: fx.GraphModule, saved: SavedValues, num_fwd_outp
     this builder leaves to them.  ``static_nodes``: the static-lifetime
     primals (torch 2.15 marks them in their meta; otherwise they matter to
     torch's passes only for activation quantization, left to them).  Leaves
-    the joint module as torch's passes leave it (untouched before 2.15)."""
+    the joint module as torch's passes leave it (untouched before 2.15).
+    ``rules``: the running release's; ``impure_random``: whether random ops
+    count as impure to dead-code elimination (inductor's ``fallback_random``),
+    as the plan read it."""
     try:
         return _build(joint_module, list(saved.values), list(saved.sym), list(saved.opaque), num_fwd_outputs,
-                      static_nodes)
+                      static_nodes, rules, impure_random)
     except _Unsupported:
         return None
 
 
-def torch_modeled() -> bool:
-    """Whether this builder builds the modules on the installed torch: the
-    versions table names it the release's ``module_builder`` (its passes are
-    the ones this builder reproduces)."""
-    return rules_or_nearest().module_builder == BUILDER_FXCUT
+def torch_modeled(rules: Rules) -> bool:
+    """Whether this builder builds the modules on the release of ``rules``:
+    the versions table names it the release's ``module_builder`` (its passes
+    are the ones this builder reproduces)."""
+    return rules.module_builder == BUILDER_FXCUT
 
 
-def unsupported_reason(joint_module: fx.GraphModule) -> str | None:
+def unsupported_reason(joint_module: fx.GraphModule, rules: Rules) -> str | None:
     """Why the fast builder leaves this joint graph to torch's passes
     (a graph-wide feature, or a torch release it does not model), or None."""
-    from torch._functorch import config
     from torch._inductor import config as inductor_config
 
-    if not torch_modeled():
+    if not torch_modeled(rules):
         return f"torch {torch.__version__}'s module-building passes are not modeled"
-    if config.enable_activation_offloading:
+    if rules.config("enable_activation_offloading"):
         return "activation offloading"
     if inductor_config.post_grad_fusion_options.get("activation_quantization_aten_pass") is not None:
         return "activation quantization"
@@ -415,8 +417,8 @@ def unsupported_reason(joint_module: fx.GraphModule) -> str | None:
 
 
 def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes: list[fx.Node],
-           saved_opaque_nodes: list[fx.Node], num_fwd_outputs: int, static_nodes: Collection[fx.Node] | None
-           ) -> tuple[fx.GraphModule, fx.GraphModule]:
+           saved_opaque_nodes: list[fx.Node], num_fwd_outputs: int, static_nodes: Collection[fx.Node] | None,
+           rules: Rules, impure_random: bool) -> tuple[fx.GraphModule, fx.GraphModule]:
     from torch._functorch import partitioners as tp
     from torch._functorch._aot_autograd.utils import (
         _is_bwd_seed_offset,
@@ -436,7 +438,7 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
         is_symbol_binding_fx_node,
     )
 
-    reason = unsupported_reason(joint_module)
+    reason = unsupported_reason(joint_module, rules)
     if reason is not None:
         raise _Unsupported(reason)
     if saved_opaque_nodes:
@@ -453,7 +455,6 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     if any(isinstance(p.meta.get("val"), BackwardState) for p in placeholders):
         raise _Unsupported("backward state")
     primals = [p for p in placeholders if _is_primal(p)]
-    rules = rules_or_nearest()
     if rules.marks_static_inputs and static_nodes is not None:
         # In the joint's meta dicts, which the modules' placeholders share.
         for p in primals:
@@ -462,7 +463,6 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     fwd_seed = [p for p in placeholders if _is_fwd_seed_offset(p)]
     bwd_seed = [p for p in placeholders if _is_bwd_seed_offset(p)]
 
-    impure_random = dce_impure_random()
     must_fw, must_bw = _placement(nodes)
 
     # The first backward extraction only tells which saved values the
@@ -487,7 +487,7 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
         else:
             derived.append(node)
     bindings = None
-    symbols_of = _symbols_to_bind()
+    symbols_of = _symbols_to_bind(rules)
     for node in itertools.chain(derived, saved_values, tangents):
         if "val" not in node.meta:
             continue

@@ -122,11 +122,15 @@ class _GraphState:
 class ModuleSnapshot:
     """The state of ``module`` and every GraphModule under it, restorable."""
 
-    def __init__(self, module: fx.GraphModule) -> None:
+    def __init__(self, module: fx.GraphModule, fx_internals: FxInternals | None = None) -> None:
+        """``fx_internals``: the private torch.fx attributes of the running
+        release (from its :class:`~fxcut.torchrules.versions.Rules`; looked
+        up when None)."""
         self.modules: list[tuple[fx.GraphModule, dict[str, Any], Any]] = []
         self.graphs: list[_GraphState] = []
         seen: set[int] = set()
-        fx_internals = rules_or_nearest().fx_internals
+        if fx_internals is None:
+            fx_internals = rules_or_nearest().fx_internals
         for sub in module.modules():
             if not isinstance(sub, fx.GraphModule) or id(sub) in seen:
                 continue

@@ -260,10 +260,21 @@ def rules_or_nearest() -> Rules:
     """The running torch's rules, or -- on an untested torch the user chose to
     run fxcut on -- those of its major.minor release when the table has it
     (a nightly or rc of a known release), else of the nearest release."""
+    return running()[0]
+
+
+def running() -> tuple[Rules, bool]:
+    """The running torch's rules as :func:`rules_or_nearest` gives them, and
+    whether that torch is tested (:func:`current` is not None): the one
+    lookup a partition call makes (its guard), handed down in the Plan."""
     version = installed_version()
     found = rules_for(version)
     if found is not None:
-        return found
+        return found, True
+    return _nearest(version), False
+
+
+def _nearest(version: str) -> Rules:
     m = re.match(r"(\d+)\.(\d+)", version)
     if m is not None and f"{m[1]}.{m[2]}" in RELEASES:
         return RELEASES[f"{m[1]}.{m[2]}"]
@@ -275,12 +286,6 @@ def rules_or_nearest() -> Rules:
 
 def tested_range() -> str:
     return f"{OLDEST} to {NEWEST} (tested: {', '.join(TESTED)})"
-
-
-def config(name: str) -> Any:
-    """``torch._functorch.config.<name>`` as the running torch's partitioner
-    reads it (see :meth:`Rules.config`)."""
-    return rules_or_nearest().config(name)
 
 
 def is_assert_only_symbool(node: Any) -> bool:
@@ -301,12 +306,12 @@ __all__ = [
     "RELEASES",
     "Rules",
     "TESTED",
-    "config",
     "current",
     "installed_version",
     "is_assert_only_symbool",
     "parse",
     "rules_for",
     "rules_or_nearest",
+    "running",
     "tested_range",
 ]
