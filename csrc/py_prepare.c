@@ -12,12 +12,13 @@
  *               rules (backward values apart, impure nodes and mutation
  *               bases skipped, streams keyed) as fxcut.prepare passes them.
  *
- * What depends on a node's target alone (a random op or aten.empty, impure,
- * a mutation, a functional wrapper) comes from the Python callback
- * `node_facts(node)` as bits, asked once per distinct call_function target
- * (cached here, in a table local to the call) and once per node for the
- * others (a higher-order op's purity depends on its arguments).  Placeholders,
- * outputs and get_attrs are read here.  A node's key falls back to Python
+ * A node's facts (a random op or aten.empty, impure, a mutation, a
+ * functional wrapper) come from the Python callback `node_facts(node)` as
+ * bits -- the rules are Python's alone (fxcut.torchrules.prepare) -- asked
+ * once per distinct call_function target and once per op for placeholders,
+ * outputs and get_attrs where the answer says it holds alike (cached here,
+ * in tables local to the call), once per node otherwise (a higher-order
+ * op's purity depends on its arguments).  A node's key falls back to Python
  * (`python_key`) where its arguments hold a pytree container fx does not make.
  *
  * One difference from a literal transcription, giving the same plan: torch
@@ -56,7 +57,7 @@ static const char *const string_values[S_COUNT] = {
  * bits node_facts answers with, the callbacks, the release's CSE rules and
  * the CSE key's own config. */
 typedef struct {
-    uint64_t never_merged, impure_dce, impure_cse, mutates, mutation_wrapper, same_for_target;
+    uint64_t never_merged, impure_dce, impure_cse, mutates, mutation_wrapper, same_for_target, same_for_op;
     PyObject *python_key, *bases_of, *backward_seeds, *free_unbacked_symbols, *symbol_cls, *tensor_cls, *key;
     int keys_stream, skips_impure;
 } plan_config;
@@ -68,6 +69,7 @@ static const fxcut_config_field plan_fields[] = {
     FXCUT_FIELD(plan_config, mutates, FXCUT_FIELD_BITS),
     FXCUT_FIELD(plan_config, mutation_wrapper, FXCUT_FIELD_BITS),
     FXCUT_FIELD(plan_config, same_for_target, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(plan_config, same_for_op, FXCUT_FIELD_BITS),
     FXCUT_FIELD(plan_config, python_key, FXCUT_FIELD_CALLABLE),
     FXCUT_FIELD(plan_config, bases_of, FXCUT_FIELD_CALLABLE_OR_NONE),
     FXCUT_FIELD(plan_config, backward_seeds, FXCUT_FIELD_CALLABLE_OR_NONE),
@@ -105,6 +107,8 @@ typedef struct {
     PyObject *output_storages;  /* set, or NULL until first asked */
     Py_ssize_t output_index;    /* the last live node */
     target_table table;
+    unsigned long long op_facts[OP_CALL_FUNCTION]; /* by op kind: see cached_facts */
+    unsigned char op_known[OP_CALL_FUNCTION];
     unsigned char *known;       /* node i's facts computed */
     unsigned char *dead;
     unsigned char *alias;
@@ -286,17 +290,50 @@ static int ask_node_facts(const planner *p, PyObject *node, unsigned long long *
     return (*bits == (unsigned long long)-1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* node_facts(node), memoised where its answer says it holds for every
+ * node alike: a call_function's for its target (same_for_target), a
+ * placeholder's, output's or get_attr's with a str target for its op
+ * (same_for_op); never for a node with an `out` keyword.  -1 on error. */
+static int cached_facts(planner *p, PyObject *node, int kind, PyObject *target, unsigned long long *bits) {
+    int by_op = (kind == OP_PLACEHOLDER || kind == OP_OUTPUT || kind == OP_GET_ATTR) && PyUnicode_Check(target);
+    int by_target = kind == OP_CALL_FUNCTION;
+    int out = by_op || by_target ? has_out(p, node) : 1;
+    if (out < 0) {
+        return -1;
+    }
+    int found = 0;
+    if (!out && by_op && p->op_known[kind]) {
+        *bits = p->op_facts[kind];
+        found = 1;
+    } else if (!out && by_target) {
+        *bits = table_get(&p->table, target, &found);
+    }
+    if (found) {
+        return 0;
+    }
+    if (ask_node_facts(p, node, bits) < 0) {
+        return -1;
+    }
+    if (!out && by_op && (*bits & p->cfg.same_for_op)) {
+        p->op_facts[kind] = *bits;
+        p->op_known[kind] = 1;
+    } else if (!out && by_target && (*bits & p->cfg.same_for_target)) {
+        return table_put(&p->table, target, *bits);
+    }
+    return 0;
+}
+
 /* Node i's facts (the config's bits), computed once. */
 static int facts_of(planner *p, Py_ssize_t i, unsigned long long *result) {
     if (p->known[i]) {
         *result = p->facts[i];
         return 0;
     }
-    PyObject *node = PyTuple_GET_ITEM(p->nodes, i);
     int kind;
     if (kind_of(p, i, &kind) < 0) {
         return -1;
     }
+    PyObject *node = PyTuple_GET_ITEM(p->nodes, i);
     PyObject *target = PyObject_GetAttr(node, p->s[S_TARGET]);
     if (target == NULL) {
         return -1;
@@ -304,35 +341,7 @@ static int facts_of(planner *p, Py_ssize_t i, unsigned long long *result) {
     Py_XSETREF(p->target_of[i], target); /* kept for the CSE table */
     Py_INCREF(target);
     unsigned long long bits = 0;
-    int rc = 0;
-    if ((kind == OP_PLACEHOLDER || kind == OP_OUTPUT || kind == OP_GET_ATTR) && PyUnicode_Check(target)) {
-        /* impure for dead-code elimination unless a get_attr; a mutation
-         * exactly when it has an `out` keyword (is_mutation_op). */
-        int out = has_out(p, node);
-        if (out < 0) {
-            rc = -1;
-        } else {
-            bits = (kind == OP_GET_ATTR ? 0 : p->cfg.impure_dce | p->cfg.impure_cse) |
-                   (out ? p->cfg.mutates : 0);
-        }
-    } else if (kind == OP_CALL_FUNCTION) {
-        /* A target's facts hold for all its nodes without an `out`. */
-        int out = has_out(p, node);
-        int found = 0;
-        if (out < 0) {
-            rc = -1;
-        } else {
-            bits = out ? 0 : table_get(&p->table, target, &found);
-            if (!found) {
-                rc = ask_node_facts(p, node, &bits);
-                if (rc == 0 && !out && (bits & p->cfg.same_for_target)) {
-                    rc = table_put(&p->table, target, bits);
-                }
-            }
-        }
-    } else {
-        rc = ask_node_facts(p, node, &bits);
-    }
+    int rc = cached_facts(p, node, kind, target, &bits);
     Py_DECREF(target);
     if (rc < 0) {
         return -1;
@@ -1083,7 +1092,7 @@ const char fxcut_py_prepare_plan_doc[] =
     "the output last), planned: the dead nodes (a set), each duplicate's representative (a dict,\n"
     "in graph order) and the live nodes' mutation regions (a dict).  ``node_facts(node)`` -> the\n"
     "node's facts as the bits the config names (never_merged, impure_dce, impure_cse, mutates,\n"
-    "mutation_wrapper, same_for_target).  ``config``: a fxcut.torchrules.prepare.PlanConfig, its\n"
+    "mutation_wrapper, same_for_target, same_for_op).  ``config``: a fxcut.torchrules.prepare.PlanConfig, its\n"
     "fields read by name (the bits, python_key, bases_of, backward_seeds, free_unbacked_symbols,\n"
     "symbol_cls, tensor_cls, keys_stream, skips_impure, and key: the CseKeyConfig).";
 

@@ -386,6 +386,40 @@ def test_c_plan_skips_the_values_that_alias_an_output() -> None:
     assert ("atan_default_2", "atan_default") in merged and not any("atan_default_1" in (a, b) for a, b in merged)
 
 
+def test_c_plan_asks_node_facts_once_for_nodes_alike() -> None:
+    """prepare_plan asks node_facts once per call_function target and once
+    per op for placeholders, outputs and get_attrs with a str target (the
+    answers say so: SAME_FOR_TARGET, SAME_FOR_OP), and for each node with an
+    ``out`` keyword (a mutation by that alone); the plan is the Python
+    loop's, the placeholder with ``out`` opening a mutation region."""
+    from fxcut import _C
+
+    aten = torch.ops.aten
+    g = fx.Graph()
+    xs = [g.placeholder(f"primals_{k}") for k in range(4)]
+    xs[2].kwargs = {"out": xs[0]}
+    adds = [g.call_function(aten.add.Tensor, (xs[0], x)) for x in xs[1:]]
+    attrs = [g.get_attr(f"w{k}") for k in range(2)]
+    g.output((*adds, *attrs))
+    for n in g.nodes:
+        if n.op != "output":
+            n.meta["val"] = torch.empty(4)
+    rules = versions.RELEASES["2.13"]
+    node_facts = prepare.node_facts_of(default_facts(), True, rules)
+    asked: list[str] = []
+
+    def recording(node: fx.Node) -> int:
+        asked.append(node.name)
+        return node_facts(node)
+
+    dead, replace, regions = _C.prepare_plan(list(g.nodes), recording, prepare.plan_config(rules, None),
+                                             eliminate_dead=True, cse=True)
+    assert sorted(asked) == sorted(["primals_0", "primals_2", adds[0].name, "w0", "output"])
+    py = prepare.plan(g, default_facts(), cse=True, impure_random=True, rules=rules, use_c=False)
+    assert dead == py.dead and replace == py.replace and regions == py.region_ids
+    assert regions is not None and regions[xs[1]] == 0 and regions[xs[2]] == 1
+
+
 def _plan_args() -> tuple[list[fx.Node], object, tuple[object, ...]]:
     graph, num_fwd = _odd_plan_graph()
     rules = versions.RELEASES["2.15"]

@@ -255,9 +255,12 @@ def _mutation_bases(nodes: list[fx.Node]) -> set[fx.Node]:
 #: The facts ``_C.prepare_plan`` asks ``node_facts`` for, one bit each: never
 #: merged (a random op, aten.empty), impure for dead-code elimination, impure
 #: for CSE (impure_random=True), a mutation (``is_mutation_op``), a functional
-#: wrapper (its mutable bases kept apart), and "the same for every
-#: call_function node of this target without an ``out`` keyword".
-NEVER_MERGED, IMPURE_DCE, IMPURE_CSE, MUTATES, MUTATION_WRAPPER, SAME_FOR_TARGET = (1 << k for k in range(6))
+#: wrapper (its mutable bases kept apart); and two that let the C plan ask
+#: once for many nodes: "the same for every call_function node of this
+#: target" and "the same for every node of this op with a str target" (a
+#: placeholder, output or get_attr), each for nodes without an ``out`` keyword.
+(NEVER_MERGED, IMPURE_DCE, IMPURE_CSE, MUTATES, MUTATION_WRAPPER, SAME_FOR_TARGET,
+ SAME_FOR_OP) = (1 << k for k in range(7))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,6 +276,7 @@ class PlanConfig:
     mutates: int = MUTATES
     mutation_wrapper: int = MUTATION_WRAPPER
     same_for_target: int = SAME_FOR_TARGET
+    same_for_op: int = SAME_FOR_OP
     #: (args, kwargs, env) -> the node's ``CseKey`` in Python, for arguments pytree must flatten.
     python_key: Callable[[Any, Any, dict[fx.Node, fx.Node]], CseKey]
     #: A functional wrapper -> the inputs it mutates (kept apart from 2.14), or None.
@@ -315,6 +319,9 @@ def node_facts_of(facts: TargetFacts, impure_random: bool, rules: Rules) -> Call
             bits |= MUTATION_WRAPPER
         if node.op == "call_function" and not isinstance(node.target, torch._ops.HigherOrderOperator):
             bits |= SAME_FOR_TARGET
+        elif node.op in ("placeholder", "output", "get_attr") and isinstance(node.target, str):
+            # what the above reads of such a node is its op and its out keyword
+            bits |= SAME_FOR_OP
         return bits
 
     return node_facts
