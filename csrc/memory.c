@@ -350,13 +350,15 @@ static int64_t walk_module(fxcut_memsim *s, int32_t n_body, uint8_t kept,
     return peak;
 }
 
-int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
-                      fxcut_memory_result *res, fxcut_error *err)
+/* 1. The backward extraction: its inputs (the saved values, the backward's
+ * placeholders) and every node computable from them; the nodes it keeps;
+ * saved values it never reads dropped.  An error when a backward output
+ * cannot be computed. */
+static int mark_backward(fxcut_memsim *s, const uint8_t *saved_mask,
+                         fxcut_error *err)
 {
     const fxcut_graph *g = s->g;
     int32_t n = g->n, nfo = s->num_fwd_outputs, nout = g->n_outputs;
-
-    /* 1. the backward extraction: its inputs and what it can compute */
     for (int32_t i = 0; i < n; i++) {
         uint8_t mk = 0;
         if (saved_mask[i] != 0)
@@ -386,8 +388,42 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
     for (int32_t i = 0; i < n; i++)
         if ((s->mark[i] & M_SAVED) != 0 && (s->mark[i] & M_NEEDED) == 0)
             s->mark[i] &= (uint8_t)~M_SAVED;
+    return FXCUT_OK;
+}
 
-    /* 2. the forward extraction */
+/* The forward's dead-code elimination: its outputs are the forward outputs
+ * and the saved values; an impure node stays. */
+static void keep_forward(fxcut_memsim *s)
+{
+    const fxcut_graph *g = s->g;
+    for (int32_t i = 0; i < g->n; i++) {
+        if ((s->mark[i] & M_SAVED) != 0)
+            s->mark[i] |= M_NEEDED;
+        else
+            s->mark[i] &= (uint8_t)~M_NEEDED;
+    }
+    for (int32_t k = 0; k < s->num_fwd_outputs; k++)
+        if (g->outputs[k] >= 0)
+            s->mark[g->outputs[k]] |= M_NEEDED;
+    for (int32_t i = g->n - 1; i >= 0; i--) {
+        uint8_t mk = s->mark[i];
+        if ((mk & M_FW_VALID) == 0 || is_source(g, i))
+            continue;
+        if ((mk & M_NEEDED) == 0 && (g->flags[i] & FXCUT_F_IMPURE) == 0)
+            continue;
+        s->mark[i] |= M_FW_KEPT;
+        for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
+            s->mark[g->in_idx[e]] |= M_NEEDED;
+    }
+}
+
+/* 2. The forward extraction: every node computable from the primals (not
+ * one that must be in the backward), then the nodes it keeps.  An error
+ * when a forward output or a saved value cannot be computed there. */
+static int mark_forward(fxcut_memsim *s, fxcut_error *err)
+{
+    const fxcut_graph *g = s->g;
+    int32_t n = g->n, nfo = s->num_fwd_outputs;
     for (int32_t i = 0; i < n; i++) {
         uint8_t ok;
         if (g->kind[i] == FXCUT_PLACEHOLDER)
@@ -419,65 +455,35 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
                               "saved node %d cannot be computed in the "
                               "forward (it depends on a tangent or must be "
                               "in the backward)", (int)i);
-    /* the forward's dead-code elimination: its outputs are the forward
-     * outputs and the saved values */
-    for (int32_t i = 0; i < n; i++) {
-        if ((s->mark[i] & M_SAVED) != 0)
-            s->mark[i] |= M_NEEDED;
-        else
-            s->mark[i] &= (uint8_t)~M_NEEDED;
-    }
-    {
-        for (int32_t k = 0; k < nfo; k++)
-            if (g->outputs[k] >= 0)
-                s->mark[g->outputs[k]] |= M_NEEDED;
-        for (int32_t i = n - 1; i >= 0; i--) {
-            uint8_t mk = s->mark[i];
-            if ((mk & M_FW_VALID) == 0 || is_source(g, i))
-                continue;
-            if ((mk & M_NEEDED) == 0 && (g->flags[i] & FXCUT_F_IMPURE) == 0)
-                continue;
-            s->mark[i] |= M_FW_KEPT;
-            for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
-                s->mark[g->in_idx[e]] |= M_NEEDED;
-        }
-    }
+    keep_forward(s);
+    return FXCUT_OK;
+}
 
-    res->peak_bytes = 0;
-    res->peak_step = -1;
-    res->fw_peak_bytes = res->bw_peak_bytes = 0;
-    res->saved_bytes = 0;
-    res->recompute_flops = 0;
-    res->recompute_bytes = 0;
-    res->n_recomputed = 0;
-    res->n_fw_steps = 0;
-    res->n_steps = 0;
-
-    /* 3. the forward module's order, and its walk */
+/* 3. The forward module's order (joint order, getitems raised) into
+ * s->order; returns its length. */
+static int32_t forward_order(fxcut_memsim *s)
+{
     int32_t n_fw = 0;
-    for (int32_t i = 0; i < n; i++)
+    for (int32_t i = 0; i < s->g->n; i++)
         if ((s->mark[i] & M_FW_KEPT) != 0)
             s->order[n_fw++] = i;
-    n_fw = raise_getitems(s, n_fw, M_FW_KEPT);
-    int32_t fw_step = -1, bw_step = -1;
-    res->fw_peak_bytes = walk_module(s, n_fw, M_FW_KEPT, 0, M_SAVED, 0, nfo,
-                                     0, res, &fw_step);
+    return raise_getitems(s, n_fw, M_FW_KEPT);
+}
 
-    /* 4. the backward module's order (reordering_to_mimic_autograd_engine) */
-    int32_t n_body = 0;
-    for (int32_t i = 0; i < n; i++)
-        if ((s->mark[i] & M_BW_KEPT) != 0)
-            s->body[n_body++] = i;
-    /* the first kept user of a tangent, as a position in body (n_body: a
-     * tangent is an output itself; n_body + 1: no tangent is used) */
+/* Where the backward's reordering starts: the position in body[0 ..
+ * n_body) of the first kept user of a tangent (users are in joint order:
+ * a tangent's first kept one is it); n_body when a tangent is itself an
+ * output; n_body + 1 when no tangent is used. */
+static int32_t first_tangent_use(const fxcut_memsim *s, int32_t n_body)
+{
+    const fxcut_graph *g = s->g;
     int32_t first = n_body + 1;
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < g->n; i++) {
         if (g->kind[i] != FXCUT_PLACEHOLDER ||
             (g->flags[i] & FXCUT_F_TANGENT) == 0)
             continue;
         for (int32_t e = s->user_ptr[i]; e < s->user_ptr[i + 1]; e++)
             if ((s->mark[s->user_idx[e]] & M_BW_KEPT) != 0) {
-                /* users are in joint order: the first kept one is it */
                 int32_t u = s->user_idx[e];
                 int32_t lo = 0, hi = n_body;
                 while (lo < hi) {
@@ -491,11 +497,24 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
                     first = lo;
                 break;
             }
-        for (int32_t k = nfo; k < nout; k++)
+        for (int32_t k = s->num_fwd_outputs; k < g->n_outputs; k++)
             if (g->outputs[k] == i && n_body < first)
                 first = n_body;
     }
-    int32_t n_bw = 0;
+    return first;
+}
+
+/* 4. The backward module's order (reordering_to_mimic_autograd_engine)
+ * into s->order; returns its length.  Nodes the reordering never reaches
+ * leave the module. */
+static int32_t backward_order(fxcut_memsim *s)
+{
+    const fxcut_graph *g = s->g;
+    int32_t n_body = 0, n_bw = 0;
+    for (int32_t i = 0; i < g->n; i++)
+        if ((s->mark[i] & M_BW_KEPT) != 0)
+            s->body[n_body++] = i;
+    int32_t first = first_tangent_use(s, n_body);
     if (first > n_body) {
         memcpy(s->order, s->body, (size_t)n_body * sizeof *s->order);
         n_bw = n_body;
@@ -507,35 +526,48 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
         }
         for (int32_t k = first; k < n_body; k++)
             pull(s, s->body[k], &n_bw);
-        for (int32_t k = nfo; k < nout; k++) {
+        for (int32_t k = s->num_fwd_outputs; k < g->n_outputs; k++) {
             int32_t o = g->outputs[k];
             if (o >= 0 && (s->mark[o] & M_BW_KEPT) != 0)
                 pull(s, o, &n_bw);
         }
     }
-    /* nodes the reordering never reached are not in the module */
     for (int32_t k = 0; k < n_body; k++) {
         int32_t v = s->body[k];
         if ((s->mark[v] & M_EMITTED) == 0 && first <= n_body)
             s->mark[v] &= (uint8_t)~M_BW_KEPT;
     }
-    n_bw = raise_getitems(s, n_bw, M_BW_KEPT);
-    res->bw_peak_bytes = walk_module(s, n_bw, M_BW_KEPT, M_SAVED, 0, nfo,
-                                     nout, n_fw, res, &bw_step);
-    res->n_fw_steps = n_fw;
-    res->n_steps = n_fw + n_bw;
-    if (fw_step >= 0 || bw_step >= 0) {
-        if (bw_step < 0 || (fw_step >= 0 &&
-                            res->fw_peak_bytes >= res->bw_peak_bytes)) {
-            res->peak_bytes = res->fw_peak_bytes;
-            res->peak_step = fw_step;
-        } else {
-            res->peak_bytes = res->bw_peak_bytes;
-            res->peak_step = bw_step;
-        }
-    }
+    return raise_getitems(s, n_bw, M_BW_KEPT);
+}
 
-    /* 5. the saved bytes (storages once) and the recompute */
+/* The peak of the two modules' (the forward's on a tie). */
+static void set_peak(fxcut_memory_result *res, int32_t fw_step,
+                     int32_t bw_step)
+{
+    res->peak_bytes = 0;
+    res->peak_step = -1;
+    if (fw_step < 0 && bw_step < 0)
+        return;
+    if (bw_step < 0 || (fw_step >= 0 &&
+                        res->fw_peak_bytes >= res->bw_peak_bytes)) {
+        res->peak_bytes = res->fw_peak_bytes;
+        res->peak_step = fw_step;
+    } else {
+        res->peak_bytes = res->bw_peak_bytes;
+        res->peak_step = bw_step;
+    }
+}
+
+/* 5. The saved bytes (each storage once) and what the backward recomputes
+ * (kept there, not depending on a tangent): count, flops, bytes. */
+static void count_saved_and_recomputed(fxcut_memsim *s,
+                                       fxcut_memory_result *res)
+{
+    int32_t n = s->g->n;
+    res->saved_bytes = 0;
+    res->recompute_flops = 0;
+    res->recompute_bytes = 0;
+    res->n_recomputed = 0;
     for (int32_t i = 0; i < n; i++)
         s->last[i] = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -560,6 +592,28 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
         if (s->root[i] == i)
             res->recompute_bytes += s->cost[i];
     }
+}
+
+int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
+                      fxcut_memory_result *res, fxcut_error *err)
+{
+    int rc = mark_backward(s, saved_mask, err);
+    if (rc == FXCUT_OK)
+        rc = mark_forward(s, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    int32_t fw_step = -1, bw_step = -1;
+    int32_t n_fw = forward_order(s);
+    res->fw_peak_bytes = walk_module(s, n_fw, M_FW_KEPT, 0, M_SAVED, 0,
+                                     s->num_fwd_outputs, 0, res, &fw_step);
+    int32_t n_bw = backward_order(s);
+    res->bw_peak_bytes = walk_module(s, n_bw, M_BW_KEPT, M_SAVED, 0,
+                                     s->num_fwd_outputs, s->g->n_outputs,
+                                     n_fw, res, &bw_step);
+    res->n_fw_steps = n_fw;
+    res->n_steps = n_fw + n_bw;
+    set_peak(res, fw_step, bw_step);
+    count_saved_and_recomputed(s, res);
     return FXCUT_OK;
 }
 

@@ -615,6 +615,77 @@ static void enumerate_all(search *q, int32_t m)
     }
 }
 
+/* q->mask = seed k of the options. */
+static void load_seed(search *q, const fxcut_plan_options *opt, int32_t k)
+{
+    int32_t n = q->sim.n;
+    const uint8_t *seed = opt->seeds + (size_t)k * (size_t)n;
+    for (int32_t i = 0; i < n; i++)
+        q->mask[i] = seed[i] != 0;
+}
+
+/* Each frontier point's cost lowered at its own peak (the frontier may
+ * shift meanwhile: the next point is the next larger peak). */
+static void tighten_costs(search *q, uint8_t *start)
+{
+    int32_t n = q->sim.n;
+    for (int32_t k = 0; k < q->front.len && !out_of_time(q); k++) {
+        int64_t peak = q->front.peak[k];
+        memcpy(start, q->front.masks + (size_t)q->front.slot[k] * (size_t)n,
+               (size_t)n);
+        descend_cost(q, start, peak);
+        int32_t j = 0;
+        while (j < q->front.len && q->front.peak[j] <= peak)
+            j++;
+        k = j - 1;
+    }
+}
+
+/* The search where enumerating every subset is too much: the two ends
+ * (all recomputed, all saved), each seed descended, perturbations, then
+ * the costs tightened. */
+static void search_locally(search *q, const fxcut_plan_options *opt,
+                           uint8_t *start)
+{
+    int32_t n = q->sim.n;
+    fxcut_plan_eval r;
+    memset(q->mask, 0, (size_t)n);
+    descend_peak(q);
+    memset(q->mask, 1, (size_t)n);
+    evaluate(q, &r);
+    for (int32_t k = 0; k < opt->n_seeds && !out_of_time(q); k++) {
+        load_seed(q, opt, k);
+        descend_peak(q);
+    }
+    perturb_and_descend(q, 48);
+    tighten_costs(q, start);
+}
+
+/* The frontier the search found, into res; an error when the memory model
+ * rejected every decision tried (err holds its last reason). */
+static int frontier_result(const search *q, fxcut_plan_frontier *res,
+                           fxcut_error *err)
+{
+    if (q->front.len == 0)
+        return err->code == FXCUT_E_INVALID
+                   ? FXCUT_E_INVALID
+                   : fxcut_fail(err, FXCUT_E_INVALID, -1,
+                                "no decision the search tried is realisable");
+    size_t n = (size_t)q->sim.n;
+    res->n_points = q->front.len;
+    for (int32_t k = 0; k < q->front.len; k++) {
+        res->peak_bytes[k] = q->front.peak[k];
+        res->recompute_flops[k] = q->front.cost[k];
+        memcpy(res->masks + (size_t)k * n,
+               q->front.masks + (size_t)q->front.slot[k] * n, n);
+    }
+    res->n_evals = q->sim.n_evals;
+    res->work = q->sim.work;
+    res->timed_out = (uint8_t)q->timed_out;
+    res->out_of_work = (uint8_t)q->out_of_work;
+    return FXCUT_OK;
+}
+
 int fxcut_plan_frontier_search(const fxcut_graph *g,
                                const fxcut_plan_options *opt,
                                fxcut_plan_frontier *res, fxcut_error *err)
@@ -652,68 +723,19 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
     int32_t m = reachable_free(&q);
     res->n_free = m;
     res->exact = 0;
-    fxcut_plan_eval r;
     /* the seeds first: each is on the frontier or dominated */
     for (int32_t k = 0; k < opt->n_seeds; k++) {
-        const uint8_t *seed = opt->seeds + (size_t)k * (size_t)n;
-        for (int32_t i = 0; i < n; i++)
-            q.mask[i] = seed[i] != 0;
+        fxcut_plan_eval r;
+        load_seed(&q, opt, k);
         evaluate(&q, &r);
     }
     if (m <= opt->exact_max_free) {
         enumerate_all(&q, m);
         res->exact = !q.timed_out && !q.out_of_work;
     } else {
-        /* all recomputed, all saved: the two ends */
-        memset(q.mask, 0, (size_t)n);
-        descend_peak(&q);
-        memset(q.mask, 1, (size_t)n);
-        evaluate(&q, &r);
-        for (int32_t k = 0; k < opt->n_seeds && !out_of_time(&q); k++) {
-            const uint8_t *seed = opt->seeds + (size_t)k * (size_t)n;
-            for (int32_t i = 0; i < n; i++)
-                q.mask[i] = seed[i] != 0;
-            descend_peak(&q);
-        }
-        perturb_and_descend(&q, 48);
-        /* tighten: each frontier point's cost at its own peak */
-        for (int32_t k = 0; k < q.front.len && !out_of_time(&q); k++) {
-            int64_t peak = q.front.peak[k];
-            memcpy(start, q.front.masks + (size_t)q.front.slot[k] * (size_t)n,
-                   (size_t)n);
-            descend_cost(&q, start, peak);
-            /* the frontier may have shifted: find the next larger peak */
-            int32_t j = 0;
-            while (j < q.front.len && q.front.peak[j] <= peak)
-                j++;
-            k = j - 1;
-        }
+        search_locally(&q, opt, start);
     }
-    if (q.rc != FXCUT_OK) {
-        rc = q.rc;
-        goto done;
-    }
-    if (q.front.len == 0) {
-        /* the memory model rejected every decision tried: err holds its
-         * last reason */
-        rc = err->code == FXCUT_E_INVALID
-                 ? FXCUT_E_INVALID
-                 : fxcut_fail(err, FXCUT_E_INVALID, -1,
-                              "no decision the search tried is realisable");
-        goto done;
-    }
-    res->n_points = q.front.len;
-    for (int32_t k = 0; k < q.front.len; k++) {
-        res->peak_bytes[k] = q.front.peak[k];
-        res->recompute_flops[k] = q.front.cost[k];
-        memcpy(res->masks + (size_t)k * (size_t)n,
-               q.front.masks + (size_t)q.front.slot[k] * (size_t)n, (size_t)n);
-    }
-    res->n_evals = q.sim.n_evals;
-    res->work = q.sim.work;
-    res->timed_out = (uint8_t)q.timed_out;
-    res->out_of_work = (uint8_t)q.out_of_work;
-    rc = FXCUT_OK;
+    rc = q.rc != FXCUT_OK ? q.rc : frontier_result(&q, res, err);
 done:
     free(q.mask);
     free(q.norm);

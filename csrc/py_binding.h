@@ -18,6 +18,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stddef.h>
+
 #include "fxcut_internal.h"
 
 /* The fields of a graph arrays object (fxcut.GraphArrays), in the order
@@ -97,6 +99,40 @@ PyObject *fxcut_pylong_from_u128(uint64_t hi, uint64_t lo);
 PyObject *fxcut_typed_view(const void *p, Py_ssize_t count, const char *format,
                            Py_ssize_t itemsize);
 
+/* ---- named configs (py_config.c) ---------------------------------------
+ * A reader's settings come as one object with named attributes; its struct
+ * lists them in a table of fields, each read by name: a missing attribute
+ * or one of the wrong kind is a TypeError naming the field (an int out of
+ * 64 bits a ValueError).  Object fields are new references the struct
+ * owns; BOOL fields are stored as int, BITS fields as uint64_t. */
+typedef enum {
+    FXCUT_FIELD_OBJECT,           /* anything */
+    FXCUT_FIELD_TYPE,             /* a type */
+    FXCUT_FIELD_TUPLE,            /* a tuple (or subclass) */
+    FXCUT_FIELD_DICT,             /* a dict (or subclass) */
+    FXCUT_FIELD_FROZENSET,        /* a frozenset */
+    FXCUT_FIELD_CALLABLE,         /* a callable */
+    FXCUT_FIELD_CALLABLE_OR_NONE, /* a callable or None */
+    FXCUT_FIELD_BOOL,             /* True or False, into an int */
+    FXCUT_FIELD_BITS              /* an int in [0, 2**64), into a uint64_t */
+} fxcut_field_kind;
+
+typedef struct {
+    const char *name; /* the attribute, and the struct member of that name */
+    fxcut_field_kind kind;
+    size_t offset;    /* offsetof the member */
+} fxcut_config_field;
+
+/* A field whose attribute is named as the member of `type` it fills. */
+#define FXCUT_FIELD(type, member, kind) {#member, kind, offsetof(type, member)}
+
+/* Reads `count` fields of `config` into the struct at `out`, which starts
+ * zeroed; `what` opens each message ("lower_read").  Release the struct
+ * with fxcut_release_config whether this succeeded (0) or not (-1). */
+int fxcut_read_config(PyObject *config, const char *what, const fxcut_config_field *fields, size_t count,
+                      void *out);
+void fxcut_release_config(const fxcut_config_field *fields, size_t count, void *out);
+
 /* Entry points defined in the py_*.c files: fxcut_py_NAME(module, args,
  * kwargs) and its docstring fxcut_py_NAME_doc. */
 #define FXCUT_ENTRY(name)                                                     \
@@ -110,6 +146,7 @@ FXCUT_ENTRY(memory_simulate)
 FXCUT_ENTRY(plan_simulate) FXCUT_ENTRY(plan_frontier)
 FXCUT_ENTRY(cse_key) FXCUT_ENTRY(lower_read)
 FXCUT_ENTRY(prepare_plan)
+FXCUT_ENTRY(placeholder_role) FXCUT_ENTRY(partitioner_tag_flags)
 #undef FXCUT_ENTRY
 
 /* The result types py_decide.c, py_knapsack.c and py_memory.c fill (module.c makes
@@ -129,6 +166,7 @@ extern PyStructSequence_Desc fxcut_memory_desc;
     FXCUT_KW_METHOD(aggressive_options), FXCUT_KW_METHOD(memory_simulate),      \
     FXCUT_KW_METHOD(plan_simulate), FXCUT_KW_METHOD(plan_frontier),         \
     FXCUT_KW_METHOD(cse_key), FXCUT_KW_METHOD(lower_read),                 \
-    FXCUT_KW_METHOD(prepare_plan),
+    FXCUT_KW_METHOD(prepare_plan), FXCUT_KW_METHOD(placeholder_role),       \
+    FXCUT_KW_METHOD(partitioner_tag_flags),
 
 #endif /* FXCUT_PY_BINDING_H */

@@ -20,6 +20,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <string.h>
+
 #include "py_binding.h"
 #include "py_cse.h"
 
@@ -38,7 +40,7 @@ static int known_leaf(const cse_config *cfg, PyObject *value) {
     if (known != 0) {
         return known;
     }
-    PyObject *r = PyObject_CallOneArg(cfg->is_leaf, value);
+    PyObject *r = PyObject_CallOneArg(cfg->tree_is_leaf, value);
     if (r == NULL) {
         return -1;
     }
@@ -136,8 +138,8 @@ static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leave
         if (rc < 0) {
             return NULL;
         }
-        Py_INCREF(cfg->leaf);
-        return cfg->leaf;
+        Py_INCREF(cfg->leaf_key);
+        return cfg->leaf_key;
     }
     if (Py_EnterRecursiveCall(" in fxcut's CSE key")) {
         return NULL;
@@ -390,38 +392,27 @@ int fxcut_cse_hashes_like_tuples(void) {
     return th_done(&outer) == want;
 }
 
-int fxcut_cse_parse_config(PyObject *config, const char *what, cse_config *cfg) {
+static const fxcut_config_field cse_fields[] = {
+    FXCUT_FIELD(cse_config, node_cls, FXCUT_FIELD_TYPE),
+    FXCUT_FIELD(cse_config, sym_types, FXCUT_FIELD_TUPLE),
+    FXCUT_FIELD(cse_config, containers, FXCUT_FIELD_DICT),
+    FXCUT_FIELD(cse_config, dict_types, FXCUT_FIELD_TUPLE),
+    FXCUT_FIELD(cse_config, known_leaves, FXCUT_FIELD_FROZENSET),
+    FXCUT_FIELD(cse_config, tree_is_leaf, FXCUT_FIELD_CALLABLE),
+    FXCUT_FIELD(cse_config, by_bits, FXCUT_FIELD_CALLABLE_OR_NONE),
+    FXCUT_FIELD(cse_config, leaf_key, FXCUT_FIELD_OBJECT),
+};
+#define CSE_FIELDS (sizeof cse_fields / sizeof cse_fields[0])
+
+int fxcut_cse_read_config(PyObject *config, const char *what, cse_config *cfg) {
     cfg->env = NULL;
     cfg->rank = NULL;
     cfg->limit = 0;
-    if (!PyTuple_Check(config)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected the tuple cse_key_config builds, got %.100s", what,
-                     Py_TYPE(config)->tp_name);
-        return -1;
-    }
-    if (PyTuple_GET_SIZE(config) != 8) {
-        PyErr_Format(PyExc_TypeError, "%s: expected 8 items (node_cls, sym_types, containers, dict_types, "
-                     "known_leaves, tree_is_leaf, by_bits, leaf_key), got %zd", what, PyTuple_GET_SIZE(config));
-        return -1;
-    }
-    if (!PyArg_UnpackTuple(config, what, 8, 8, &cfg->node_cls, &cfg->sym_types, &cfg->containers,
-                           &cfg->dict_types, &cfg->known_leaves, &cfg->is_leaf, &cfg->by_bits, &cfg->leaf)) {
-        return -1;
-    }
-    const char *bad = !PyTuple_Check(cfg->sym_types) ? "sym_types (a tuple)"
-                      : !PyDict_Check(cfg->containers) ? "containers (a dict)"
-                      : !PyTuple_Check(cfg->dict_types) ? "dict_types (a tuple)"
-                      : !PyFrozenSet_Check(cfg->known_leaves) ? "known_leaves (a frozenset)"
-                      : NULL;
-    if (bad != NULL) {
-        PyErr_Format(PyExc_TypeError, "%s: bad %s", what, bad);
-        return -1;
-    }
-    if (!PyCallable_Check(cfg->is_leaf) || (cfg->by_bits != Py_None && !PyCallable_Check(cfg->by_bits))) {
-        PyErr_Format(PyExc_TypeError, "%s: tree_is_leaf and by_bits must be callable", what);
-        return -1;
-    }
-    return 0;
+    return fxcut_read_config(config, what, cse_fields, CSE_FIELDS, cfg);
+}
+
+void fxcut_cse_release_config(cse_config *cfg) {
+    fxcut_release_config(cse_fields, CSE_FIELDS, cfg);
 }
 
 PyObject *fxcut_cse_node_key(const cse_config *cfg, PyObject *node_args, PyObject *node_kwargs) {
@@ -470,25 +461,29 @@ done:
 
 const char fxcut_py_cse_key_doc[] =
     "cse_key($module, args, kwargs, env, config)\n--\n\n"
-    "-> (args, args_spec, kwargs, kwargs_spec, hash_arg) or None: fx_graph_cse's key of one node: each of ``args`` and ``kwargs`` flattened as pytree does\n"
-    "(leaves substituted: nodes through ``env``, symbolic values by their ``.node``, floats\n"
-    "and complexes through config's by_bits unless None), its structure as a key that compares\n"
-    "like a TreeSpec, and hash_arg = hash of the (leaf, type(leaf)) pairs.  ``config``: the\n"
-    "tuple (node_cls, sym_types, containers, dict_types, known_leaves, tree_is_leaf, by_bits,\n"
-    "leaf_key).  None where a value holds a pytree container other than fx's.";
+    "-> (args, args_spec, kwargs, kwargs_spec, hash_arg) or None: fx_graph_cse's key of one node: each of\n"
+    "``args`` and ``kwargs`` flattened as pytree does (leaves substituted: nodes through ``env``, symbolic\n"
+    "values by their ``.node``, floats and complexes through config.by_bits unless None), its structure\n"
+    "as a key that compares like a TreeSpec, and hash_arg = hash of the (leaf, type(leaf)) pairs.\n"
+    "``config``: a fxcut.torchrules.prepare.CseKeyConfig (node_cls, sym_types, containers, dict_types,\n"
+    "known_leaves, tree_is_leaf, by_bits, leaf_key, read by name).  None where a value holds a pytree\n"
+    "container other than fx's.";
 
 PyObject *fxcut_py_cse_key(PyObject *module, PyObject *args, PyObject *kwargs) {
     (void)module;
     static char *keywords[] = {"args", "kwargs", "env", "config", NULL};
     PyObject *node_args, *node_kwargs, *env, *config_obj;
-    cse_config cfg;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O:cse_key", keywords, &node_args,
                                      &node_kwargs, &PyDict_Type, &env, &config_obj)) {
         return NULL;
     }
-    if (fxcut_cse_parse_config(config_obj, "cse_key config", &cfg) < 0) {
-        return NULL;
+    cse_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    PyObject *key = NULL;
+    if (fxcut_cse_read_config(config_obj, "cse_key", &cfg) == 0) {
+        cfg.env = env;
+        key = fxcut_cse_node_key(&cfg, node_args, node_kwargs);
     }
-    cfg.env = env;
-    return fxcut_cse_node_key(&cfg, node_args, node_kwargs);
+    fxcut_cse_release_config(&cfg);
+    return key;
 }

@@ -8,23 +8,28 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* A CSE key's settings: the fields of fxcut.torchrules.prepare.CseKeyConfig
+ * (owned references, read by fxcut_cse_read_config), then what the caller
+ * sets per use (borrowed). */
 typedef struct {
-    PyObject *env;          /* dict: node -> representative */
     PyObject *node_cls;     /* torch.fx.Node */
     PyObject *sym_types;    /* tuple of SymInt, SymFloat, SymBool */
     PyObject *containers;   /* dict: exact container type -> str(type) */
     PyObject *dict_types;   /* tuple of the dict-like container types (exact) */
     PyObject *known_leaves; /* frozenset of leaf types */
-    PyObject *is_leaf;      /* pytree.tree_is_leaf */
+    PyObject *tree_is_leaf; /* pytree.tree_is_leaf */
     PyObject *by_bits;      /* callable or None */
-    PyObject *leaf;         /* the leaf's structure key */
+    PyObject *leaf_key;     /* the leaf's structure key */
+    PyObject *env;          /* dict: node -> representative */
     PyObject *rank;         /* NULL, or dict: node -> when env got it (0, 1, ...) */
     Py_ssize_t limit;       /* with rank: only env's first `limit` entries apply */
 } cse_config;
 
-/* Fills *cfg (borrowed references) from the config tuple cse_key_config
- * builds; env and rank are left NULL.  -1 with a TypeError naming `what` if malformed. */
-int fxcut_cse_parse_config(PyObject *config, const char *what, cse_config *cfg);
+/* Fills *cfg from a CseKeyConfig (its fields by name); env and rank are
+ * left NULL.  -1 with a TypeError naming `what` and the field.  Release
+ * with fxcut_cse_release_config either way (*cfg must start zeroed). */
+int fxcut_cse_read_config(PyObject *config, const char *what, cse_config *cfg);
+void fxcut_cse_release_config(cse_config *cfg);
 
 /* (args, args_spec, kwargs, kwargs_spec, hash_arg) of one node, a new
  * reference; Py_None (new reference) when a value holds a pytree container

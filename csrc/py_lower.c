@@ -1,22 +1,30 @@
 /*
- * lower_read: fxcut.lower's per-node pass over an fx graph's node list, in C.
+ * lower_read: fxcut.route.lower's per-node pass over an fx graph's node
+ * list, in C.  Its settings come as one named config (ReaderConfig, read by
+ * name into reader_config below).
  *
- * For every node: its kind (from `op`), the CSR of its positional Node args
- * and of its input nodes (uses redirected through `replace`, inputs then
- * deduplicated in first-use order), and -- for a plain node -- its flag bits
- * and byte size.  A plain node is a call_function whose target's flags (from
- * `flags_of`, memoised per target in a table local to the call) carry none
- * of `slow_bits`, whose target is none of `special_targets`, whose meta has
- * none of `slow_meta_keys`, and whose meta["val"] is either a tensor of an
- * exact int numel and dtype itemsize, or an exact tuple or list whose tensor
- * items all are (its size their sum, as torch's _size_of takes it; any other
- * item counts 0); or a placeholder named by an exact str with such a value.
- * Whether a tuple (list) value is opaque (torch's is_opaque_node) depends
- * only on its type: `opaque(node)` answers it for the first such node and
- * the answer is kept for the call.  Every other node's (flags, nbytes, tag,
- * ac_graph_id) comes from calling `slow(node)`, fxcut.lower's Python facts
- * of one node, so the two paths cannot disagree on anything but the plain
- * case (tests/test_graph_arrays.py compares them node for node).
+ * For every node: its kind (from `op` through kind_of_op), the CSR of its
+ * positional Node args and of its input nodes (uses redirected through
+ * `replace`, inputs then deduplicated in first-use order), and -- for a
+ * plain node -- its flag bits and byte size.  A plain node is a
+ * call_function whose target's flags (from `flags_of`, memoised per target
+ * in a table local to the call) carry none of `slow_bits`, whose target is
+ * none of `special_targets`, whose meta has none of `slow_meta_keys`, and
+ * whose meta["val"] is either a tensor of an exact int numel and dtype
+ * itemsize, or an exact tuple or list whose tensor items all are (its size
+ * their sum, as torch's _size_of takes it; any other item counts 0); or a
+ * placeholder with such a value.  Whether a tuple (list) value is opaque
+ * (torch's is_opaque_node) depends only on its type: `opaque(node)` answers
+ * it for the first such node and the answer is kept for the call.  Every
+ * other node's (flags, nbytes, tag, ac_graph_id) comes from calling
+ * `slow(node)`, fxcut.route.lower's Python facts of one node, so the two
+ * paths cannot disagree on anything but the plain case
+ * (tests/test_graph_arrays.py compares them node for node).
+ *
+ * Two rules live here and only here: a placeholder's role from its name
+ * and the flags a partitioner_tag gives (placeholder_role,
+ * partitioner_tag_flags); the Python path asks the same functions through
+ * _C.placeholder_role and _C.partitioner_tag_flags.
  *
  * Node positions come from a table on the nodes' addresses built here (an
  * fx.Node hashes and compares by identity, so it finds what a dict would);
@@ -233,27 +241,212 @@ static void node_table_free(node_table *t) {
     free(t->use);
 }
 
+/* ---- the rules the reader applies (one copy: route/lower.py asks these) */
+
+/* What a placeholder's name says it is, tried in this order (torch's
+ * _is_tangent, _is_fwd_seed_offset, _is_bwd_seed_offset): a name holding
+ * one of these parts has its role; any other name is a primal's. */
+enum { ROLE_PARTS = 5 };
+static const char *const role_parts[ROLE_PARTS] = {"tangents", "fwd_seed", "fwd_base_offset", "bwd_seed",
+                                                   "bwd_base_offset"};
+static const uint32_t role_flags[ROLE_PARTS] = {FXCUT_F_TANGENT, FXCUT_F_FWD_SEED, FXCUT_F_FWD_SEED,
+                                                FXCUT_F_BWD_SEED, FXCUT_F_BWD_SEED};
+
+/* 1 if the n bytes at `text` hold the ASCII string `part`. */
+static int holds_ascii(const char *text, Py_ssize_t n, const char *part) {
+    Py_ssize_t m = (Py_ssize_t)strlen(part);
+    for (Py_ssize_t at = 0; at + m <= n; at++) {
+        if (memcmp(text + at, part, (size_t)m) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* placeholder_role of a str UTF-8 cannot encode (a lone surrogate): the
+ * parts searched in the str itself; -1 on error. */
+static int placeholder_role_of_str(PyObject *name, uint32_t *role) {
+    *role = FXCUT_F_PRIMAL;
+    for (int k = 0; k < ROLE_PARTS; k++) {
+        PyObject *part = PyUnicode_FromString(role_parts[k]);
+        Py_ssize_t at = part ? PyUnicode_Find(name, part, 0, PY_SSIZE_T_MAX, 1) : -2;
+        Py_XDECREF(part);
+        if (at == -2) {
+            return -1;
+        }
+        if (at >= 0) {
+            *role = role_flags[k];
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* The role flag of a placeholder named `name` (a str); -1 on error.  An
+ * ASCII part is found in a str exactly where it is found in its UTF-8
+ * bytes (no other character's encoding holds an ASCII byte). */
+static int placeholder_role(PyObject *name, uint32_t *role) {
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(name, &n);
+    if (text == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) {
+            return -1;
+        }
+        PyErr_Clear();
+        return placeholder_role_of_str(name, role);
+    }
+    *role = FXCUT_F_PRIMAL;
+    for (int k = 0; k < ROLE_PARTS; k++) {
+        if (holds_ascii(text, n, role_parts[k])) {
+            *role = role_flags[k];
+            break;
+        }
+    }
+    return 0;
+}
+
+/* tag == text as Python's == answers it: 1, 0, -1 on error. */
+static int tag_is(PyObject *tag, const char *text) {
+    if (PyUnicode_CheckExact(tag)) {
+        return PyUnicode_CompareWithASCIIString(tag, text) == 0;
+    }
+    PyObject *str = PyUnicode_FromString(text);
+    int eq = str ? PyObject_RichCompareBool(tag, str, Py_EQ) : -1;
+    Py_XDECREF(str);
+    return eq;
+}
+
+/* The flags a node's meta["partitioner_tag"] gives it, its target mutable
+ * or not: "is_backward" marks a backward node (torch's is_backward tag)
+ * and, on a mutation, one that must run in backward; "must_be_in_backward"
+ * one that must (torch's _must_be_in_backward).  None gives nothing.
+ * -1 on error (a tag's __eq__ may raise). */
+static int partitioner_tag_flags(PyObject *tag, int is_mutable, uint32_t *flags) {
+    *flags = 0;
+    if (tag == Py_None) {
+        return 0;
+    }
+    int backward = tag_is(tag, "is_backward");
+    int must = backward < 0 ? -1 : tag_is(tag, "must_be_in_backward");
+    if (must < 0) {
+        return -1;
+    }
+    if (backward) {
+        *flags |= FXCUT_F_IS_BACKWARD_TAG;
+    }
+    if (must || (is_mutable && backward)) {
+        *flags |= FXCUT_F_MUST_BE_IN_BW;
+    }
+    return 0;
+}
+
+const char fxcut_py_placeholder_role_doc[] =
+    "placeholder_role($module, name, /)\n--\n\n"
+    "-> int: the role flag a placeholder named ``name`` (a str) has: F_TANGENT when the name holds\n"
+    "'tangents', else F_FWD_SEED for 'fwd_seed' / 'fwd_base_offset', else F_BWD_SEED for 'bwd_seed' /\n"
+    "'bwd_base_offset', else F_PRIMAL.  The rule lower_read applies (one copy).";
+
+PyObject *fxcut_py_placeholder_role(PyObject *module, PyObject *args, PyObject *kwargs) {
+    (void)module;
+    static char *keywords[] = {"", NULL};
+    PyObject *name;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "U:placeholder_role", keywords, &name)) {
+        return NULL;
+    }
+    uint32_t role;
+    return placeholder_role(name, &role) < 0 ? NULL : PyLong_FromUnsignedLong(role);
+}
+
+const char fxcut_py_partitioner_tag_flags_doc[] =
+    "partitioner_tag_flags($module, tag, mutable, /)\n--\n\n"
+    "-> int: the flags a node's meta['partitioner_tag'] ``tag`` gives it, its target ``mutable`` or not:\n"
+    "F_IS_BACKWARD_TAG when tag == 'is_backward'; F_MUST_BE_IN_BW when tag == 'must_be_in_backward', or\n"
+    "when mutable and tag == 'is_backward' (torch's _must_be_in_backward); 0 for None.  Compared as\n"
+    "Python's == compares.  The rule lower_read applies (one copy).";
+
+PyObject *fxcut_py_partitioner_tag_flags(PyObject *module, PyObject *args, PyObject *kwargs) {
+    (void)module;
+    static char *keywords[] = {"", "", NULL};
+    PyObject *tag;
+    int is_mutable;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "Op:partitioner_tag_flags", keywords, &tag, &is_mutable)) {
+        return NULL;
+    }
+    uint32_t flags;
+    return partitioner_tag_flags(tag, is_mutable, &flags) < 0 ? NULL : PyLong_FromUnsignedLong(flags);
+}
+
+/* ---- the reader -------------------------------------------------------- */
+
+/* The fields of fxcut.route.lower.ReaderConfig (read by name). */
 typedef struct {
-    PyObject *replace, *kind_of_op, *flags_of, *slow, *opaque, *node_cls, *tensor_cls;
-    PyObject *special_targets, *slow_meta_keys, *triton_hop;
-    PyObject *s_op, *s_target, *s_args, *s__args, *s_input_nodes, *s_meta, *s_val, *s_numel, *s_itemsize;
-    PyObject *s_tangents, *s_fwd_seed, *s_fwd_base_offset, *s_bwd_seed, *s_bwd_base_offset;
-    /* Flag values from the config tuple, parsed straight in ("K"). */
-    unsigned long long slow_bits, impure_bits, impure_flag, mask, getitem_bit;
-    unsigned long long mutable_bit, is_backward_flag, must_bw_flag;
-    unsigned long long f_tangent, f_fwd_seed, f_bwd_seed, f_primal;
-    unsigned long long f_non_tensor, f_val_is_seq, f_free_object;
-    PyObject *s_partitioner_tag;
-    long kind_call_function, kind_placeholder;
+    PyObject *kind_of_op;      /* dict: node.op -> kind */
+    PyObject *flags_of;        /* target -> its flag bits (fxcut.torchrules.ops.TargetFacts.flags) */
+    PyObject *slow;            /* node -> (flags, nbytes, tag, ac_graph_id): the Python path's */
+    PyObject *opaque;          /* node -> is its tuple or list value opaque */
+    PyObject *node_cls, *tensor_cls;
+    PyObject *special_targets; /* tuple: targets whose nodes are the slow path's */
+    PyObject *slow_meta_keys;  /* tuple: meta keys that make a node the slow path's */
+    PyObject *triton_hop;      /* the user triton kernel's op, or None */
+    uint64_t slow_bits;        /* target bits that make a node the slow path's */
+    uint64_t impure_bits;      /* target bits that make a node impure */
+    uint64_t mutable_bit;      /* the target bit of a mutable schema */
+} reader_config;
+
+static const fxcut_config_field reader_fields[] = {
+    FXCUT_FIELD(reader_config, kind_of_op, FXCUT_FIELD_DICT),
+    FXCUT_FIELD(reader_config, flags_of, FXCUT_FIELD_CALLABLE),
+    FXCUT_FIELD(reader_config, slow, FXCUT_FIELD_CALLABLE),
+    FXCUT_FIELD(reader_config, opaque, FXCUT_FIELD_CALLABLE),
+    FXCUT_FIELD(reader_config, node_cls, FXCUT_FIELD_TYPE),
+    FXCUT_FIELD(reader_config, tensor_cls, FXCUT_FIELD_TYPE),
+    FXCUT_FIELD(reader_config, special_targets, FXCUT_FIELD_TUPLE),
+    FXCUT_FIELD(reader_config, slow_meta_keys, FXCUT_FIELD_TUPLE),
+    FXCUT_FIELD(reader_config, triton_hop, FXCUT_FIELD_OBJECT),
+    FXCUT_FIELD(reader_config, slow_bits, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(reader_config, impure_bits, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(reader_config, mutable_bit, FXCUT_FIELD_BITS),
+};
+#define READER_FIELDS (sizeof reader_fields / sizeof reader_fields[0])
+
+/* The interned attribute and key names the reader uses. */
+enum { S_OP, S_TARGET, S__ARGS, S__INPUT_NODES, S_META, S_VAL, S_NUMEL, S_ITEMSIZE, S_PARTITIONER_TAG, S_COUNT };
+static const char *const reader_strings[S_COUNT] = {"op", "target", "_args", "_input_nodes", "meta", "val",
+                                                    "numel", "itemsize", "partitioner_tag"};
+
+/* The graph array being built: a row per node, the two CSRs, the output
+ * nodes' positions. */
+typedef struct {
+    uint8_t *kind;
+    uint32_t *flags;
+    int8_t *tag;
+    int32_t *ac;
+    int64_t *nbytes;
+    int32_t *arg_ptr, *in_ptr;
+    int32_t *seen; /* dedup of inputs: the last node that used it */
+    ivec arg_idx, in_idx;
+    PyObject *outputs;
+} lowered;
+
+typedef struct {
+    reader_config cfg;
+    PyObject *nodes;   /* a private tuple of the node list */
+    PyObject *replace; /* a private copy of replace, or None */
+    PyObject *s[S_COUNT];
     field f_op, f_target, f_meta, f_args, f_inputs;
-    node_table nodes;
+    node_table at;     /* node -> its position and the one its uses go to */
+    target_table targets;
     int seq_opaque[2]; /* opaque(node) of a tuple, a list value; -1: not asked yet */
+    lowered out;
 } reader;
+
+/* What reading one node found. */
+enum { READ_ERROR = -1, READ_GIVE_UP = 0, READ_OK = 1 };
 
 /* The position a use of `node` is lowered to; < 0: not in the graph. */
 static Py_ssize_t position_of(const reader *r, PyObject *node) {
-    size_t i = node_slot(&r->nodes, node);
-    return r->nodes.keys[i] == NULL ? NOT_IN_GRAPH : (Py_ssize_t)r->nodes.use[i];
+    size_t i = node_slot(&r->at, node);
+    return r->at.keys[i] == NULL ? NOT_IN_GRAPH : (Py_ssize_t)r->at.use[i];
 }
 
 /* Fill the table: every node at its position (a node listed twice at its
@@ -263,13 +456,13 @@ static Py_ssize_t position_of(const reader *r, PyObject *node) {
 static int index_nodes(reader *r, PyObject *nodes) {
     Py_ssize_t n = PyTuple_GET_SIZE(nodes);
     Py_ssize_t extra = r->replace == Py_None ? 0 : PyDict_GET_SIZE(r->replace);
-    if (node_table_init(&r->nodes, (size_t)n + (size_t)extra) < 0) {
+    if (node_table_init(&r->at, (size_t)n + (size_t)extra) < 0) {
         return -1;
     }
-    node_table *t = &r->nodes;
+    node_table *t = &r->at;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *node = PyTuple_GET_ITEM(nodes, i);
-        if ((PyObject *)Py_TYPE(node) != r->node_cls) {
+        if ((PyObject *)Py_TYPE(node) != r->cfg.node_cls) {
             return 0;
         }
         size_t s = node_slot(t, node);
@@ -279,7 +472,7 @@ static int index_nodes(reader *r, PyObject *nodes) {
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (extra && PyDict_Next(r->replace, &pos, &key, &value)) {
-        if ((PyObject *)Py_TYPE(key) != r->node_cls || (PyObject *)Py_TYPE(value) != r->node_cls) {
+        if ((PyObject *)Py_TYPE(key) != r->cfg.node_cls || (PyObject *)Py_TYPE(value) != r->cfg.node_cls) {
             return 0;
         }
         size_t v = node_slot(t, value);
@@ -302,7 +495,7 @@ static PyObject *index_dict(const reader *r, PyObject *nodes) {
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(nodes); i++) {
         PyObject *node = PyTuple_GET_ITEM(nodes, i);
-        PyObject *at = PyLong_FromLong((long)r->nodes.own[node_slot(&r->nodes, node)]);
+        PyObject *at = PyLong_FromLong((long)r->at.own[node_slot(&r->at, node)]);
         if (at == NULL || PyDict_SetItem(index, node, at) < 0) {
             Py_XDECREF(at);
             Py_DECREF(index);
@@ -313,34 +506,24 @@ static PyObject *index_dict(const reader *r, PyObject *nodes) {
     return index;
 }
 
-/* The flags meta["partitioner_tag"] adds to `*bits` (torch's is_backward
- * and must-be-in-backward tests); 0 if the tag is not an exact str (the
- * slow path compares it), 1 otherwise, -1 on error. */
-static int tag_bits(const reader *r, PyObject *meta, uint64_t *bits) {
-    PyObject *tag = PyDict_GetItemWithError(meta, r->s_partitioner_tag);
+/* Adds the flags meta["partitioner_tag"] gives a node whose target bits
+ * are `*bits` (partitioner_tag_flags); -1 on error. */
+static int add_tag_flags(const reader *r, PyObject *meta, uint64_t *bits) {
+    PyObject *tag = PyDict_GetItemWithError(meta, r->s[S_PARTITIONER_TAG]);
     if (tag == NULL) {
-        return PyErr_Occurred() ? -1 : 1;
+        return PyErr_Occurred() ? -1 : 0;
     }
-    if (tag == Py_None) {
-        return 1;
-    }
-    if (!PyUnicode_CheckExact(tag)) {
-        return 0;
-    }
-    if (PyUnicode_CompareWithASCIIString(tag, "is_backward") == 0) {
-        *bits |= r->is_backward_flag;
-        if (*bits & r->mutable_bit) {
-            *bits |= r->must_bw_flag;
-        }
-    } else if (PyUnicode_CompareWithASCIIString(tag, "must_be_in_backward") == 0) {
-        *bits |= r->must_bw_flag;
-    }
-    return 1;
+    Py_INCREF(tag); /* a tag's __eq__ runs Python code: keep it alive */
+    uint32_t flags;
+    int rc = partitioner_tag_flags(tag, (*bits & r->cfg.mutable_bit) != 0, &flags);
+    Py_DECREF(tag);
+    *bits |= flags;
+    return rc;
 }
 
 /* isinstance(x, tensor_cls): 1, 0, or -1 on error. */
 static int is_tensor(const reader *r, PyObject *x) {
-    return PyType_IsSubtype(Py_TYPE(x), (PyTypeObject *)r->tensor_cls) ? 1 : PyObject_IsInstance(x, r->tensor_cls);
+    return PyType_IsSubtype(Py_TYPE(x), (PyTypeObject *)r->cfg.tensor_cls) ? 1 : PyObject_IsInstance(x, r->cfg.tensor_cls);
 }
 
 /* numel() * itemsize of tensor `val`, checked (Tensor.nbytes would wrap
@@ -348,8 +531,8 @@ static int is_tensor(const reader *r, PyObject *x) {
  * out of range), -1 on error. */
 static int tensor_size(const reader *r, PyObject *val, int64_t *nbytes) {
     int plain = 0;
-    PyObject *numel = PyObject_CallMethodNoArgs(val, r->s_numel);
-    PyObject *itemsize = numel ? PyObject_GetAttr(val, r->s_itemsize) : NULL;
+    PyObject *numel = PyObject_CallMethodNoArgs(val, r->s[S_NUMEL]);
+    PyObject *itemsize = numel ? PyObject_GetAttr(val, r->s[S_ITEMSIZE]) : NULL;
     if (itemsize == NULL) {
         plain = -1;
     } else if (PyLong_CheckExact(numel) && PyLong_CheckExact(itemsize)) {
@@ -401,7 +584,7 @@ static int seq_size(const reader *r, PyObject *seq, int64_t *nbytes) {
  * once per call (it depends only on the value's type); 0, -1 on error. */
 static int seq_opaque(reader *r, PyObject *node, int which) {
     if (r->seq_opaque[which] < 0) {
-        PyObject *answer = PyObject_CallOneArg(r->opaque, node);
+        PyObject *answer = PyObject_CallOneArg(r->cfg.opaque, node);
         int truth = answer ? PyObject_IsTrue(answer) : -1;
         Py_XDECREF(answer);
         if (truth < 0) {
@@ -415,14 +598,14 @@ static int seq_opaque(reader *r, PyObject *node, int which) {
 /* A plain node's value: 1 with *nbytes and the flag bits the value adds in
  * *bits, 0 if the slow path's, -1 on error. */
 static int plain_size(reader *r, PyObject *node, PyObject *meta, int64_t *nbytes, uint64_t *bits) {
-    Py_ssize_t nkeys = PyTuple_GET_SIZE(r->slow_meta_keys);
+    Py_ssize_t nkeys = PyTuple_GET_SIZE(r->cfg.slow_meta_keys);
     for (Py_ssize_t k = 0; k < nkeys; k++) {
-        int has = PyDict_Contains(meta, PyTuple_GET_ITEM(r->slow_meta_keys, k));
+        int has = PyDict_Contains(meta, PyTuple_GET_ITEM(r->cfg.slow_meta_keys, k));
         if (has != 0) {
             return has < 0 ? -1 : 0;
         }
     }
-    PyObject *val = PyDict_GetItemWithError(meta, r->s_val);
+    PyObject *val = PyDict_GetItemWithError(meta, r->s[S_VAL]);
     if (val == NULL) {
         return PyErr_Occurred() ? -1 : 0;
     }
@@ -436,7 +619,7 @@ static int plain_size(reader *r, PyObject *node, PyObject *meta, int64_t *nbytes
             plain = -1;
         }
         if (plain > 0) {
-            *bits |= r->f_non_tensor | r->f_val_is_seq | (opaque ? r->f_free_object : 0);
+            *bits |= FXCUT_F_NON_TENSOR | FXCUT_F_VAL_IS_SEQ | (opaque ? FXCUT_F_FREE_OBJECT : 0);
         }
     } else {
         plain = is_tensor(r, val);
@@ -454,47 +637,28 @@ static PyObject *node_args_of(const reader *r, PyObject *node) {
     return field_get(&r->f_args, node);
 }
 
-/* 1 if `name` holds `part`, 0 if not, -1 on error. */
-static int holds(PyObject *name, PyObject *part) {
-    Py_ssize_t at = PyUnicode_Find(name, part, 0, PY_SSIZE_T_MAX, 1);
-    return at == -2 ? -1 : at >= 0;
-}
-
-/* A placeholder named by an exact str whose meta["val"] is a tensor of an
- * exact size and whose meta has none of the slow keys: its flags (the role
- * its name gives) and size; 1 if so, 0 if the slow path's, -1 on error. */
+/* A placeholder whose meta["val"] is a tensor of an exact size and whose
+ * meta has none of the slow keys: its flags (the role str(target) gives it)
+ * and size; 1 if so, 0 if the slow path's, -1 on error. */
 static int plain_placeholder(reader *r, PyObject *node, uint32_t *flags, int64_t *nbytes) {
     PyObject *target = field_get(&r->f_target, node);
-    if (target == NULL) {
+    PyObject *name = target ? PyObject_Str(target) : NULL;
+    Py_XDECREF(target);
+    uint32_t role = 0;
+    int rc = name ? placeholder_role(name, &role) : -1;
+    Py_XDECREF(name);
+    if (rc < 0) {
         return -1;
-    }
-    int plain = 0;
-    uint64_t bits = r->f_primal;
-    if (PyUnicode_CheckExact(target)) {
-        int t = holds(target, r->s_tangents);
-        int f = t ? 0 : holds(target, r->s_fwd_seed);
-        f = (t || f) ? f : holds(target, r->s_fwd_base_offset);
-        int b = (t || f) ? 0 : holds(target, r->s_bwd_seed);
-        b = (t || f || b) ? b : holds(target, r->s_bwd_base_offset);
-        if (t < 0 || f < 0 || b < 0) {
-            Py_DECREF(target);
-            return -1;
-        }
-        bits = t ? r->f_tangent : f ? r->f_fwd_seed : b ? r->f_bwd_seed : r->f_primal;
-        plain = 1;
-    }
-    Py_DECREF(target);
-    if (!plain) {
-        return 0;
     }
     PyObject *meta = field_get(&r->f_meta, node);
     if (meta == NULL) {
         return -1;
     }
-    plain = PyDict_CheckExact(meta) ? plain_size(r, node, meta, nbytes, &bits) : 0;
+    uint64_t bits = role;
+    int plain = PyDict_CheckExact(meta) ? plain_size(r, node, meta, nbytes, &bits) : 0;
     Py_DECREF(meta);
     if (plain > 0) {
-        *flags = (uint32_t)(bits & r->mask);
+        *flags = (uint32_t)bits;
     }
     return plain;
 }
@@ -508,13 +672,13 @@ static int getitem_of(const reader *r, PyObject *node) {
     }
     int slow = 1;
     if (PyTuple_Check(node_args) && PyTuple_GET_SIZE(node_args) > 0 &&
-        (PyObject *)Py_TYPE(PyTuple_GET_ITEM(node_args, 0)) == r->node_cls) {
+        (PyObject *)Py_TYPE(PyTuple_GET_ITEM(node_args, 0)) == r->cfg.node_cls) {
         PyObject *target = field_get(&r->f_target, PyTuple_GET_ITEM(node_args, 0));
         if (target == NULL) {
             Py_DECREF(node_args);
             return -1;
         }
-        slow = target == r->triton_hop;
+        slow = target == r->cfg.triton_hop;
         Py_DECREF(target);
     }
     Py_DECREF(node_args);
@@ -531,7 +695,7 @@ static PyObject *value_of(const reader *r, PyObject *node) {
     if (meta == NULL || !PyDict_CheckExact(meta)) {
         return NULL;
     }
-    PyObject *val = PyDict_GetItemWithError(meta, r->s_val);
+    PyObject *val = PyDict_GetItemWithError(meta, r->s[S_VAL]);
     if (val == NULL) {
         PyErr_Clear();
     }
@@ -592,7 +756,7 @@ static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
          * at d == 2, their next lines at d == 1.  A hint only: nothing
          * but a prefetch uses what is read here. */
         PyTypeObject *type = Py_TYPE(val);
-        if (!PyType_IsSubtype(type, (PyTypeObject *)r->tensor_cls) ||
+        if (!PyType_IsSubtype(type, (PyTypeObject *)r->cfg.tensor_cls) ||
             type->tp_basicsize < (Py_ssize_t)(sizeof(PyObject) + sizeof(void *))) {
             continue;
         }
@@ -617,352 +781,368 @@ static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
     }
 }
 
+
 static PyObject *bytes_of(const void *p, size_t count, size_t size) {
     return PyBytes_FromStringAndSize(count ? (const char *)p : "", (Py_ssize_t)(count * size));
 }
 
+/* 1 if `target` is one of the special targets (the slow path's). */
+static int is_special(const reader *r, PyObject *target) {
+    for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(r->cfg.special_targets); s++) {
+        if (PyTuple_GET_ITEM(r->cfg.special_targets, s) == target) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A call_function node read here: 1 with its flags and size; 0 if it is
+ * the slow path's (a special target, a target with a slow bit, a getitem
+ * of a triton kernel's output, a meta or value that is not plain); -1 on
+ * error. */
+static int plain_call(reader *r, PyObject *node, uint32_t *flags, int64_t *nbytes) {
+    PyObject *target = field_get(&r->f_target, node);
+    if (target == NULL) {
+        return -1;
+    }
+    uint64_t bits = 0;
+    int plain = !is_special(r, target);
+    int rc = plain ? target_flags(&r->targets, r->cfg.flags_of, target, &bits) : 0;
+    Py_DECREF(target); /* the table holds its own reference */
+    if (rc < 0) {
+        return -1;
+    }
+    plain = plain && !(bits & r->cfg.slow_bits);
+    if (plain && (bits & FXCUT_F_GETITEM) && r->cfg.triton_hop != Py_None) {
+        int of_triton = getitem_of(r, node);
+        if (of_triton < 0) {
+            return -1;
+        }
+        plain = !of_triton;
+    }
+    if (!plain) {
+        return 0;
+    }
+    PyObject *meta = field_get(&r->f_meta, node);
+    if (meta == NULL) {
+        return -1;
+    }
+    plain = PyDict_CheckExact(meta) ? plain_size(r, node, meta, nbytes, &bits) : 0;
+    if (plain > 0 && add_tag_flags(r, meta, &bits) < 0) {
+        plain = -1;
+    }
+    Py_DECREF(meta);
+    if (plain > 0) {
+        if (bits & r->cfg.impure_bits) {
+            bits |= FXCUT_F_IMPURE;
+        }
+        *flags = (uint32_t)bits; /* the graph array keeps the low 32 bits */
+    }
+    return plain;
+}
+
+/* Row i's facts from slow(node), the Python path's; -1 on error. */
+static int slow_facts(reader *r, PyObject *node, size_t i) {
+    PyObject *facts = PyObject_CallOneArg(r->cfg.slow, node);
+    if (facts == NULL) {
+        return -1;
+    }
+    unsigned long long flags;
+    long long nbytes;
+    int tag, ac;
+    int ok = PyTuple_Check(facts) && PyArg_ParseTuple(facts, "KLii:lower_read slow", &flags, &nbytes, &tag, &ac);
+    Py_DECREF(facts);
+    if (!ok) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "lower_read: slow(node) must return a tuple");
+        }
+        return -1;
+    }
+    r->out.flags[i] = (uint32_t)flags;
+    r->out.nbytes[i] = (int64_t)nbytes;
+    r->out.tag[i] = (int8_t)tag;
+    r->out.ac[i] = (int32_t)ac;
+    return 0;
+}
+
+/* Row i's kind from node.op: READ_OK, READ_GIVE_UP for an op kind_of_op
+ * does not know, READ_ERROR. */
+static int read_kind(reader *r, PyObject *node, size_t i, long *kind) {
+    PyObject *op = field_get(&r->f_op, node);
+    if (op == NULL) {
+        return READ_ERROR;
+    }
+    PyObject *k = PyDict_GetItemWithError(r->cfg.kind_of_op, op);
+    Py_DECREF(op);
+    if (k == NULL) {
+        return PyErr_Occurred() ? READ_ERROR : READ_GIVE_UP;
+    }
+    *kind = PyLong_AsLong(k);
+    if (*kind == -1 && PyErr_Occurred()) {
+        return READ_ERROR;
+    }
+    r->out.kind[i] = (uint8_t)*kind;
+    return READ_OK;
+}
+
+/* Row i's flags, size, tag and ac_graph_id: read here for a plain
+ * call_function or placeholder, from slow(node) otherwise; -1 on error. */
+static int read_facts(reader *r, PyObject *node, size_t i, long kind) {
+    int plain = 0;
+    if (kind == FXCUT_CALL_FUNCTION) {
+        plain = plain_call(r, node, &r->out.flags[i], &r->out.nbytes[i]);
+    } else if (kind == FXCUT_PLACEHOLDER) {
+        plain = plain_placeholder(r, node, &r->out.flags[i], &r->out.nbytes[i]);
+    }
+    if (plain < 0) {
+        return -1;
+    }
+    if (!plain) {
+        return slow_facts(r, node, i);
+    }
+    r->out.tag[i] = (int8_t)FXCUT_TAG_NONE;
+    r->out.ac[i] = 0;
+    return 0;
+}
+
+/* The positions of node's positional Node args, uses redirected through
+ * replace, onto arg_idx: READ_OK, READ_GIVE_UP for a node of another graph
+ * (or replaced by one) or args that are not a tuple, READ_ERROR. */
+static int read_args(reader *r, PyObject *node) {
+    PyObject *node_args = node_args_of(r, node);
+    if (node_args == NULL) {
+        return READ_ERROR;
+    }
+    int status = PyTuple_Check(node_args) ? READ_OK : READ_GIVE_UP;
+    for (Py_ssize_t a = 0; status == READ_OK && a < PyTuple_GET_SIZE(node_args); a++) {
+        /* The table's keys are all exactly node_cls: an arg found there
+         * is a node without its object being read (often a cache miss). */
+        PyObject *arg = PyTuple_GET_ITEM(node_args, a);
+        size_t slot = node_slot(&r->at, arg);
+        if (r->at.keys[slot] == NULL) {
+            status = (PyObject *)Py_TYPE(arg) == r->cfg.node_cls ? READ_GIVE_UP : READ_OK;
+            continue;
+        }
+        int32_t p = r->at.use[slot];
+        if (p < 0) {
+            status = READ_GIVE_UP;
+        } else if (ivec_push(&r->out.arg_idx, p) < 0) {
+            status = READ_ERROR;
+        }
+    }
+    Py_DECREF(node_args);
+    return status;
+}
+
+/* The positions of row i's input nodes, redirected through replace and
+ * deduplicated in first-use order, onto in_idx: READ_OK, READ_GIVE_UP (an
+ * input not in the graph, inputs that are not a dict), READ_ERROR. */
+static int read_inputs(reader *r, PyObject *node, size_t i) {
+    PyObject *inputs = field_get(&r->f_inputs, node);
+    if (inputs == NULL) {
+        return READ_ERROR;
+    }
+    int status = PyDict_Check(inputs) ? READ_OK : READ_GIVE_UP;
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    while (status == READ_OK && PyDict_Next(inputs, &pos, &key, &value)) {
+        Py_ssize_t p = position_of(r, key);
+        if (p < 0) {
+            status = READ_GIVE_UP;
+        } else if (r->out.seen[p] != (int32_t)i) { /* two inputs replaced by one representative: once */
+            r->out.seen[p] = (int32_t)i;
+            status = ivec_push(&r->out.in_idx, (int32_t)p) < 0 ? READ_ERROR : READ_OK;
+        }
+    }
+    Py_DECREF(inputs);
+    return status;
+}
+
+/* Row i of the graph array, for node i. */
+static int read_node(reader *r, size_t i) {
+    PyObject *node = PyTuple_GET_ITEM(r->nodes, (Py_ssize_t)i);
+    prefetch_ahead(r, r->nodes, (Py_ssize_t)i);
+    long kind;
+    int status = read_kind(r, node, i, &kind);
+    if (status == READ_OK && read_facts(r, node, i, kind) < 0) {
+        status = READ_ERROR;
+    }
+    if (status == READ_OK) {
+        status = read_args(r, node);
+    }
+    if (status == READ_OK) {
+        status = read_inputs(r, node, i);
+    }
+    if (status != READ_OK) {
+        return status;
+    }
+    if (r->out.arg_idx.len >= INT32_MAX || r->out.in_idx.len >= INT32_MAX) {
+        return READ_GIVE_UP;
+    }
+    r->out.arg_ptr[i + 1] = (int32_t)r->out.arg_idx.len;
+    r->out.in_ptr[i + 1] = (int32_t)r->out.in_idx.len;
+    if (kind == FXCUT_OUTPUT) {
+        PyObject *where = PyLong_FromSize_t(i);
+        int failed = where == NULL || PyList_Append(r->out.outputs, where) < 0;
+        Py_XDECREF(where);
+        return failed ? READ_ERROR : READ_OK;
+    }
+    return READ_OK;
+}
+
+/* The arrays for n nodes; -1 on no memory. */
+static int lowered_open(lowered *out, size_t n) {
+    out->kind = malloc(n + 1);
+    out->flags = malloc((n + 1) * sizeof *out->flags);
+    out->tag = malloc(n + 1);
+    out->ac = malloc((n + 1) * sizeof *out->ac);
+    out->nbytes = malloc((n + 1) * sizeof *out->nbytes);
+    out->arg_ptr = calloc(n + 1, sizeof *out->arg_ptr);
+    out->in_ptr = calloc(n + 1, sizeof *out->in_ptr);
+    out->seen = malloc((n + 1) * sizeof *out->seen);
+    if (!out->kind || !out->flags || !out->tag || !out->ac || !out->nbytes || !out->arg_ptr || !out->in_ptr ||
+        !out->seen) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        out->seen[i] = -1;
+    }
+    out->outputs = PyList_New(0);
+    return out->outputs == NULL ? -1 : 0;
+}
+
+static void lowered_close(lowered *out) {
+    free(out->kind);
+    free(out->flags);
+    free(out->tag);
+    free(out->ac);
+    free(out->nbytes);
+    free(out->arg_ptr);
+    free(out->in_ptr);
+    free(out->seen);
+    free(out->arg_idx.p);
+    free(out->in_idx.p);
+    Py_XDECREF(out->outputs);
+}
+
+/* The reader of `node_list` (a list) with uses redirected by `replace`:
+ * private copies of both (the Python code the reader calls -- slow,
+ * numel, ... -- can neither shrink what is read nor free a node the table
+ * holds), its names, the node slots, the arrays.  1 ready, 0 give up (a
+ * node or a replace key or value that is not exactly node_cls), -1 error. */
+static int reader_open(reader *r, PyObject *node_list, PyObject *replace) {
+    r->seq_opaque[0] = r->seq_opaque[1] = -1;
+    r->nodes = PyList_AsTuple(node_list);
+    if (r->nodes == NULL) {
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(r->nodes) >= INT32_MAX) {
+        return 0; /* positions are int32 */
+    }
+    r->replace = replace == Py_None ? Py_NewRef(Py_None) : PyDict_Copy(replace);
+    if (r->replace == NULL) {
+        return -1;
+    }
+    for (int k = 0; k < S_COUNT; k++) {
+        r->s[k] = PyUnicode_InternFromString(reader_strings[k]);
+        if (r->s[k] == NULL) {
+            return -1;
+        }
+    }
+    field *fields[] = {&r->f_op, &r->f_target, &r->f_meta, &r->f_args, &r->f_inputs};
+    int names[] = {S_OP, S_TARGET, S_META, S__ARGS, S__INPUT_NODES};
+    for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+        fields[k]->name = r->s[names[k]];
+        field_resolve(fields[k], r->cfg.node_cls);
+    }
+    if (lowered_open(&r->out, (size_t)PyTuple_GET_SIZE(r->nodes)) < 0) {
+        return -1;
+    }
+    return index_nodes(r, r->nodes);
+}
+
+static void reader_close(reader *r) {
+    lowered_close(&r->out);
+    node_table_free(&r->at);
+    for (size_t k = 0; k < r->targets.cap; k++) {
+        Py_XDECREF(r->targets.keys[k]);
+    }
+    free(r->targets.keys);
+    free(r->targets.bits);
+    for (int k = 0; k < S_COUNT; k++) {
+        Py_XDECREF(r->s[k]);
+    }
+    Py_XDECREF(r->replace);
+    Py_XDECREF(r->nodes);
+    fxcut_release_config(reader_fields, READER_FIELDS, &r->cfg);
+}
+
+/* The result tuple: the arrays as bytes, the output positions, the dict
+ * node -> position; NULL on error. */
+static PyObject *reader_result(const reader *r) {
+    size_t n = (size_t)PyTuple_GET_SIZE(r->nodes);
+    const lowered *out = &r->out;
+    PyObject *index = index_dict(r, r->nodes);
+    PyObject *parts[9] = {
+        bytes_of(out->kind, n, 1), bytes_of(out->flags, n, 4), bytes_of(out->tag, n, 1),
+        bytes_of(out->ac, n, 4), bytes_of(out->nbytes, n, 8), bytes_of(out->arg_ptr, n + 1, 4),
+        bytes_of(out->arg_idx.p, out->arg_idx.len, 4), bytes_of(out->in_ptr, n + 1, 4),
+        bytes_of(out->in_idx.p, out->in_idx.len, 4)};
+    int complete = index != NULL;
+    for (int k = 0; k < 9; k++) {
+        complete &= parts[k] != NULL;
+    }
+    PyObject *result = NULL;
+    if (complete) {
+        result = PyTuple_Pack(11, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6], parts[7],
+                              parts[8], out->outputs, index);
+    }
+    for (int k = 0; k < 9; k++) {
+        Py_XDECREF(parts[k]);
+    }
+    Py_XDECREF(index);
+    return result;
+}
+
 const char fxcut_py_lower_read_doc[] =
-    "lower_read($module, nodes, replace, kind_of_op, flags_of, slow, opaque, config)\n--\n\n"
-    "-> tuple | None: fxcut.lower's per-node pass in C: (kind, flags, tag, ac_graph_id, nbytes, arg_ptr, arg_idx,\n"
-    "in_ptr, in_idx) as bytes in the graph array's item types, the positions of the output\n"
-    "nodes, and the dict node -> position.  ``slow(node)`` gives (flags, nbytes, tag, ac_graph_id) of a\n"
-    "node that is not plain; ``opaque(node)`` whether a node's tuple or list value is opaque;\n"
-    "``config``: (node_cls, tensor_cls, special_targets, slow_meta_keys, slow_bits, impure_bits,\n"
-    "impure_flag, mask, kind_call_function, getitem_bit, triton_hop, mutable_bit, is_backward_flag,\n"
-    "must_be_in_backward_flag, kind_placeholder, F_TANGENT, F_FWD_SEED, F_BWD_SEED, F_PRIMAL,\n"
-    "F_NON_TENSOR, F_VAL_IS_SEQ, F_FREE_OBJECT).  None where the Python path must run.";
+    "lower_read($module, nodes, replace, config, /)\n--\n\n"
+    "-> tuple | None: fxcut.route.lower's per-node pass in C: (kind, flags, tag, ac_graph_id, nbytes,\n"
+    "arg_ptr, arg_idx, in_ptr, in_idx) as bytes in the graph array's item types, the positions of the\n"
+    "output nodes, and the dict node -> position.  ``nodes``: a list of fx nodes; ``replace``: a dict\n"
+    "node -> node its uses are lowered to, or None.  ``config``: a fxcut.route.lower.ReaderConfig, its\n"
+    "fields read by name (kind_of_op, flags_of, slow, opaque, node_cls, tensor_cls, special_targets,\n"
+    "slow_meta_keys, triton_hop, slow_bits, impure_bits, mutable_bit).  None where the Python path\n"
+    "must run.";
 
 PyObject *fxcut_py_lower_read(PyObject *module, PyObject *args, PyObject *kwargs) {
     (void)module;
-    static char *keywords[] = {"nodes", "replace", "kind_of_op", "flags_of", "slow", "opaque", "config", NULL};
-    PyObject *node_list, *config;
+    static char *keywords[] = {"", "", "", NULL};
+    PyObject *node_list, *replace, *config;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO:lower_read", keywords, &PyList_Type, &node_list,
+                                     &replace, &config)) {
+        return NULL;
+    }
+    if (replace != Py_None && !PyDict_Check(replace)) {
+        PyErr_Format(PyExc_TypeError, "lower_read: replace must be a dict or None, got %.100s",
+                     Py_TYPE(replace)->tp_name);
+        return NULL;
+    }
     reader r;
     memset(&r, 0, sizeof r);
-    r.seq_opaque[0] = r.seq_opaque[1] = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOOO!:lower_read", keywords, &PyList_Type,
-                                     &node_list, &r.replace, &PyDict_Type, &r.kind_of_op, &r.flags_of,
-                                     &r.slow, &r.opaque, &PyTuple_Type, &config)) {
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(config, "OOO!O!KKKKlKOKKKlKKKKKKK:lower_read config", &r.node_cls,
-                          &r.tensor_cls, &PyTuple_Type, &r.special_targets, &PyTuple_Type,
-                          &r.slow_meta_keys, &r.slow_bits, &r.impure_bits, &r.impure_flag,
-                          &r.mask, &r.kind_call_function, &r.getitem_bit, &r.triton_hop,
-                          &r.mutable_bit, &r.is_backward_flag, &r.must_bw_flag,
-                          &r.kind_placeholder, &r.f_tangent, &r.f_fwd_seed, &r.f_bwd_seed,
-                          &r.f_primal, &r.f_non_tensor, &r.f_val_is_seq, &r.f_free_object)) {
-        return NULL;
-    }
-    if (!PyType_Check(r.tensor_cls)) {
-        PyErr_SetString(PyExc_TypeError, "lower_read config: tensor_cls must be a type");
-        return NULL;
-    }
-    if (r.replace != Py_None && !PyDict_Check(r.replace)) {
-        PyErr_SetString(PyExc_TypeError, "lower_read: replace must be a dict or None");
-        return NULL;
-    }
-    if (!PyCallable_Check(r.flags_of) || !PyCallable_Check(r.slow) || !PyCallable_Check(r.opaque)) {
-        PyErr_SetString(PyExc_TypeError, "lower_read: flags_of, slow and opaque must be callable");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(node_list);
-    if (n >= INT32_MAX) {
-        Py_RETURN_NONE;
-    }
-    /* Private copies: the Python code this calls (slow, numel, ...) cannot
-     * shrink what is read, nor free a node or replacement the table holds. */
-    PyObject *nodes = PyList_AsTuple(node_list);
-    if (nodes == NULL) {
-        return NULL;
-    }
-    n = PyTuple_GET_SIZE(nodes);
-    if (r.replace != Py_None) {
-        r.replace = PyDict_Copy(r.replace);
-        if (r.replace == NULL) {
-            Py_DECREF(nodes);
-            return NULL;
-        }
-    } else {
-        Py_INCREF(r.replace);
-    }
-    size_t un = (size_t)n;
-    uint8_t *kind = malloc(un + 1);
-    uint32_t *flags = malloc((un + 1) * sizeof *flags);
-    int8_t *tag = malloc(un + 1);
-    int32_t *ac = malloc((un + 1) * sizeof *ac);
-    int64_t *nbytes = malloc((un + 1) * sizeof *nbytes);
-    int32_t *arg_ptr = calloc(un + 1, sizeof *arg_ptr);
-    int32_t *in_ptr = calloc(un + 1, sizeof *in_ptr);
-    int32_t *seen = malloc((un + 1) * sizeof *seen); /* dedup of inputs: last node that used it */
-    ivec arg_idx = {NULL, 0, 0}, in_idx = {NULL, 0, 0};
-    target_table table = {NULL, NULL, 0, 0};
-    PyObject *outputs = PyList_New(0);
-    PyObject *index = NULL;
     PyObject *result = NULL;
-    int give_up = 0;
-    static const char *names[] = {"op", "target", "args", "_args", "_input_nodes", "meta", "val", "numel", "itemsize",
-                                  "partitioner_tag", "tangents", "fwd_seed", "fwd_base_offset",
-                                  "bwd_seed", "bwd_base_offset"};
-    PyObject **interned[] = {&r.s_op, &r.s_target, &r.s_args, &r.s__args, &r.s_input_nodes, &r.s_meta,
-                             &r.s_val, &r.s_numel, &r.s_itemsize, &r.s_partitioner_tag, &r.s_tangents,
-                             &r.s_fwd_seed, &r.s_fwd_base_offset, &r.s_bwd_seed,
-                             &r.s_bwd_base_offset};
-    if (!kind || !flags || !tag || !ac || !nbytes || !arg_ptr || !in_ptr || !seen) {
-        PyErr_NoMemory();
-        goto done;
+    int status = fxcut_read_config(config, "lower_read", reader_fields, READER_FIELDS, &r.cfg) < 0
+                     ? READ_ERROR
+                     : reader_open(&r, node_list, replace);
+    size_t n = r.nodes ? (size_t)PyTuple_GET_SIZE(r.nodes) : 0;
+    for (size_t i = 0; status == READ_OK && i < n; i++) {
+        status = read_node(&r, i);
     }
-    if (outputs == NULL) {
-        goto done;
+    if (status == READ_OK) {
+        result = reader_result(&r);
+    } else if (status == READ_GIVE_UP) {
+        result = Py_NewRef(Py_None);
     }
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        *interned[k] = PyUnicode_InternFromString(names[k]);
-        if (*interned[k] == NULL) {
-            goto done;
-        }
-    }
-    for (size_t i = 0; i < un; i++) {
-        seen[i] = -1;
-    }
-    {
-        field *fields[] = {&r.f_op, &r.f_target, &r.f_meta, &r.f_args, &r.f_inputs};
-        PyObject *field_names[] = {r.s_op, r.s_target, r.s_meta, r.s__args, r.s_input_nodes};
-        for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
-            fields[k]->name = field_names[k];
-            field_resolve(fields[k], r.node_cls);
-        }
-    }
-    {
-        int indexed = index_nodes(&r, nodes);
-        if (indexed < 0) {
-            goto done;
-        }
-        give_up = !indexed;
-    }
-
-    for (Py_ssize_t i = 0; i < n && !give_up; i++) {
-        PyObject *node = PyTuple_GET_ITEM(nodes, i);
-        prefetch_ahead(&r, nodes, i);
-        PyObject *op = field_get(&r.f_op, node);
-        if (op == NULL) {
-            goto done;
-        }
-        PyObject *k = PyDict_GetItemWithError(r.kind_of_op, op);
-        Py_DECREF(op);
-        if (k == NULL) {
-            if (PyErr_Occurred()) {
-                goto done;
-            }
-            give_up = 1;
-            break;
-        }
-        long kv = PyLong_AsLong(k);
-        if (kv == -1 && PyErr_Occurred()) {
-            goto done;
-        }
-        kind[i] = (uint8_t)kv;
-        int plain = 0;
-        if (kv == r.kind_call_function) {
-            PyObject *target = field_get(&r.f_target, node);
-            if (target == NULL) {
-                goto done;
-            }
-            uint64_t bits = 0;
-            int special = 0;
-            for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(r.special_targets); s++) {
-                special |= PyTuple_GET_ITEM(r.special_targets, s) == target;
-            }
-            int rc = special ? 0 : target_flags(&table, r.flags_of, target, &bits);
-            Py_DECREF(target); /* the table holds its own reference */
-            if (rc < 0) {
-                goto done;
-            }
-            if (!special && (bits & r.getitem_bit) && r.triton_hop != Py_None) {
-                /* a getitem of a triton kernel's output is the slow path's */
-                int of_triton = getitem_of(&r, node);
-                if (of_triton < 0) {
-                    goto done;
-                }
-                special = of_triton;
-            }
-            if (!special && !(bits & r.slow_bits)) {
-                PyObject *meta = field_get(&r.f_meta, node);
-                if (meta == NULL) {
-                    goto done;
-                }
-                int64_t size = 0;
-                plain = PyDict_CheckExact(meta) ? plain_size(&r, node, meta, &size, &bits) : 0;
-                if (plain > 0) {
-                    plain = tag_bits(&r, meta, &bits);
-                }
-                Py_DECREF(meta);
-                if (plain < 0) {
-                    goto done;
-                }
-                if (plain) {
-                    if (bits & r.impure_bits) {
-                        bits |= r.impure_flag;
-                    }
-                    flags[i] = (uint32_t)(bits & r.mask);
-                    nbytes[i] = size;
-                    tag[i] = (int8_t)FXCUT_TAG_NONE;
-                    ac[i] = 0;
-                }
-            }
-        }
-        if (kv == r.kind_placeholder) {
-            plain = plain_placeholder(&r, node, &flags[i], &nbytes[i]);
-            if (plain < 0) {
-                goto done;
-            }
-            if (plain) {
-                tag[i] = (int8_t)FXCUT_TAG_NONE;
-                ac[i] = 0;
-            }
-        }
-        if (!plain) {
-            PyObject *facts = PyObject_CallOneArg(r.slow, node);
-            if (facts == NULL) {
-                goto done;
-            }
-            unsigned long long fb;
-            long long nb;
-            int tg, acv;
-            int ok = PyTuple_Check(facts) &&
-                     PyArg_ParseTuple(facts, "KLii:lower_read slow", &fb, &nb, &tg, &acv);
-            Py_DECREF(facts);
-            if (!ok) {
-                if (!PyErr_Occurred()) {
-                    PyErr_SetString(PyExc_TypeError, "lower_read: slow(node) must return a tuple");
-                }
-                goto done;
-            }
-            flags[i] = (uint32_t)(fb & r.mask);
-            nbytes[i] = (int64_t)nb;
-            tag[i] = (int8_t)tg;
-            ac[i] = (int32_t)acv;
-        }
-
-        /* Edges: positional Node args, then every input node. */
-        PyObject *node_args = node_args_of(&r, node);
-        if (node_args == NULL) {
-            goto done;
-        }
-        if (!PyTuple_Check(node_args)) {
-            Py_DECREF(node_args);
-            give_up = 1;
-            break;
-        }
-        for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(node_args) && !give_up; a++) {
-            /* The table's keys are all exactly node_cls: an arg found there
-             * is a node without its object being read (often a cache miss). */
-            PyObject *arg = PyTuple_GET_ITEM(node_args, a);
-            size_t slot = node_slot(&r.nodes, arg);
-            if (r.nodes.keys[slot] == NULL) {
-                give_up = (PyObject *)Py_TYPE(arg) == r.node_cls; /* a node of another graph */
-                continue;
-            }
-            Py_ssize_t p = r.nodes.use[slot];
-            if (p >= 0 && ivec_push(&arg_idx, (int32_t)p) < 0) {
-                Py_DECREF(node_args);
-                goto done;
-            }
-            give_up = p < 0;
-        }
-        Py_DECREF(node_args);
-        PyObject *inputs = give_up ? NULL : field_get(&r.f_inputs, node);
-        if (give_up) {
-            break;
-        }
-        if (inputs == NULL) {
-            goto done;
-        }
-        if (!PyDict_Check(inputs)) {
-            Py_DECREF(inputs);
-            give_up = 1;
-            break;
-        }
-        Py_ssize_t pos = 0;
-        PyObject *key, *value;
-        while (!give_up && PyDict_Next(inputs, &pos, &key, &value)) {
-            Py_ssize_t p = position_of(&r, key);
-            if (p < 0) {
-                give_up = 1;
-                break;
-            }
-            if (seen[p] == (int32_t)i) {
-                continue; /* two inputs replaced by one representative */
-            }
-            seen[p] = (int32_t)i;
-            if (ivec_push(&in_idx, (int32_t)p) < 0) {
-                Py_DECREF(inputs);
-                goto done;
-            }
-        }
-        Py_DECREF(inputs);
-        if (arg_idx.len >= INT32_MAX || in_idx.len >= INT32_MAX) {
-            give_up = 1;
-        }
-        arg_ptr[i + 1] = (int32_t)arg_idx.len;
-        in_ptr[i + 1] = (int32_t)in_idx.len;
-        if (kv == FXCUT_OUTPUT) {
-            PyObject *where = PyLong_FromSsize_t(i);
-            if (where == NULL || PyList_Append(outputs, where) < 0) {
-                Py_XDECREF(where);
-                goto done;
-            }
-            Py_DECREF(where);
-        }
-    }
-    if (give_up) {
-        result = Py_None;
-        Py_INCREF(result);
-        goto done;
-    }
-    index = index_dict(&r, nodes);
-    if (index == NULL) {
-        goto done;
-    }
-    {
-        PyObject *parts[11] = {
-            bytes_of(kind, un, 1), bytes_of(flags, un, 4), bytes_of(tag, un, 1),
-            bytes_of(ac, un, 4), bytes_of(nbytes, un, 8), bytes_of(arg_ptr, un + 1, 4),
-            bytes_of(arg_idx.p, arg_idx.len, 4), bytes_of(in_ptr, un + 1, 4),
-            bytes_of(in_idx.p, in_idx.len, 4), outputs, index};
-        int complete = 1;
-        for (int k = 0; k < 9; k++) {
-            complete &= parts[k] != NULL;
-        }
-        if (complete) {
-            result = PyTuple_Pack(11, parts[0], parts[1], parts[2], parts[3], parts[4], parts[5],
-                                  parts[6], parts[7], parts[8], parts[9], parts[10]);
-        }
-        for (int k = 0; k < 9; k++) {
-            Py_XDECREF(parts[k]);
-        }
-    }
-done:
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        Py_XDECREF(*interned[k]);
-    }
-    Py_XDECREF(outputs);
-    Py_XDECREF(index);
-    Py_DECREF(nodes);
-    Py_DECREF(r.replace);
-    node_table_free(&r.nodes);
-    free(kind);
-    free(flags);
-    free(tag);
-    free(ac);
-    free(nbytes);
-    free(arg_ptr);
-    free(in_ptr);
-    free(seen);
-    free(arg_idx.p);
-    free(in_idx.p);
-    for (size_t k = 0; k < table.cap; k++) {
-        Py_XDECREF(table.keys[k]);
-    }
-    free(table.keys);
-    free(table.bits);
+    reader_close(&r);
     return result;
 }

@@ -172,6 +172,102 @@ out:
     return result;
 }
 
+/* The search's limits into c->opt, checked; -1 with the error naming the
+ * one out of range. */
+static int search_limits(plan_call *c, PyObject *exact_obj, PyObject *points_obj,
+                         long long max_work, double time_limit)
+{
+    c->opt.exact_max_free = 16;
+    c->opt.max_work = (int64_t)max_work;
+    c->opt.max_points = 1024;
+    c->opt.time_limit_s = time_limit;
+    if (int32_option(exact_obj, "exact_max_free", 0, 30,
+                     &c->opt.exact_max_free) < 0 ||
+        int32_option(points_obj, "max_points", 1, 1 << 20,
+                     &c->opt.max_points) < 0)
+        return -1;
+    if (max_work < 1) {
+        PyErr_Format(PyExc_ValueError, "max_work = %lld must be at least 1",
+                     max_work);
+        return -1;
+    }
+    if (!(time_limit > 0.0)) {
+        PyErr_Format(PyExc_ValueError, "time_limit = %g must be positive",
+                     time_limit);
+        return -1;
+    }
+    return 0;
+}
+
+/* The seeds (one saved mask of n bytes each, concatenated) into c->opt;
+ * -1 with a ValueError when their length is no multiple of n. */
+static int load_seeds(plan_call *c, PyObject *seeds)
+{
+    Py_ssize_t n = c->gb.graph.n, len;
+    if (fxcut_copy_buffer(seeds, "seeds", 1, -1, 1, &c->seeds, &len) < 0)
+        return -1;
+    if (n > 0 ? len % n != 0 : len != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "seeds has %zd bytes, not a multiple of the %zd nodes",
+                     len, n);
+        return -1;
+    }
+    c->opt.seeds = c->seeds;
+    c->opt.n_seeds = n > 0 ? (int32_t)(len / n) : 0;
+    return 0;
+}
+
+/* Runs the search without the GIL into buffers for max_points points and
+ * returns its result tuple; NULL with an exception. */
+static PyObject *run_frontier(PyObject *module, plan_call *c)
+{
+    Py_ssize_t n = c->gb.graph.n;
+    size_t cap = (size_t)c->opt.max_points;
+    PyObject *result = NULL, *masks = NULL;
+    int64_t *peaks = malloc(cap * sizeof *peaks);
+    int64_t *costs = malloc(cap * sizeof *costs);
+    if (peaks == NULL || costs == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / cap) {
+        PyErr_SetString(PyExc_ValueError, "max_points * n is too large");
+        goto out;
+    }
+    masks = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * (size_t)n));
+    if (masks == NULL)
+        goto out;
+    fxcut_plan_frontier f;
+    memset(&f, 0, sizeof f);
+    f.peak_bytes = peaks;
+    f.recompute_flops = costs;
+    f.masks = (uint8_t *)PyBytes_AS_STRING(masks);
+    fxcut_error err = {0, -1, {0}};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fxcut_plan_frontier_search(&c->gb.graph, &c->opt, &f, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != FXCUT_OK) {
+        fxcut_raise(module, &err, NULL, NULL);
+        goto out;
+    }
+    if (_PyBytes_Resize(&masks, (Py_ssize_t)f.n_points * n) < 0)
+        goto out;
+    result = Py_BuildValue("(NNOiLOOLO)",
+                           fxcut_typed_view(peaks, f.n_points, "q", 8),
+                           fxcut_typed_view(costs, f.n_points, "q", 8), masks,
+                           (int)f.n_free, (long long)f.n_evals,
+                           f.exact ? Py_True : Py_False,
+                           f.timed_out ? Py_True : Py_False,
+                           (long long)f.work,
+                           f.out_of_work ? Py_True : Py_False);
+out:
+    Py_XDECREF(masks);
+    free(peaks);
+    free(costs);
+    return result;
+}
+
 PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
                                  PyObject *kwargs)
 {
@@ -195,82 +291,10 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
         return NULL;
     plan_call c;
     PyObject *result = NULL;
-    int64_t *peaks = NULL, *costs = NULL;
-    PyObject *masks = NULL;
-    if (load(&c, graph, num_fwd, role, storage, flops, marks) < 0)
-        goto out;
-    c.opt.exact_max_free = 16;
-    c.opt.max_work = (int64_t)max_work;
-    c.opt.max_points = 1024;
-    c.opt.time_limit_s = time_limit;
-    if (int32_option(exact_obj, "exact_max_free", 0, 30,
-                   &c.opt.exact_max_free) < 0 ||
-        int32_option(points_obj, "max_points", 1, 1 << 20,
-                   &c.opt.max_points) < 0)
-        goto out;
-    if (max_work < 1) {
-        PyErr_Format(PyExc_ValueError, "max_work = %lld must be at least 1",
-                     max_work);
-        goto out;
-    }
-    if (!(time_limit > 0.0)) {
-        PyErr_Format(PyExc_ValueError, "time_limit = %g must be positive",
-                     time_limit);
-        goto out;
-    }
-    Py_ssize_t n = c.gb.graph.n, len;
-    if (fxcut_copy_buffer(seeds, "seeds", 1, -1, 1, &c.seeds, &len) < 0)
-        goto out;
-    if (n > 0 ? len % n != 0 : len != 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "seeds has %zd bytes, not a multiple of the %zd nodes",
-                     len, n);
-        goto out;
-    }
-    c.opt.seeds = c.seeds;
-    c.opt.n_seeds = n > 0 ? (int32_t)(len / n) : 0;
-    size_t cap = (size_t)c.opt.max_points;
-    peaks = malloc(cap * sizeof *peaks);
-    costs = malloc(cap * sizeof *costs);
-    if (peaks == NULL || costs == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / cap) {
-        PyErr_SetString(PyExc_ValueError, "max_points * n is too large");
-        goto out;
-    }
-    masks = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(cap * (size_t)n));
-    if (masks == NULL)
-        goto out;
-    fxcut_plan_frontier f;
-    memset(&f, 0, sizeof f);
-    f.peak_bytes = peaks;
-    f.recompute_flops = costs;
-    f.masks = (uint8_t *)PyBytes_AS_STRING(masks);
-    fxcut_error err = {0, -1, {0}};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fxcut_plan_frontier_search(&c.gb.graph, &c.opt, &f, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != FXCUT_OK) {
-        fxcut_raise(module, &err, NULL, NULL);
-        goto out;
-    }
-    if (_PyBytes_Resize(&masks, (Py_ssize_t)f.n_points * n) < 0)
-        goto out;
-    result = Py_BuildValue("(NNOiLOOLO)",
-                           fxcut_typed_view(peaks, f.n_points, "q", 8),
-                           fxcut_typed_view(costs, f.n_points, "q", 8), masks,
-                           (int)f.n_free, (long long)f.n_evals,
-                           f.exact ? Py_True : Py_False,
-                           f.timed_out ? Py_True : Py_False,
-                           (long long)f.work,
-                           f.out_of_work ? Py_True : Py_False);
-out:
-    Py_XDECREF(masks);
-    free(peaks);
-    free(costs);
+    if (load(&c, graph, num_fwd, role, storage, flops, marks) == 0 &&
+        search_limits(&c, exact_obj, points_obj, max_work, time_limit) == 0 &&
+        load_seeds(&c, seeds) == 0)
+        result = run_frontier(module, &c);
     plan_call_free(&c);
     return result;
 }

@@ -12,12 +12,13 @@
  *               rules (backward values apart, impure nodes and mutation
  *               bases skipped, streams keyed) as fxcut.prepare passes them.
  *
- * What depends on a node's target alone (a random op or aten.empty, impure,
- * a mutation, a functional wrapper) comes from the Python callback
- * `node_facts(node)` as bits, asked once per distinct call_function target
- * (cached here, in a table local to the call) and once per node for the
- * others (a higher-order op's purity depends on its arguments).  Placeholders,
- * outputs and get_attrs are read here.  A node's key falls back to Python
+ * A node's facts (a random op or aten.empty, impure, a mutation, a
+ * functional wrapper) come from the Python callback `node_facts(node)` as
+ * bits -- the rules are Python's alone (fxcut.torchrules.prepare) -- asked
+ * once per distinct call_function target and once per op for placeholders,
+ * outputs and get_attrs where the answer says it holds alike (cached here,
+ * in tables local to the call), once per node otherwise (a higher-order
+ * op's purity depends on its arguments).  A node's key falls back to Python
  * (`python_key`) where its arguments hold a pytree container fx does not make.
  *
  * One difference from a literal transcription, giving the same plan: torch
@@ -52,8 +53,34 @@ static const char *const string_values[S_COUNT] = {
     "untyped_storage", "_cdata", "placeholder", "output", "get_attr", "call_function",
 };
 
-/* The bits node_facts answers with (their values come in the config). */
-enum { B_NEVER, B_IMPURE_DCE, B_IMPURE_CSE, B_MUTATES, B_WRAPPER, B_SAME_FOR_TARGET, B_COUNT };
+/* The fields of fxcut.torchrules.prepare.PlanConfig (read by name): the
+ * bits node_facts answers with, the callbacks, the release's CSE rules and
+ * the CSE key's own config. */
+typedef struct {
+    uint64_t never_merged, impure_dce, impure_cse, mutates, mutation_wrapper, same_for_target, same_for_op;
+    PyObject *python_key, *bases_of, *backward_seeds, *free_unbacked_symbols, *symbol_cls, *tensor_cls, *key;
+    int keys_stream, skips_impure;
+} plan_config;
+
+static const fxcut_config_field plan_fields[] = {
+    FXCUT_FIELD(plan_config, never_merged, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(plan_config, impure_dce, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(plan_config, impure_cse, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(plan_config, mutates, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(plan_config, mutation_wrapper, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(plan_config, same_for_target, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(plan_config, same_for_op, FXCUT_FIELD_BITS),
+    FXCUT_FIELD(plan_config, python_key, FXCUT_FIELD_CALLABLE),
+    FXCUT_FIELD(plan_config, bases_of, FXCUT_FIELD_CALLABLE_OR_NONE),
+    FXCUT_FIELD(plan_config, backward_seeds, FXCUT_FIELD_CALLABLE_OR_NONE),
+    FXCUT_FIELD(plan_config, free_unbacked_symbols, FXCUT_FIELD_CALLABLE),
+    FXCUT_FIELD(plan_config, symbol_cls, FXCUT_FIELD_TYPE),
+    FXCUT_FIELD(plan_config, tensor_cls, FXCUT_FIELD_TYPE),
+    FXCUT_FIELD(plan_config, keys_stream, FXCUT_FIELD_BOOL),
+    FXCUT_FIELD(plan_config, skips_impure, FXCUT_FIELD_BOOL),
+    FXCUT_FIELD(plan_config, key, FXCUT_FIELD_OBJECT),
+};
+#define PLAN_FIELDS (sizeof plan_fields / sizeof plan_fields[0])
 
 /* A node's op, as far as this pass tells them apart. */
 enum { OP_OTHER, OP_PLACEHOLDER, OP_OUTPUT, OP_GET_ATTR, OP_CALL_FUNCTION };
@@ -73,14 +100,15 @@ typedef struct {
     PyObject *nodes; /* tuple, owned */
     Py_ssize_t n;
     PyObject *s[S_COUNT];
-    cse_config key;
-    PyObject *node_facts, *python_key, *bases_of, *backward_seeds, *unbacked, *symbol_cls, *tensor_cls;
-    unsigned long long bit[B_COUNT];
-    int keys_stream, skips_impure;
+    plan_config cfg;
+    cse_config key;             /* cfg.key's fields */
+    PyObject *node_facts;
     PyObject *default_ctx;      /* (0, None, None) */
     PyObject *output_storages;  /* set, or NULL until first asked */
     Py_ssize_t output_index;    /* the last live node */
     target_table table;
+    unsigned long long op_facts[OP_CALL_FUNCTION]; /* by op kind: see cached_facts */
+    unsigned char op_known[OP_CALL_FUNCTION];
     unsigned char *known;       /* node i's facts computed */
     unsigned char *dead;
     unsigned char *alias;
@@ -262,17 +290,50 @@ static int ask_node_facts(const planner *p, PyObject *node, unsigned long long *
     return (*bits == (unsigned long long)-1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* node_facts(node), memoised where its answer says it holds for every
+ * node alike: a call_function's for its target (same_for_target), a
+ * placeholder's, output's or get_attr's with a str target for its op
+ * (same_for_op); never for a node with an `out` keyword.  -1 on error. */
+static int cached_facts(planner *p, PyObject *node, int kind, PyObject *target, unsigned long long *bits) {
+    int by_op = (kind == OP_PLACEHOLDER || kind == OP_OUTPUT || kind == OP_GET_ATTR) && PyUnicode_Check(target);
+    int by_target = kind == OP_CALL_FUNCTION;
+    int out = by_op || by_target ? has_out(p, node) : 1;
+    if (out < 0) {
+        return -1;
+    }
+    int found = 0;
+    if (!out && by_op && p->op_known[kind]) {
+        *bits = p->op_facts[kind];
+        found = 1;
+    } else if (!out && by_target) {
+        *bits = table_get(&p->table, target, &found);
+    }
+    if (found) {
+        return 0;
+    }
+    if (ask_node_facts(p, node, bits) < 0) {
+        return -1;
+    }
+    if (!out && by_op && (*bits & p->cfg.same_for_op)) {
+        p->op_facts[kind] = *bits;
+        p->op_known[kind] = 1;
+    } else if (!out && by_target && (*bits & p->cfg.same_for_target)) {
+        return table_put(&p->table, target, *bits);
+    }
+    return 0;
+}
+
 /* Node i's facts (the config's bits), computed once. */
 static int facts_of(planner *p, Py_ssize_t i, unsigned long long *result) {
     if (p->known[i]) {
         *result = p->facts[i];
         return 0;
     }
-    PyObject *node = PyTuple_GET_ITEM(p->nodes, i);
     int kind;
     if (kind_of(p, i, &kind) < 0) {
         return -1;
     }
+    PyObject *node = PyTuple_GET_ITEM(p->nodes, i);
     PyObject *target = PyObject_GetAttr(node, p->s[S_TARGET]);
     if (target == NULL) {
         return -1;
@@ -280,35 +341,7 @@ static int facts_of(planner *p, Py_ssize_t i, unsigned long long *result) {
     Py_XSETREF(p->target_of[i], target); /* kept for the CSE table */
     Py_INCREF(target);
     unsigned long long bits = 0;
-    int rc = 0;
-    if ((kind == OP_PLACEHOLDER || kind == OP_OUTPUT || kind == OP_GET_ATTR) && PyUnicode_Check(target)) {
-        /* impure for dead-code elimination unless a get_attr; a mutation
-         * exactly when it has an `out` keyword (is_mutation_op). */
-        int out = has_out(p, node);
-        if (out < 0) {
-            rc = -1;
-        } else {
-            bits = (kind == OP_GET_ATTR ? 0 : p->bit[B_IMPURE_DCE] | p->bit[B_IMPURE_CSE]) |
-                   (out ? p->bit[B_MUTATES] : 0);
-        }
-    } else if (kind == OP_CALL_FUNCTION) {
-        /* A target's facts hold for all its nodes without an `out`. */
-        int out = has_out(p, node);
-        int found = 0;
-        if (out < 0) {
-            rc = -1;
-        } else {
-            bits = out ? 0 : table_get(&p->table, target, &found);
-            if (!found) {
-                rc = ask_node_facts(p, node, &bits);
-                if (rc == 0 && !out && (bits & p->bit[B_SAME_FOR_TARGET])) {
-                    rc = table_put(&p->table, target, bits);
-                }
-            }
-        }
-    } else {
-        rc = ask_node_facts(p, node, &bits);
-    }
+    int rc = cached_facts(p, node, kind, target, &bits);
     Py_DECREF(target);
     if (rc < 0) {
         return -1;
@@ -370,7 +403,7 @@ static int plan_dead(planner *p, PyObject *dead) {
         if (facts_of(p, i, &bits) < 0) {
             return -1;
         }
-        if (!(bits & p->bit[B_IMPURE_DCE])) {
+        if (!(bits & p->cfg.impure_dce)) {
             p->dead[i] = 1;
             if (PySet_Add(dead, node) < 0) {
                 return -1;
@@ -394,7 +427,7 @@ static PyObject *storage_key(const planner *p, PyObject *node) {
         return NULL;
     }
     PyObject *result = NULL;
-    int is_tensor = PyObject_IsInstance(val, p->tensor_cls);
+    int is_tensor = PyObject_IsInstance(val, p->cfg.tensor_cls);
     if (is_tensor <= 0) {
         Py_DECREF(val);
         if (is_tensor < 0) {
@@ -472,7 +505,7 @@ static int plan_regions(planner *p, PyObject *region_ids, PyObject *bases) {
         if (facts_of(p, i, &bits) < 0) {
             return -1;
         }
-        if (bits & p->bit[B_MUTATES]) {
+        if (bits & p->cfg.mutates) {
             region++;
         }
         p->region[i] = region;
@@ -482,8 +515,8 @@ static int plan_regions(planner *p, PyObject *region_ids, PyObject *bases) {
             return -1;
         }
         Py_DECREF(r);
-        if (bases != NULL && (bits & p->bit[B_WRAPPER])) {
-            PyObject *found = PyObject_CallOneArg(p->bases_of, node);
+        if (bases != NULL && (bits & p->cfg.mutation_wrapper)) {
+            PyObject *found = PyObject_CallOneArg(p->cfg.bases_of, node);
             PyObject *updated = found ? PyObject_CallMethod(bases, "update", "O", found) : NULL;
             Py_XDECREF(found);
             if (updated == NULL) {
@@ -544,7 +577,7 @@ static int push_all(ref_stack *st, PyObject *inputs) {
  * computed from, as a new set. */
 static PyObject *backward_ancestors(const planner *p) {
     PyObject *output = PyTuple_GET_ITEM(p->nodes, p->output_index);
-    PyObject *seeds = PyObject_CallOneArg(p->backward_seeds, output);
+    PyObject *seeds = PyObject_CallOneArg(p->cfg.backward_seeds, output);
     if (seeds == NULL) {
         return NULL;
     }
@@ -673,7 +706,7 @@ static int same_token(planner *p, Py_ssize_t j, Py_ssize_t i, PyObject *replace)
             return eq;
         }
     }
-    if (!p->keys_stream) {
+    if (!p->cfg.keys_stream) {
         return 1;
     }
     if (context_of(p, j) < 0 || context_of(p, i) < 0) {
@@ -765,10 +798,10 @@ static int hash_of(planner *p, Py_ssize_t i, PyObject *node, PyObject *replace) 
     PyObject *val = mapping_get(p, meta, p->s[S_VAL]);
     Py_DECREF(meta);
     int skip = val == NULL ? -1 : 0;
-    if (val != NULL && val != Py_None && !PyObject_TypeCheck(val, (PyTypeObject *)p->tensor_cls)) {
-        skip = PyObject_IsInstance(val, p->symbol_cls);
+    if (val != NULL && val != Py_None && !PyObject_TypeCheck(val, (PyTypeObject *)p->cfg.tensor_cls)) {
+        skip = PyObject_IsInstance(val, p->cfg.symbol_cls);
         if (skip > 0) {
-            PyObject *free_symbols = PyObject_CallOneArg(p->unbacked, val);
+            PyObject *free_symbols = PyObject_CallOneArg(p->cfg.free_unbacked_symbols, val);
             skip = free_symbols ? PyObject_IsTrue(free_symbols) : -1;
             Py_XDECREF(free_symbols);
         }
@@ -786,7 +819,7 @@ static int hash_of(planner *p, Py_ssize_t i, PyObject *node, PyObject *replace) 
             PyObject *key = fxcut_cse_node_key(&p->key, args, kwargs);
             if (key == Py_None) {
                 Py_DECREF(key);
-                key = PyObject_CallFunctionObjArgs(p->python_key, args, kwargs, replace, NULL);
+                key = PyObject_CallFunctionObjArgs(p->cfg.python_key, args, kwargs, replace, NULL);
             }
             if (key != NULL && !(PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) == 5 &&
                                  PyLong_Check(PyTuple_GET_ITEM(key, 4)))) {
@@ -882,7 +915,7 @@ static int plan_cse(planner *p, PyObject *replace, PyObject *bases, PyObject *ba
         if (facts_of(p, i, &bits) < 0) {
             goto done;
         }
-        if ((bits & p->bit[B_NEVER]) || (p->skips_impure && (bits & p->bit[B_IMPURE_CSE]))) {
+        if ((bits & p->cfg.never_merged) || (p->cfg.skips_impure && (bits & p->cfg.impure_cse))) {
             continue;
         }
         if (bases != NULL) {
@@ -964,55 +997,92 @@ static void planner_free(planner *p) {
         Py_XDECREF(p->s[k]);
     }
     Py_XDECREF(p->nodes);
+    fxcut_cse_release_config(&p->key);
+    fxcut_release_config(plan_fields, PLAN_FIELDS, &p->cfg);
 }
 
-/* Reads the config tuple (see the docstring) into *p; -1 with a TypeError. */
+/* The PlanConfig and, in its field `key`, the CSE key's config, read by
+ * name into *p; -1 with a TypeError naming the field. */
 static int read_config(planner *p, PyObject *config) {
-    PyObject *bits, *keys_stream, *skips_impure, *key_config;
-    if (!PyTuple_Check(config) || PyTuple_GET_SIZE(config) != 10) {
-        PyErr_SetString(PyExc_TypeError, "prepare_plan: config must be the 10-tuple prepare.plan_config builds");
+    if (fxcut_read_config(config, "prepare_plan", plan_fields, PLAN_FIELDS, &p->cfg) < 0) {
         return -1;
     }
-    if (!PyArg_UnpackTuple(config, "prepare_plan config", 10, 10, &bits, &p->python_key, &p->bases_of,
-                           &p->backward_seeds, &p->unbacked, &p->symbol_cls, &p->tensor_cls, &keys_stream,
-                           &skips_impure, &key_config)) {
+    return fxcut_cse_read_config(p->cfg.key, "prepare_plan config.key", &p->key);
+}
+
+/* The planner's private copy of the node list, its interned names and its
+ * per-node tables; -1 with an exception. */
+static int planner_open(planner *p, PyObject *node_list) {
+    p->nodes = PyList_AsTuple(node_list); /* callbacks cannot change what is walked */
+    if (p->nodes == NULL) {
         return -1;
     }
-    if (fxcut_cse_parse_config(key_config, "prepare_plan config key_config", &p->key) < 0) {
-        return -1;
-    }
-    if (!PyTuple_Check(bits) || PyTuple_GET_SIZE(bits) != B_COUNT) {
-        PyErr_Format(PyExc_TypeError, "prepare_plan config: bits must be a tuple of %d ints", (int)B_COUNT);
-        return -1;
-    }
-    for (Py_ssize_t k = 0; k < B_COUNT; k++) {
-        PyObject *b = PyTuple_GET_ITEM(bits, k);
-        if (!PyLong_Check(b)) {
-            PyErr_Format(PyExc_TypeError, "prepare_plan config: bits[%zd] must be an int", k);
-            return -1;
-        }
-        p->bit[k] = PyLong_AsUnsignedLongLongMask(b);
-        if (PyErr_Occurred()) {
+    p->n = PyTuple_GET_SIZE(p->nodes);
+    for (int k = 0; k < S_COUNT; k++) {
+        p->s[k] = PyUnicode_InternFromString(string_values[k]);
+        if (p->s[k] == NULL) {
             return -1;
         }
     }
-    const char *bad = !PyCallable_Check(p->python_key) ? "python_key (a callable)"
-                      : p->bases_of != Py_None && !PyCallable_Check(p->bases_of) ? "bases_of (a callable or None)"
-                      : p->backward_seeds != Py_None && !PyCallable_Check(p->backward_seeds)
-                          ? "backward_seeds (a callable or None)"
-                      : !PyCallable_Check(p->unbacked) ? "free_unbacked_symbols (a callable)"
-                      : !PyType_Check(p->symbol_cls) ? "symbol_cls (a type)"
-                      : !PyType_Check(p->tensor_cls) ? "tensor_cls (a type)"
-                      : !PyBool_Check(keys_stream) ? "keys_stream (a bool)"
-                      : !PyBool_Check(skips_impure) ? "skips_impure (a bool)"
-                      : NULL;
-    if (bad != NULL) {
-        PyErr_Format(PyExc_TypeError, "prepare_plan config: bad %s", bad);
+    size_t n = (size_t)p->n + 1;
+    p->known = calloc(n, 1);
+    p->dead = calloc(n, 1);
+    p->alias = calloc(n, 1);
+    p->facts = calloc(n, sizeof *p->facts);
+    p->region = calloc(n, sizeof *p->region);
+    p->key_of = calloc(n, sizeof *p->key_of);
+    p->ctx_of = calloc(n, sizeof *p->ctx_of);
+    p->target_of = calloc(n, sizeof *p->target_of);
+    p->kind = calloc(n, 1);
+    p->hash_arg = calloc(n, sizeof *p->hash_arg);
+    p->env_size = calloc(n, sizeof *p->env_size);
+    if (!p->known || !p->dead || !p->alias || !p->facts || !p->region || !p->key_of || !p->ctx_of ||
+        !p->target_of || !p->kind || !p->hash_arg || !p->env_size) {
+        PyErr_NoMemory();
         return -1;
     }
-    p->keys_stream = keys_stream == Py_True;
-    p->skips_impure = skips_impure == Py_True;
-    return 0;
+    p->hash_only = fxcut_cse_hashes_like_tuples();
+    if (p->hash_only < 0) {
+        return -1;
+    }
+    p->rank = PyDict_New();
+    p->default_ctx = p->rank ? Py_BuildValue("(iOO)", 0, Py_None, Py_None) : NULL;
+    return p->default_ctx == NULL ? -1 : 0;
+}
+
+/* fx_graph_cse's plan over the live nodes: the duplicates into `replace`,
+ * and the live nodes' mutation regions returned (a new dict); NULL with an
+ * exception (an IndexError when no node is live). */
+static PyObject *plan_all_cse(planner *p, PyObject *replace) {
+    p->output_index = -1;
+    for (Py_ssize_t i = p->n - 1; i >= 0 && p->output_index < 0; i--) {
+        if (!p->dead[i]) {
+            p->output_index = i;
+        }
+    }
+    if (p->output_index < 0) {
+        PyErr_SetString(PyExc_IndexError, "prepare_plan: no live node (the output node comes last)");
+        return NULL;
+    }
+    PyObject *region_ids = PyDict_New();
+    PyObject *bases = NULL, *backward = NULL;
+    int ok = region_ids != NULL;
+    if (ok && p->cfg.bases_of != Py_None) {
+        bases = PySet_New(NULL);
+        ok = bases != NULL;
+    }
+    ok = ok && plan_regions(p, region_ids, bases) == 0;
+    if (ok && p->cfg.backward_seeds != Py_None) {
+        backward = backward_ancestors(p);
+        ok = backward != NULL;
+    }
+    ok = ok && plan_cse(p, replace, bases, backward) == 0;
+    Py_XDECREF(bases);
+    Py_XDECREF(backward);
+    if (!ok) {
+        Py_CLEAR(region_ids);
+    }
+    return region_ids;
 }
 
 const char fxcut_py_prepare_plan_doc[] =
@@ -1021,75 +1091,38 @@ const char fxcut_py_prepare_plan_doc[] =
     "fx_graph_cse (when ``cse``; region_ids None otherwise) over ``nodes`` (a list of fx nodes,\n"
     "the output last), planned: the dead nodes (a set), each duplicate's representative (a dict,\n"
     "in graph order) and the live nodes' mutation regions (a dict).  ``node_facts(node)`` -> the\n"
-    "node's facts as the bits config[0] names (never merged, impure for dead-code elimination,\n"
-    "impure for CSE, a mutation, a functional wrapper, the same for every call_function node of\n"
-    "its target).  ``config``: (bits, python_key, bases_of, backward_seeds, free_unbacked_symbols,\n"
-    "symbol_cls, tensor_cls, keys_stream, skips_impure, key_config) as prepare.plan_config builds it.";
+    "node's facts as the bits the config names (never_merged, impure_dce, impure_cse, mutates,\n"
+    "mutation_wrapper, same_for_target, same_for_op).  ``config``: a fxcut.torchrules.prepare.PlanConfig, its\n"
+    "fields read by name (the bits, python_key, bases_of, backward_seeds, free_unbacked_symbols,\n"
+    "symbol_cls, tensor_cls, keys_stream, skips_impure, and key: the CseKeyConfig).";
 
 PyObject *fxcut_py_prepare_plan(PyObject *module, PyObject *args, PyObject *kwargs) {
     (void)module;
     static char *keywords[] = {"", "", "", "eliminate_dead", "cse", NULL};
-    PyObject *nodes_obj, *config;
+    PyObject *node_list, *config;
     int eliminate_dead, cse;
     planner p;
     memset(&p, 0, sizeof p);
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO$pp:prepare_plan", keywords, &nodes_obj, &p.node_facts,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO$pp:prepare_plan", keywords, &node_list, &p.node_facts,
                                      &config, &eliminate_dead, &cse)) {
         return NULL;
     }
-    if (!PyList_Check(nodes_obj)) {
+    if (!PyList_Check(node_list)) {
         PyErr_Format(PyExc_TypeError, "prepare_plan: nodes must be a list of fx nodes, got %.100s",
-                     Py_TYPE(nodes_obj)->tp_name);
+                     Py_TYPE(node_list)->tp_name);
         return NULL;
     }
     if (!PyCallable_Check(p.node_facts)) {
         PyErr_SetString(PyExc_TypeError, "prepare_plan: node_facts must be callable");
         return NULL;
     }
-    if (read_config(&p, config) < 0) {
-        return NULL;
-    }
-    PyObject *dead = NULL, *replace = NULL, *region_ids = NULL, *bases = NULL, *backward = NULL, *result = NULL;
-    p.nodes = PyList_AsTuple(nodes_obj); /* callbacks cannot change what is walked */
-    if (p.nodes == NULL) {
-        return NULL;
-    }
-    p.n = PyTuple_GET_SIZE(p.nodes);
-    for (int k = 0; k < S_COUNT; k++) {
-        p.s[k] = PyUnicode_InternFromString(string_values[k]);
-        if (p.s[k] == NULL) {
-            goto done;
-        }
-    }
-    size_t n = (size_t)p.n + 1;
-    p.known = calloc(n, 1);
-    p.dead = calloc(n, 1);
-    p.alias = calloc(n, 1);
-    p.facts = calloc(n, sizeof *p.facts);
-    p.region = calloc(n, sizeof *p.region);
-    p.key_of = calloc(n, sizeof *p.key_of);
-    p.ctx_of = calloc(n, sizeof *p.ctx_of);
-    p.target_of = calloc(n, sizeof *p.target_of);
-    p.kind = calloc(n, 1);
-    p.hash_arg = calloc(n, sizeof *p.hash_arg);
-    p.env_size = calloc(n, sizeof *p.env_size);
-    if (!p.known || !p.dead || !p.alias || !p.facts || !p.region || !p.key_of || !p.ctx_of || !p.target_of ||
-        !p.kind || !p.hash_arg || !p.env_size) {
-        PyErr_NoMemory();
+    PyObject *dead = NULL, *replace = NULL, *region_ids = NULL, *result = NULL;
+    if (read_config(&p, config) < 0 || planner_open(&p, node_list) < 0) {
         goto done;
     }
-    p.hash_only = fxcut_cse_hashes_like_tuples();
-    if (p.hash_only < 0) {
-        goto done;
-    }
-    p.rank = PyDict_New();
-    if (p.rank == NULL) {
-        goto done;
-    }
-    p.default_ctx = Py_BuildValue("(iOO)", 0, Py_None, Py_None);
     dead = PySet_New(NULL);
     replace = PyDict_New();
-    if (p.default_ctx == NULL || dead == NULL || replace == NULL) {
+    if (dead == NULL || replace == NULL) {
         goto done;
     }
     p.key.env = replace;
@@ -1097,44 +1130,18 @@ PyObject *fxcut_py_prepare_plan(PyObject *module, PyObject *args, PyObject *kwar
         goto done;
     }
     if (cse) {
-        p.output_index = -1;
-        for (Py_ssize_t i = p.n - 1; i >= 0 && p.output_index < 0; i--) {
-            if (!p.dead[i]) {
-                p.output_index = i;
-            }
-        }
-        if (p.output_index < 0) {
-            PyErr_SetString(PyExc_IndexError, "prepare_plan: no live node (the output node comes last)");
-            goto done;
-        }
-        region_ids = PyDict_New();
-        bases = p.bases_of != Py_None ? PySet_New(NULL) : NULL;
-        if (region_ids == NULL || (p.bases_of != Py_None && bases == NULL)) {
-            goto done;
-        }
-        if (plan_regions(&p, region_ids, bases) < 0) {
-            goto done;
-        }
-        if (p.backward_seeds != Py_None) {
-            backward = backward_ancestors(&p);
-            if (backward == NULL) {
-                goto done;
-            }
-        }
-        if (plan_cse(&p, replace, bases, backward) < 0) {
-            goto done;
-        }
+        region_ids = plan_all_cse(&p, replace);
     } else {
         region_ids = Py_None;
         Py_INCREF(region_ids);
     }
-    result = PyTuple_Pack(3, dead, replace, region_ids);
+    if (region_ids != NULL) {
+        result = PyTuple_Pack(3, dead, replace, region_ids);
+    }
 done:
     Py_XDECREF(dead);
     Py_XDECREF(replace);
     Py_XDECREF(region_ids);
-    Py_XDECREF(bases);
-    Py_XDECREF(backward);
     planner_free(&p);
     return result;
 }

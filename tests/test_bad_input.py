@@ -598,6 +598,44 @@ def test_c_core_given_a_released_memoryview() -> None:
     assert "contiguous" not in str(e)
 
 
+def test_c_readers_given_a_config_with_a_field_missing_or_ill_typed() -> None:
+    """The C readers read their config by name: an object without a field,
+    or with one of the wrong kind, is a TypeError naming the field (a
+    missing one with the AttributeError as its cause), a bit set outside
+    64 bits a ValueError; a getter's own exception is kept.  The graph is
+    only read.  (_C.cse_key and _C.prepare_plan: tests/test_prepare.py.)"""
+    import types
+
+    from fxcut.route.lower import _NodeFacts, _ValueFacts
+
+    facts = default_facts()
+    config = _NodeFacts(facts, _ValueFacts(facts, True, fxcut.torchrules.versions.rules_or_nearest()), True).reader_config()
+    gm = joint()
+    before = Snapshot.of(gm.graph)
+    nodes = list(gm.graph.nodes)
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+
+    def without(name: str) -> types.SimpleNamespace:
+        return types.SimpleNamespace(**{k: v for k, v in fields.items() if k != name})
+
+    with pytest.raises(TypeError, match=r"lower_read: config has no field 'kind_of_op' \(a dict\), got object") as e:
+        _C.lower_read(nodes, None, object())
+    assert isinstance(e.value.__cause__, AttributeError)
+    with pytest.raises(TypeError, match="lower_read: config has no field 'mutable_bit'"):
+        _C.lower_read(nodes, None, without("mutable_bit"))
+    for name, value, kind in [("slow", None, "callable"), ("special_targets", [], "a tuple"),
+                              ("node_cls", 3, "a type"),
+                              ("kind_of_op", [], "a dict"), ("slow_bits", True, r"an int \(a bit set\)"),
+                              ("impure_bits", 1.0, r"an int \(a bit set\)")]:
+        with pytest.raises(TypeError, match=f"lower_read: config field '{name}' must be {kind}, got "):
+            _C.lower_read(nodes, None, dataclasses.replace(config, **{name: value}))
+    with pytest.raises(ValueError, match=r"config field 'impure_bits' \(-1\) must be a bit set in \[0, 2\*\*64\)"):
+        _C.lower_read(nodes, None, dataclasses.replace(config, impure_bits=-1))
+    with pytest.raises(KeyboardInterrupt, match="reading slow"):
+        _C.lower_read(nodes, None, _Interrupting(config, "slow"))
+    before.assert_same(gm.graph)
+
+
 class _ClearsList:
     """A number whose conversion empties the list holding it (and, with
     `bad`, then returns no float at all): once the list's last reference to

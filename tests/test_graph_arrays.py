@@ -422,8 +422,10 @@ SIGNATURES = {
     "plan_frontier": "(graph, /, *, num_fwd_outputs, role, storage_of=None, flops=None, seeds=None, "
                      "exact_max_free=16, max_work=4000000000, time_limit=1.0, max_points=1024, marks=None)",
     "cse_key": "(args, kwargs, env, config)",
-    "lower_read": "(nodes, replace, kind_of_op, flags_of, slow, opaque, config)",
+    "lower_read": "(nodes, replace, config, /)",
     "prepare_plan": "(nodes, node_facts, config, /, *, eliminate_dead, cse)",
+    "placeholder_role": "(name, /)",
+    "partitioner_tag_flags": "(tag, mutable, /)",
 }
 
 
@@ -518,6 +520,10 @@ def test_knapsack_results_are_typed() -> None:
 
 # --------------------------------------------------------------------------- the C reader
 
+#: The C reader equals the Python path, and its rules equal torch's: on every
+#: supported torch (``pytest -m fidelity``, scripts/matrix.sh).
+fidelity = pytest.mark.fidelity
+
 _FIELDS = ("kind", "flags", "tag", "ac_graph_id", "nbytes", "arg_ptr", "arg_idx", "in_ptr", "in_idx", "outputs")
 
 
@@ -538,6 +544,7 @@ def _assert_same_arrays(py: GraphArrays, c: GraphArrays) -> None:
     assert c.nodes == py.nodes and c.index == py.index
 
 
+@fidelity
 @pytest.mark.parametrize("name", ["gpt2_dynamic", "llama_sac", "moe", "gpt2_dropout"])
 def test_c_reader_lowers_zoo_graphs_like_the_python_path(name: str) -> None:
     """_C.lower_read's arrays equal the Python path's on real joint graphs
@@ -602,6 +609,7 @@ def _odd_graph() -> tuple[fx.Graph, dict[fx.Node, fx.Node], fx.Node]:
     return g, {b: a}, k
 
 
+@fidelity
 def test_c_reader_takes_odd_nodes_through_the_slow_path() -> None:
     g, replace, merged = _odd_graph()
     _assert_same_arrays(*_both_paths(g))
@@ -611,6 +619,7 @@ def test_c_reader_takes_odd_nodes_through_the_slow_path() -> None:
     assert list(c.in_idx[c.in_ptr[k]:c.in_ptr[k + 1]]) == [c.index[merged.args[0]]]  # a and b: one input
 
 
+@fidelity
 def test_c_reader_leaves_a_foreign_node_to_the_python_error() -> None:
     """A node that uses a node of another graph: the reader gives up and the
     Python path raises its LoweringError naming the node."""
@@ -679,6 +688,7 @@ def _sequence_graph() -> tuple[fx.Graph, dict[str, fx.Node]]:
     return g, nodes
 
 
+@fidelity
 def test_c_reader_sizes_sequence_values_like_the_python_path() -> None:
     g, nodes = _sequence_graph()
     py, c = _both_paths(g)
@@ -693,11 +703,12 @@ def test_c_reader_sizes_sequence_values_like_the_python_path() -> None:
     _assert_same_arrays(*_both_paths(g, replace=replace))
 
 
+@fidelity
 def test_c_reader_takes_sequences_without_the_slow_path() -> None:
     """Exact tuples and lists of exact sizes are read in C: the slow path
     sees only the symbolic size, the namedtuple and the output; opaque() is
     asked once for tuples and once for lists, and its answer is kept."""
-    from fxcut.route.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
+    from fxcut.route.lower import _NodeFacts, _ValueFacts
     from fxcut.torchrules.ops import default_facts
 
     g, nodes = _sequence_graph()
@@ -714,7 +725,8 @@ def test_c_reader_takes_sequences_without_the_slow_path() -> None:
         asked.append(type(node.meta["val"]))
         return type(node.meta["val"]) is list
 
-    out = _C.lower_read(list(g.nodes), None, KIND_OF_OP, facts.flags, record, opaque, node_facts.reader_config())
+    config = dataclasses.replace(node_facts.reader_config(), slow=record, opaque=opaque)
+    out = _C.lower_read(list(g.nodes), None, config)
     assert out is not None
     assert sorted(slow) == sorted([nodes["symbolic"].name, nodes["namedtuple"].name, "output"])
     assert sorted(asked, key=str) == [list, tuple]
@@ -723,6 +735,7 @@ def test_c_reader_takes_sequences_without_the_slow_path() -> None:
     assert free == {"nested", "empty_list"}
 
 
+@fidelity
 def test_opaque_sequences_are_free_objects_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tuple or list type torch calls opaque: F_FREE_OBJECT on both paths."""
     import fxcut.route.lower
@@ -734,6 +747,7 @@ def test_opaque_sequences_are_free_objects_on_both_paths(monkeypatch: pytest.Mon
     assert all(c.flags[c.index[n]] & _C.F_FREE_OBJECT for n in nodes.values())
 
 
+@fidelity
 @pytest.mark.parametrize("items", [1, 2])
 def test_sequence_too_big_for_64_bits_raises_on_both_paths(items: int) -> None:
     """One tensor whose bytes overflow int64, or two whose sum does: both
@@ -753,12 +767,95 @@ def test_sequence_too_big_for_64_bits_raises_on_both_paths(items: int) -> None:
             lower_for_partition(g, default_facts(), impure_random=True, use_c=use_c)
 
 
+_ROLES = _C.F_PRIMAL | _C.F_TANGENT | _C.F_FWD_SEED | _C.F_BWD_SEED
+
+
+@fidelity
+@pytest.mark.parametrize("name", [
+    "primals_1", "tangents_1", "fwd_seed", "fwd_base_offset", "bwd_seed", "bwd_base_offset", "x", "", "tangent_1",
+    "my_tangents_3", "bwd_seed_tangents", "fwd_seed_bwd_seed", "bwd_base_offset_fwd_seed", "ré_fwd_seed",
+    "a\udc80bwd_base_offset", "primals_fwd_seedling", "fwd_base_offse",
+])
+def test_placeholder_role_is_torchs(name: str) -> None:
+    """A placeholder's role from its name, a rule with one copy (C:
+    ``_C.placeholder_role``, which the C reader applies and the Python path
+    asks): torch's own tests (_is_tangent, _is_fwd_seed_offset,
+    _is_bwd_seed_offset, _is_primal) give it; where a name passes several,
+    the first of tangent, fwd seed, bwd seed.  Both lowering paths stamp it."""
+    from torch._functorch._aot_autograd.utils import _is_bwd_seed_offset, _is_fwd_seed_offset, _is_primal, _is_tangent
+
+    g = fx.Graph()
+    node = g.placeholder("p")
+    node.target = name
+    node.meta["val"] = torch.empty(2, device="meta")
+    g.output((node,))
+    tests = [(_is_tangent, _C.F_TANGENT), (_is_fwd_seed_offset, _C.F_FWD_SEED), (_is_bwd_seed_offset, _C.F_BWD_SEED),
+             (_is_primal, _C.F_PRIMAL)]
+    expected = next(flag for test, flag in tests if test(node))
+    assert _C.placeholder_role(name) == expected
+    py, c = _both_paths(g)
+    _assert_same_arrays(py, c)
+    assert c.flags[0] & _ROLES == expected
+
+
+class _StrTag(str):
+    pass
+
+
+class _EqualTo:
+    """A tag that is no str, equal to ``text`` through its own ``__eq__``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return other == self.text
+
+    __hash__ = object.__hash__
+
+
+_TAG_FLAGS = _C.F_IS_BACKWARD_TAG | _C.F_MUST_BE_IN_BW
+
+
+@fidelity
+@pytest.mark.parametrize("target", [aten.add_.Tensor, aten.add.Tensor], ids=["mutable", "functional"])
+@pytest.mark.parametrize("tag", [
+    None, "is_backward", "must_be_in_backward", "must_be_in_forward", "is_forward", "other", _StrTag("is_backward"),
+    _StrTag("must_be_in_backward"), _EqualTo("is_backward"), _EqualTo("must_be_in_backward"), ["is_backward"], 3,
+], ids=repr)
+def test_partitioner_tag_flags_are_torchs(tag: Any, target: Any) -> None:
+    """The flags a partitioner_tag gives, a rule with one copy (C:
+    ``_C.partitioner_tag_flags``, which the C reader applies and the Python
+    path and fxcut.torchrules.ops.must_be_in_backward ask): torch's
+    _has_tag_is_backward and _must_be_in_backward, on a mutable and a
+    functional target, for tags of every kind (a str subclass, an object
+    equal through its __eq__).  Both lowering paths stamp them."""
+    from torch._functorch.partitioners import _has_tag_is_backward, _must_be_in_backward
+
+    from fxcut.torchrules.ops import is_mutable_op, must_be_in_backward
+
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    x.meta["val"] = torch.empty(4, device="meta")
+    n = g.call_function(target, (x, x))
+    n.meta.update(val=torch.empty(4, device="meta"), partitioner_tag=tag)
+    g.output((n,))
+    expected = (_C.F_IS_BACKWARD_TAG if _has_tag_is_backward(n) else 0) | (
+        _C.F_MUST_BE_IN_BW if _must_be_in_backward(n) else 0)
+    assert _C.partitioner_tag_flags(tag, is_mutable_op(target)) == expected
+    assert must_be_in_backward(tag, is_mutable_op(target)) == _must_be_in_backward(n)
+    py, c = _both_paths(g)
+    _assert_same_arrays(py, c)
+    assert c.flags[1] & _TAG_FLAGS == expected
+
+
 def _output_of(value_of: Any) -> fx.Node:
     g = fx.Graph()
     a, b = g.placeholder("a"), g.placeholder("b")
     return g.output(value_of(a, b))
 
 
+@fidelity
 @pytest.mark.parametrize("value_of", [
     lambda a, b: (a, b, None),
     lambda a, b: [a, None, b],

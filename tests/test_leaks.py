@@ -22,6 +22,7 @@ import operator
 import os
 import sys
 import tracemalloc
+import types
 from array import array
 from collections.abc import Callable
 from typing import Any
@@ -252,7 +253,7 @@ def _cse_key_cases() -> list[Case]:
     def raising_is_leaf(value: Any) -> bool:
         raise RuntimeError("leaf test")
 
-    raising = (*config[:5], raising_is_leaf, *config[6:])
+    raising = dataclasses.replace(config, tree_is_leaf=raising_is_leaf)
     pair = collections.namedtuple("pair", "a b")(x, y)
     ck = _C.cse_key
     return [
@@ -261,7 +262,9 @@ def _cse_key_cases() -> list[Case]:
         ("cse_key/fallback in kwargs", ck, ((x,), {"p": pair}, env, config), {}, None),
         ("cse_key/leaf test raises", ck, ((x, [object()]), {}, env, raising), {}, RuntimeError),
         ("cse_key/unhashable leaf", ck, ((x, [y, slice(1)]), {}, env, config), {}, TypeError),
-        ("cse_key/bad config", ck, (args, kwargs, env, config[:3]), {}, TypeError),
+        ("cse_key/missing field", ck, (args, kwargs, env, _without(config, "containers")), {}, TypeError),
+        ("cse_key/ill-typed field", ck, (args, kwargs, env, dataclasses.replace(config, known_leaves=set())), {},
+         TypeError),
     ]
 
 
@@ -321,12 +324,17 @@ def _prepare_plan_cases() -> list[Case]:
         ("prepare_plan/nodes not a list", pp, (tuple(small), facts, config1), flags, TypeError),
         ("prepare_plan/node_facts raises", pp, (small, raising, config1), flags, RuntimeError),
         ("prepare_plan/node_facts nonsense", pp, (small, lambda n: "x", config1), flags, TypeError),
-        ("prepare_plan/bad config", pp, (small, facts, config1[:5]), flags, TypeError),
-        ("prepare_plan/bad key config", pp, (small, facts, (*config1[:9], config1[9][:3])), flags, TypeError),
-        ("prepare_plan/python_key nonsense", pp, (small, facts, (config1[0], lambda *a: 3, *config1[2:])), flags,
+        ("prepare_plan/missing field", pp, (small, facts, _without(config1, "keys_stream")), flags, TypeError),
+        ("prepare_plan/ill-typed field", pp, (small, facts, dataclasses.replace(config1, skips_impure=1)), flags,
          TypeError),
-        ("prepare_plan/seeds not iterable", pp, (small, facts, (*config1[:3], lambda o: 3, *config1[4:])), flags,
-         TypeError),
+        ("prepare_plan/bits out of range", pp, (small, facts, dataclasses.replace(config1, mutates=-1)), flags,
+         ValueError),
+        ("prepare_plan/bad key config", pp,
+         (small, facts, dataclasses.replace(config1, key=_without(config1.key, "leaf_key"))), flags, TypeError),
+        ("prepare_plan/python_key nonsense", pp, (small, facts, dataclasses.replace(config1, python_key=lambda *a: 3)),
+         flags, TypeError),
+        ("prepare_plan/seeds not iterable", pp,
+         (small, facts, dataclasses.replace(config1, backward_seeds=lambda o: 3)), flags, TypeError),
         ("prepare_plan/not a node", pp, ([small[0], "x", small[-1]], facts, config1), flags, AttributeError),
         ("prepare_plan/no live node", pp, ([], facts, config1), flags, IndexError),
     ]
@@ -337,13 +345,17 @@ def _lower_read_cases() -> list[Case]:
     tuple and list values (None, nested, zero-size and odd items, opaque), a
     replacement, the give-ups (None) on a foreign node, a non-node in the
     list, a replacement that is not a node or not in the graph, and its error
-    paths (the slow path or opaque raising or answering nonsense, a bad
-    config)."""
-    from fxcut.route.lower import KIND_OF_OP, _NodeFacts, _ValueFacts
+    paths (the slow path or opaque raising or answering nonsense, a tag whose
+    comparison raises, a config field missing, ill-typed or out of range);
+    and the reader's two rules asked from Python."""
+    from fxcut.route.lower import _NodeFacts, _ValueFacts
+
+    def not_opaque(node: fx.Node) -> bool:  # fxcut.route.lower._is_opaque's answer, without its inductor import
+        return False
 
     facts = default_facts()
     node_facts = _NodeFacts(facts, _ValueFacts(facts, True, fxcut.torchrules.versions.rules_or_nearest()), True)
-    config = node_facts.reader_config()
+    config = dataclasses.replace(node_facts.reader_config(), opaque=not_opaque)
     g = fx.Graph()
     x, t = g.placeholder("primals_1"), g.placeholder("tangents_1")
     for n in (x, t):
@@ -353,6 +365,7 @@ def _lower_read_cases() -> list[Case]:
     c = g.call_function(aten.add.Tensor, (a, b))
     for n in (a, b, c):
         n.meta.update(val=torch.empty(4, device="meta"), partitioner_tag="is_backward")
+    b.meta["partitioner_tag"] = _Tag("must_be_in_backward")  # compared through its __eq__
     s = g.call_function(aten.split.Tensor, (c, 2))
     s.meta["val"] = [torch.empty(2, device="meta")] * 2
     ln = g.call_function(aten.native_layer_norm.default, (c, [4], None, None, 1e-5))
@@ -360,30 +373,64 @@ def _lower_read_cases() -> list[Case]:
     g.output(([c, s, ln],))
     nodes = list(g.nodes)
     stranger = fx.Graph().placeholder("y")
+    bad_tag = fx.Graph()
+    z = bad_tag.placeholder("primals_1")
+    z.meta["val"] = torch.empty(4, device="meta")
+    neg = bad_tag.call_function(aten.neg.default, (z,))
+    neg.meta.update(val=torch.empty(4, device="meta"), partitioner_tag=_Tag(None))
+    bad_tag.output((neg,))
 
     def raising(node: fx.Node) -> Any:
         raise RuntimeError("slow path")
 
-    def not_opaque(node: fx.Node) -> bool:  # fxcut.route.lower._is_opaque's answer, without its inductor import
-        return False
+    def cfg(**changes: Any) -> Any:
+        return dataclasses.replace(config, **changes)
 
-    lr = _C.lower_read
-    base = (nodes, None, KIND_OF_OP, facts.flags, node_facts, not_opaque, config)
+    lr, role, tag = _C.lower_read, _C.placeholder_role, _C.partitioner_tag_flags
     return [
-        ("lower_read", lr, base, {}, None),
-        ("lower_read/replace", lr, (nodes, {b: a}, *base[2:]), {}, None),
-        ("lower_read/opaque sequences", lr, (*base[:5], lambda n: True, config), {}, None),
-        ("lower_read/give up", lr, (nodes[:1] + nodes[2:], *base[1:]), {}, None),
-        ("lower_read/stranger", lr, ([x, stranger], *base[1:]), {}, None),
-        ("lower_read/not a node", lr, ([x, "t"], *base[1:]), {}, None),
-        ("lower_read/replace by a stranger", lr, (nodes, {b: stranger}, *base[2:]), {}, None),
-        ("lower_read/replace key not a node", lr, (nodes, {"b": a}, *base[2:]), {}, None),
-        ("lower_read/slow raises", lr, (*base[:4], raising, *base[5:]), {}, RuntimeError),
-        ("lower_read/opaque raises", lr, (*base[:5], raising, config), {}, RuntimeError),
-        ("lower_read/opaque answers nonsense", lr, (*base[:5], lambda n: _NoTruth(), config), {}, TypeError),
-        ("lower_read/slow answers nonsense", lr, (*base[:4], lambda n: "x", *base[5:]), {}, TypeError),
-        ("lower_read/bad config", lr, (*base[:6], config[:4]), {}, TypeError),
+        ("lower_read", lr, (nodes, None, config), {}, None),
+        ("lower_read/replace", lr, (nodes, {b: a}, config), {}, None),
+        ("lower_read/opaque sequences", lr, (nodes, None, cfg(opaque=lambda n: True)), {}, None),
+        ("lower_read/give up", lr, (nodes[:1] + nodes[2:], None, config), {}, None),
+        ("lower_read/stranger", lr, ([x, stranger], None, config), {}, None),
+        ("lower_read/not a node", lr, ([x, "t"], None, config), {}, None),
+        ("lower_read/replace by a stranger", lr, (nodes, {b: stranger}, config), {}, None),
+        ("lower_read/replace key not a node", lr, (nodes, {"b": a}, config), {}, None),
+        ("lower_read/slow raises", lr, (nodes, None, cfg(slow=raising)), {}, RuntimeError),
+        ("lower_read/opaque raises", lr, (nodes, None, cfg(opaque=raising)), {}, RuntimeError),
+        ("lower_read/opaque answers nonsense", lr, (nodes, None, cfg(opaque=lambda n: _NoTruth())), {}, TypeError),
+        ("lower_read/slow answers nonsense", lr, (nodes, None, cfg(slow=lambda n: "x")), {}, TypeError),
+        ("lower_read/tag comparison raises", lr, (list(bad_tag.nodes), None, config), {}, RuntimeError),
+        ("lower_read/missing field", lr, (nodes, None, _without(config, "slow_meta_keys")), {}, TypeError),
+        ("lower_read/ill-typed field", lr, (nodes, None, cfg(special_targets=[])), {}, TypeError),
+        ("lower_read/bits out of range", lr, (nodes, None, cfg(impure_bits=1 << 64)), {}, ValueError),
+        ("placeholder_role", role, ("tangents_1",), {}, None),
+        ("placeholder_role/surrogate", role, ("bwd_seed\udc80",), {}, None),
+        ("placeholder_role/not a str", role, (b"tangents",), {}, TypeError),
+        ("partitioner_tag_flags", tag, ("is_backward", True), {}, None),
+        ("partitioner_tag_flags/by __eq__", tag, (_Tag("must_be_in_backward"), False), {}, None),
+        ("partitioner_tag_flags/__eq__ raises", tag, (_Tag(None), False), {}, RuntimeError),
     ]
+
+
+def _without(config: Any, name: str) -> types.SimpleNamespace:
+    """``config``'s fields but ``name``, as an object the C readers read by name."""
+    return types.SimpleNamespace(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                                    if f.name != name})
+
+
+class _Tag:
+    """A partitioner tag that is no str: equal to ``text``, or raising when compared (``text`` None)."""
+
+    def __init__(self, text: str | None) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        if self.text is None:
+            raise RuntimeError("tag comparison")
+        return other == self.text
+
+    __hash__ = object.__hash__
 
 
 class _NoTruth:

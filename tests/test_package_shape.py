@@ -329,12 +329,15 @@ def test_the_c_extensions_stub_names_what_it_exports():
 #: which: core.py is the one bridge to the core's decision (and the ZeRO-3
 #: walk); knapsack.py and maxflow.py are the public wrappers of their solver;
 #: prepare.py plans dead-code elimination and CSE through ``prepare_plan``, lower.py reads the
-#: nodes through ``lower_read`` (graph reading, not the decision).
+#: nodes through ``lower_read`` (graph reading, not the decision) and, on its Python path, asks
+#: the reader's two rules (a placeholder's role, a partitioner tag's flags), which ops.py's
+#: ``must_be_in_backward`` asks too: each rule has one copy, in C.
 #: Any module may read the extension's constants and classes.
 C_FUNCTION_USERS: dict[str, set[str] | None] = {
     "fxcut.solve.core": None,  # any
     "fxcut.torchrules.prepare": {"prepare_plan"},
-    "fxcut.route.lower": {"lower_read"},
+    "fxcut.torchrules.ops": {"partitioner_tag_flags"},
+    "fxcut.route.lower": {"lower_read", "placeholder_role", "partitioner_tag_flags"},
     "fxcut.solve.knapsack": {"knapsack"},
     "fxcut.solve.maxflow": {"min_cut"},
 }

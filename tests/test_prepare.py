@@ -5,7 +5,9 @@ graph torch's partitioner builds with ``eliminate_dead_code`` and
 from __future__ import annotations
 
 import copy
+import dataclasses
 import operator
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +23,16 @@ from fxcut.torchrules.ops import dce_impure_random
 import zoo
 from random_joint import random_joint
 from torch_reference import torch_prepared
+
+
+def _without(config: Any, name: str) -> Any:
+    """``config``'s fields but ``name``, as an object read by name."""
+    return types.SimpleNamespace(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                                    if f.name != name})
+
+
+def _with(config: Any, **changes: Any) -> Any:
+    return dataclasses.replace(config, **changes)
 
 
 def _torch_prepared(gm: fx.GraphModule) -> fx.GraphModule:
@@ -191,14 +203,23 @@ def test_c_cse_key_equals_the_python_key(floats_by_bits: bool) -> None:
 
 
 def test_c_cse_key_rejects_a_bad_config() -> None:
+    """A config missing a field, or with one of the wrong kind: a TypeError
+    naming the field (the AttributeError its cause)."""
     from fxcut import _C
 
-    with pytest.raises(TypeError, match="config"):
-        _C.cse_key((), {}, {}, ("not", "enough"))
-    config = list(prepare.cse_key_config(False))
-    config[5] = 3  # tree_is_leaf not callable
-    with pytest.raises(TypeError, match="callable"):
-        _C.cse_key((), {}, {}, tuple(config))
+    config = prepare.cse_key_config(False)
+    with pytest.raises(TypeError, match="cse_key: config has no field 'node_cls' \\(a type\\), got tuple") as e:
+        _C.cse_key((), {}, {}, ("not", "a", "config"))
+    assert isinstance(e.value.__cause__, AttributeError)
+    with pytest.raises(TypeError, match="cse_key: config has no field 'by_bits'"):
+        _C.cse_key((), {}, {}, _without(config, "by_bits"))
+    with pytest.raises(TypeError, match="config field 'tree_is_leaf' must be callable, got int"):
+        _C.cse_key((), {}, {}, _with(config, tree_is_leaf=3))
+    with pytest.raises(TypeError, match="config field 'by_bits' must be callable or None, got str"):
+        _C.cse_key((), {}, {}, _with(config, by_bits="x"))
+    with pytest.raises(TypeError, match="config field 'known_leaves' must be a frozenset, got set"):
+        _C.cse_key((), {}, {}, _with(config, known_leaves=set(config.known_leaves)))
+    assert _C.cse_key((1,), {}, {}, _with(config, leaf_key="any object")) is not None
 
 
 def _namespace_state(ns: Any) -> tuple[Any, ...]:
@@ -365,6 +386,40 @@ def test_c_plan_skips_the_values_that_alias_an_output() -> None:
     assert ("atan_default_2", "atan_default") in merged and not any("atan_default_1" in (a, b) for a, b in merged)
 
 
+def test_c_plan_asks_node_facts_once_for_nodes_alike() -> None:
+    """prepare_plan asks node_facts once per call_function target and once
+    per op for placeholders, outputs and get_attrs with a str target (the
+    answers say so: SAME_FOR_TARGET, SAME_FOR_OP), and for each node with an
+    ``out`` keyword (a mutation by that alone); the plan is the Python
+    loop's, the placeholder with ``out`` opening a mutation region."""
+    from fxcut import _C
+
+    aten = torch.ops.aten
+    g = fx.Graph()
+    xs = [g.placeholder(f"primals_{k}") for k in range(4)]
+    xs[2].kwargs = {"out": xs[0]}
+    adds = [g.call_function(aten.add.Tensor, (xs[0], x)) for x in xs[1:]]
+    attrs = [g.get_attr(f"w{k}") for k in range(2)]
+    g.output((*adds, *attrs))
+    for n in g.nodes:
+        if n.op != "output":
+            n.meta["val"] = torch.empty(4)
+    rules = versions.RELEASES["2.13"]
+    node_facts = prepare.node_facts_of(default_facts(), True, rules)
+    asked: list[str] = []
+
+    def recording(node: fx.Node) -> int:
+        asked.append(node.name)
+        return node_facts(node)
+
+    dead, replace, regions = _C.prepare_plan(list(g.nodes), recording, prepare.plan_config(rules, None),
+                                             eliminate_dead=True, cse=True)
+    assert sorted(asked) == sorted(["primals_0", "primals_2", adds[0].name, "w0", "output"])
+    py = prepare.plan(g, default_facts(), cse=True, impure_random=True, rules=rules, use_c=False)
+    assert dead == py.dead and replace == py.replace and regions == py.region_ids
+    assert regions is not None and regions[xs[1]] == 0 and regions[xs[2]] == 1
+
+
 def _plan_args() -> tuple[list[fx.Node], object, tuple[object, ...]]:
     graph, num_fwd = _odd_plan_graph()
     rules = versions.RELEASES["2.15"]
@@ -375,17 +430,25 @@ def _plan_args() -> tuple[list[fx.Node], object, tuple[object, ...]]:
 @pytest.mark.parametrize("mangle, error, match", [
     (lambda n, f, c: ((tuple(n), f, c), {}), TypeError, "nodes"),
     (lambda n, f, c: ((n, 3, c), {}), TypeError, "node_facts"),
-    (lambda n, f, c: ((n, f, c[:4]), {}), TypeError, "config"),
-    (lambda n, f, c: ((n, f, ("x",) + c[1:]), {}), TypeError, "bits"),
-    (lambda n, f, c: ((n, f, c[:1] + (None,) + c[2:]), {}), TypeError, "python_key"),
-    (lambda n, f, c: ((n, f, c[:7] + (1,) + c[8:]), {}), TypeError, "keys_stream"),
-    (lambda n, f, c: ((n, f, c[:9] + (c[9][:3],)), {}), TypeError, "key_config"),
+    (lambda n, f, c: ((n, f, c.key), {}), TypeError, "prepare_plan: config has no field 'never_merged'"),
+    (lambda n, f, c: ((n, f, _without(c, "mutates")), {}), TypeError, "config has no field 'mutates'"),
+    (lambda n, f, c: ((n, f, _with(c, never_merged="x")), {}), TypeError,
+     "config field 'never_merged' must be an int"),
+    (lambda n, f, c: ((n, f, _with(c, same_for_target=-1)), {}), ValueError,
+     r"config field 'same_for_target' \(-1\) must be a bit set"),
+    (lambda n, f, c: ((n, f, _with(c, python_key=None)), {}), TypeError, "field 'python_key' must be callable"),
+    (lambda n, f, c: ((n, f, _with(c, keys_stream=1)), {}), TypeError, "field 'keys_stream' must be a bool"),
+    (lambda n, f, c: ((n, f, _with(c, tensor_cls=torch.empty(1))), {}), TypeError, "field 'tensor_cls' must be a type"),
+    (lambda n, f, c: ((n, f, _with(c, key=_without(c.key, "dict_types"))), {}), TypeError,
+     r"prepare_plan config\.key: config has no field 'dict_types'"),
+    (lambda n, f, c: ((n, f, _with(c, key=_with(c.key, containers=()))), {}), TypeError,
+     "field 'containers' must be a dict"),
     (lambda n, f, c: ((n, lambda node: "x", c), {}), TypeError, "node_facts must return an int"),
     (lambda n, f, c: ((n, lambda node: 1 / 0, c), {}), ZeroDivisionError, None),
     (lambda n, f, c: (([*n[:3], 7, n[-1]], f, c), {}), AttributeError, None),
     (lambda n, f, c: (([], f, c), {}), IndexError, "no live node"),
-    (lambda n, f, c: ((n, f, c[:3] + (lambda out: 5,) + c[4:]), {}), TypeError, "not iterable"),
-    (lambda n, f, c: ((n, f, c[:1] + (lambda *a: "bad",) + c[2:]), {}), TypeError, "python_key must return"),
+    (lambda n, f, c: ((n, f, _with(c, backward_seeds=lambda out: 5)), {}), TypeError, "not iterable"),
+    (lambda n, f, c: ((n, f, _with(c, python_key=lambda *a: "bad")), {}), TypeError, "python_key must return"),
 ])
 def test_c_plan_rejects_bad_input(mangle: Callable[..., Any], error: type[BaseException], match: str | None) -> None:
     """Bad arguments and callbacks that raise or answer nonsense: a clear

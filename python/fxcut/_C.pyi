@@ -12,7 +12,9 @@ from typing import Any
 from torch.fx import Node
 from typing_extensions import Buffer
 
+from fxcut.route.lower import ReaderConfig
 from fxcut.solve.arrays import GraphArrays
+from fxcut.torchrules.prepare import CseKeyConfig, PlanConfig
 
 class InfiniteCutError(RuntimeError):
     """No finite cut: a value needed in backward can be neither saved nor recomputed."""
@@ -267,12 +269,12 @@ def plan_frontier(
     marks: Buffer | None = None,
 ) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool]: ...
 def cse_key(
-    args: Any, kwargs: Any, env: dict[Any, Any], config: tuple[Any, ...]
+    args: Any, kwargs: Any, env: dict[Any, Any], config: CseKeyConfig
 ) -> tuple[tuple[Any, ...], Any, tuple[Any, ...], Any, int] | None: ...
 def prepare_plan(
     nodes: list[Any],
     node_facts: Any,
-    config: tuple[Any, ...],
+    config: PlanConfig,
     /,
     *,
     eliminate_dead: bool,
@@ -281,9 +283,8 @@ def prepare_plan(
 def lower_read(
     nodes: list[Any],
     replace: dict[Any, Any] | None,
-    kind_of_op: dict[str, int],
-    flags_of: Any,
-    slow: Any,
-    opaque: Any,
-    config: tuple[Any, ...],
+    config: ReaderConfig,
+    /,
 ) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, bytes, list[int], dict[Any, int]] | None: ...
+def placeholder_role(name: str, /) -> int: ...
+def partitioner_tag_flags(tag: object, mutable: bool, /) -> int: ...

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -23,8 +25,8 @@ from torch.fx.immutable_collections import immutable_list
 import fxcut._C as _C
 from ..solve.arrays import KIND_OF_OP, TAG_OF_POLICY, GraphArrays
 from ..torchrules.ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, dce_impure_random, default_facts,
-                              invoke_subgraph_has_effects, is_cast_op, is_impure, must_be_in_backward, object_nbytes,
-                              tensor_nbytes, triton_wrapper_op, value_nbytes)
+                              invoke_subgraph_has_effects, is_cast_op, is_impure, object_nbytes, tensor_nbytes,
+                              triton_wrapper_op, value_nbytes)
 from ..torchrules.versions import Rules, rules_or_nearest
 
 if TYPE_CHECKING:
@@ -33,8 +35,6 @@ if TYPE_CHECKING:
 
 _FLAGS_MASK = (1 << 32) - 1
 _F_IMPURE = _C.F_IMPURE
-_F_IS_BACKWARD_TAG = _C.F_IS_BACKWARD_TAG
-_F_MUST_BE_IN_BW = _C.F_MUST_BE_IN_BW
 _F_BW_HOOK = _C.F_BW_HOOK
 _F_GETITEM = _C.F_GETITEM
 _F_NO_FUSE_OUT = _C.F_NO_FUSE_OUT
@@ -48,14 +48,8 @@ class LoweringError(ValueError):
 
 
 def _placeholder_flags(node: fx.Node) -> int:
-    name = str(node.target)
-    if "tangents" in name:
-        return _C.F_TANGENT
-    if "fwd_seed" in name or "fwd_base_offset" in name:
-        return _C.F_FWD_SEED
-    if "bwd_seed" in name or "bwd_base_offset" in name:
-        return _C.F_BWD_SEED
-    return _C.F_PRIMAL
+    # The rule is the C reader's (csrc/py_lower.c): one copy.
+    return _C.placeholder_role(str(node.target))
 
 
 def _recompute_tag(node: fx.Node) -> int:
@@ -169,6 +163,36 @@ def _lower_nodes(
                        outputs=outputs)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReaderConfig:
+    """The config of the C reader ``_C.lower_read``, its fields read by name
+    (csrc/py_lower.c, ``reader_config``; a missing or ill-typed one is a
+    TypeError naming it)."""
+
+    #: ``node.op`` -> the graph array's kind (:data:`fxcut.solve.arrays.KIND_OF_OP`).
+    kind_of_op: dict[str, int]
+    #: A call_function target -> its flag bits, Python-only bits included (``TargetFacts.flags``).
+    flags_of: Callable[[Any], int]
+    #: A node the reader does not take as plain -> (flags, nbytes, tag, ac_graph_id), the Python path's.
+    slow: Callable[[fx.Node], tuple[int, int, int, int]]
+    #: Whether a node's tuple or list value is opaque (asked once per call for each of tuple and list).
+    opaque: Callable[[fx.Node], bool]
+    node_cls: type
+    tensor_cls: type
+    #: Targets whose nodes are the slow path's (a cast, invoke_subgraph: their flags depend on the node).
+    special_targets: tuple[Any, ...]
+    #: Meta keys that make a node the slow path's.
+    slow_meta_keys: tuple[str, ...]
+    #: The user triton kernel's op (a getitem of its output is the slow path's), or None.
+    triton_hop: Any
+    #: Target bits that make a node the slow path's (a higher-order op: its purity depends on the node).
+    slow_bits: int
+    #: Target bits that make a node impure (with or without random ops, as the decision runs).
+    impure_bits: int
+    #: The target bit of a mutable schema (a mutation tagged ``is_backward`` must be in backward).
+    mutable_bit: int
+
+
 class _NodeFacts:
     """One node's (flags, nbytes, tag, ac_graph_id) as lowering computes them:
     the Python path's, and the C reader's for any node it does not take as
@@ -208,15 +232,14 @@ class _NodeFacts:
                 bits |= ac_flag
         return bits & _FLAGS_MASK, nbytes, tag, ac_value
 
-    def reader_config(self) -> tuple[Any, ...]:
-        """``config`` of ``_C.lower_read``: what makes a node plain."""
+    def reader_config(self) -> ReaderConfig:
+        """What ``_C.lower_read`` calls back and what makes a node plain."""
         vf = self.value_facts
         special = tuple(t for t in (self.convert, self.to_copy, self.invoke_subgraph) if t is not None)
-        return (fx.Node, torch.Tensor, special, ("recompute", "ac_graph_id", "has_backward_hook"),
-                _HOP, vf.impure_bit, _F_IMPURE, _FLAGS_MASK, _C.KIND_CALL_FUNCTION, _F_GETITEM, vf.triton_hop,
-                _MUTABLE, _F_IS_BACKWARD_TAG, _F_MUST_BE_IN_BW, _C.KIND_PLACEHOLDER,
-                _C.F_TANGENT, _C.F_FWD_SEED, _C.F_BWD_SEED, _C.F_PRIMAL,
-                _C.F_NON_TENSOR, _C.F_VAL_IS_SEQ, _C.F_FREE_OBJECT)
+        return ReaderConfig(kind_of_op=KIND_OF_OP, flags_of=self.target_flags, slow=self, opaque=_is_opaque,
+                            node_cls=fx.Node, tensor_cls=torch.Tensor, special_targets=special,
+                            slow_meta_keys=("recompute", "ac_graph_id", "has_backward_hook"),
+                            triton_hop=vf.triton_hop, slow_bits=_HOP, impure_bits=vf.impure_bit, mutable_bit=_MUTABLE)
 
 
 def _read_in_c(nodes: list[fx.Node], facts: TargetFacts, value_facts: _ValueFacts,
@@ -225,8 +248,7 @@ def _read_in_c(nodes: list[fx.Node], facts: TargetFacts, value_facts: _ValueFact
     the reader leaves a graph to the Python path (which then raises what it
     raises)."""
     node_facts = _NodeFacts(facts, value_facts, True)
-    out = _C.lower_read(nodes, replace or None, KIND_OF_OP, facts.flags, node_facts, _is_opaque,
-                        node_facts.reader_config())
+    out = _C.lower_read(nodes, replace or None, node_facts.reader_config())
     if out is None:
         return None
     kind_b, flags_b, tag_b, ac_b, nbytes_b, arg_ptr_b, arg_idx_b, in_ptr_b, in_idx_b, output_at, index = out
@@ -373,10 +395,8 @@ class _ValueFacts:
         meta = node.meta
         tag = meta.get("partitioner_tag")
         if tag is not None:
-            if tag == "is_backward":
-                bits |= _F_IS_BACKWARD_TAG
-            if must_be_in_backward(tag, bool(bits & _MUTABLE)):
-                bits |= _F_MUST_BE_IN_BW
+            # The rule is the C reader's (csrc/py_lower.c): one copy.
+            bits |= _C.partitioner_tag_flags(tag, bool(bits & _MUTABLE))
         if meta.get("has_backward_hook", False):
             bits |= _F_BW_HOOK
         if bits & _F_GETITEM and self.triton_hop is not None:

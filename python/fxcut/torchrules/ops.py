@@ -314,8 +314,8 @@ def must_be_in_forward(tag: object, mutable: bool) -> bool:
 
 def must_be_in_backward(tag: object, mutable: bool) -> bool:
     """torch's ``_must_be_in_backward``: tagged so, or a mutation tagged
-    ``is_backward``."""
-    return tag == "must_be_in_backward" or (mutable and tag == "is_backward")
+    ``is_backward``.  The rule is the C reader's (one copy, csrc/py_lower.c)."""
+    return tag is not None and bool(_C.partitioner_tag_flags(tag, mutable) & _C.F_MUST_BE_IN_BW)
 
 
 def dce_impure_random() -> bool:

@@ -171,10 +171,34 @@ def python_cse_key(args: Any, kwargs: Any, env: dict[fx.Node, fx.Node], floats_b
     return a, a_spec, k, k_spec, hash((tuple((x, type(x)) for x in a), tuple((x, type(x)) for x in k)))
 
 
-def cse_key_config(floats_by_bits: bool) -> tuple[Any, ...]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CseKeyConfig:
+    """The config of the C extension's ``cse_key`` (and ``PlanConfig.key``),
+    its fields read by name (csrc/py_cse.c; a missing or ill-typed one is a
+    TypeError naming it)."""
+
+    node_cls: type
+    #: The symbolic types whose values are keyed by their ``.node``.
+    sym_types: tuple[type, ...]
+    #: fx's containers (exact types) -> ``str(type)``, the structure key's name.
+    containers: dict[type, str]
+    #: Those of them that are dicts (keyed by their keys, in order).
+    dict_types: tuple[type, ...]
+    #: Types that are pytree leaves without asking pytree.
+    known_leaves: frozenset[type]
+    #: pytree's leaf test, for any other type.
+    tree_is_leaf: Callable[[Any], bool]
+    #: A float or complex leaf -> its key by bit pattern (torch 2.14's CSE), or None: the value itself.
+    by_bits: Callable[[Any], Any] | None
+    #: A leaf's structure key (torch's leaf TreeSpec).
+    leaf_key: tuple[Any, ...]
+
+
+def cse_key_config(floats_by_bits: bool) -> CseKeyConfig:
     """The ``config`` argument of the C extension's ``cse_key``."""
-    return (fx.Node, _SYM_TYPES, _CONTAINERS, (dict, immutable_dict), _KNOWN_LEAVES, tree_is_leaf,
-            _by_bits if floats_by_bits else None, _LEAF)
+    return CseKeyConfig(node_cls=fx.Node, sym_types=_SYM_TYPES, containers=_CONTAINERS,
+                        dict_types=(dict, immutable_dict), known_leaves=_KNOWN_LEAVES, tree_is_leaf=tree_is_leaf,
+                        by_bits=_by_bits if floats_by_bits else None, leaf_key=_LEAF)
 
 
 def _backward_seeds(output: fx.Node, num_fwd_outputs: int) -> list[fx.Node]:
@@ -231,10 +255,43 @@ def _mutation_bases(nodes: list[fx.Node]) -> set[fx.Node]:
 #: The facts ``_C.prepare_plan`` asks ``node_facts`` for, one bit each: never
 #: merged (a random op, aten.empty), impure for dead-code elimination, impure
 #: for CSE (impure_random=True), a mutation (``is_mutation_op``), a functional
-#: wrapper (its mutable bases kept apart), and "the same for every
-#: call_function node of this target without an ``out`` keyword".
-NEVER_MERGED, IMPURE_DCE, IMPURE_CSE, MUTATES, MUTATION_WRAPPER, SAME_FOR_TARGET = (1 << k for k in range(6))
-_PLAN_BITS = (NEVER_MERGED, IMPURE_DCE, IMPURE_CSE, MUTATES, MUTATION_WRAPPER, SAME_FOR_TARGET)
+#: wrapper (its mutable bases kept apart); and two that let the C plan ask
+#: once for many nodes: "the same for every call_function node of this
+#: target" and "the same for every node of this op with a str target" (a
+#: placeholder, output or get_attr), each for nodes without an ``out`` keyword.
+(NEVER_MERGED, IMPURE_DCE, IMPURE_CSE, MUTATES, MUTATION_WRAPPER, SAME_FOR_TARGET,
+ SAME_FOR_OP) = (1 << k for k in range(7))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanConfig:
+    """The config of the C extension's ``prepare_plan``, its fields read by
+    name (csrc/py_prepare.c; a missing or ill-typed one is a TypeError
+    naming it)."""
+
+    #: The bit ``node_facts`` answers for each fact (the constants above).
+    never_merged: int = NEVER_MERGED
+    impure_dce: int = IMPURE_DCE
+    impure_cse: int = IMPURE_CSE
+    mutates: int = MUTATES
+    mutation_wrapper: int = MUTATION_WRAPPER
+    same_for_target: int = SAME_FOR_TARGET
+    same_for_op: int = SAME_FOR_OP
+    #: (args, kwargs, env) -> the node's ``CseKey`` in Python, for arguments pytree must flatten.
+    python_key: Callable[[Any, Any, dict[fx.Node, fx.Node]], CseKey]
+    #: A functional wrapper -> the inputs it mutates (kept apart from 2.14), or None.
+    bases_of: Callable[[fx.Node], list[fx.Node]] | None
+    #: The output node -> the backward's outputs (values the backward needs kept apart, from 2.14), or None.
+    backward_seeds: Callable[[fx.Node], list[fx.Node]] | None
+    #: torch's ``free_unbacked_symbols`` (a node whose value has them is never merged).
+    free_unbacked_symbols: Callable[[Any], Any]
+    symbol_cls: type
+    tensor_cls: type
+    #: The release's CSE rules: key the stream context; skip impure nodes.
+    keys_stream: bool
+    skips_impure: bool
+    #: The CSE key's own config.
+    key: CseKeyConfig
 
 
 def node_facts_of(facts: TargetFacts, impure_random: bool, rules: Rules) -> Callable[[fx.Node], int]:
@@ -262,12 +319,15 @@ def node_facts_of(facts: TargetFacts, impure_random: bool, rules: Rules) -> Call
             bits |= MUTATION_WRAPPER
         if node.op == "call_function" and not isinstance(node.target, torch._ops.HigherOrderOperator):
             bits |= SAME_FOR_TARGET
+        elif node.op in ("placeholder", "output", "get_attr") and isinstance(node.target, str):
+            # what the above reads of such a node is its op and its out keyword
+            bits |= SAME_FOR_OP
         return bits
 
     return node_facts
 
 
-def plan_config(rules: Rules, num_fwd_outputs: int | None) -> tuple[Any, ...]:
+def plan_config(rules: Rules, num_fwd_outputs: int | None) -> PlanConfig:
     """The ``config`` argument of the C extension's ``prepare_plan``."""
     import sympy
     from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
@@ -282,9 +342,11 @@ def plan_config(rules: Rules, num_fwd_outputs: int | None) -> tuple[Any, ...]:
         def backward_seeds(output: fx.Node, n: int = num_fwd_outputs) -> list[fx.Node]:
             return _backward_seeds(output, n)
 
-    return (_PLAN_BITS, python_key, _mutation_bases_of if rules.cse_skips_mutation_bases else None,
-            backward_seeds, free_unbacked_symbols, sympy.Symbol, torch.Tensor, rules.cse_keys_stream,
-            rules.cse_skips_impure, cse_key_config(floats_by_bits))
+    return PlanConfig(python_key=python_key,
+                      bases_of=_mutation_bases_of if rules.cse_skips_mutation_bases else None,
+                      backward_seeds=backward_seeds, free_unbacked_symbols=free_unbacked_symbols,
+                      symbol_cls=sympy.Symbol, tensor_cls=torch.Tensor, keys_stream=rules.cse_keys_stream,
+                      skips_impure=rules.cse_skips_impure, key=cse_key_config(floats_by_bits))
 
 
 def plan_cse(
