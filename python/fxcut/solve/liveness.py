@@ -177,7 +177,7 @@ class Liveness:
         for v in range(len(self)):
             if d.rc[v] and self.producer[v] < 0:
                 by_slot.setdefault(d.slot[v], []).append(self.key[v])
-        out = []
+        out: list[tuple[int, int]] = []
         for k in range(self.n_slots):
             out.extend((k, p) for p in sorted(by_slot.get(k, [])))
             if k < self.n_slots - 1:
