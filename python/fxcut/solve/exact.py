@@ -608,8 +608,9 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
     mask = _normalised(prob, to_mask(exact_plan)) if use else search_mask
     peak, flops = sim(mask)
     return Certificate(
-        mask=mask, peak_bytes=peak, recompute_flops=flops, peak_bound=int(pr.bound),
-        cost_bound=int(cr.bound) if cr is not None and math.isfinite(cr.bound) else None,
+        mask=mask, peak_bytes=peak, recompute_flops=flops,
+        peak_bound=int(max(0.0, pr.bound)) if math.isfinite(pr.bound) else None,
+        cost_bound=int(max(0.0, cr.bound)) if cr is not None and math.isfinite(cr.bound) else None,
         peak_optimal=pr.optimal and pr.bound >= peak, cost_optimal=cr is not None and cr.optimal,
         from_exact=use, exact_model=pr.exact_model, seconds=time.perf_counter() - t0)
 
