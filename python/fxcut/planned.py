@@ -71,6 +71,8 @@ class PlanChoice:
     #: the exact solver proved its objective optimal (the lowest peak at b=0, the least recompute else)
     proven_optimal: bool = False
     exact_seconds: float = 0.0
+    #: the search's own plan (before the exact solver ran): (peak, recompute FLOPs)
+    search_point: tuple[int, int] | None = None
 
 
 def _check_number(name: str, value: object, lo: float, hi: float, *, integer: bool = False) -> None:
@@ -201,6 +203,7 @@ class PeakPlanner:
             per_region[budget] = front.peak_bytes[k]
             self.last_frontier = front
         cert = None
+        searched = prob.simulate(current)
         if self.solver != "search":
             if len(groups) > 1:
                 log.warning("plan: the exact solver plans one budget per graph; %d region budgets were planned "
@@ -217,7 +220,8 @@ class PeakPlanner:
         saved = [i for i in range(n) if current[i]]
         self.last = PlanChoice(saved, final.peak_bytes, final.recompute_flops, torch_sim.peak_bytes,
                                torch_sim.recompute_flops, lowest, points, exact, time.perf_counter() - t0,
-                               per_region, torch_points, timed_out, self.solver)
+                               per_region, torch_points, timed_out, self.solver,
+                               search_point=(searched.peak_bytes, searched.recompute_flops))
         if cert is not None:
             _record(self.last, cert, self.memory_budget)
         log.info("plan: budget %g, peak %d (torch %d, lowest %d), recompute %d flops (torch %d), %d points, %.1f ms",

@@ -342,6 +342,8 @@ class _Model:
             if pos != lv.key[r]:
                 return self.const(0.0)
             return self.lin((float(s.nbytes), self.emitted(r, k)), (-float(s.nbytes), self.emitted(r, k - 1)))
+        if lv.certain_bw(s, k, pos):
+            return self.const(float(s.nbytes))
         birth_key = lv.key[lv.producer[r]] + 1 if s.after_producer else lv.key[r]
         born = [self.e(w) for w in s.values if lv.kind[w] != RECOMPUTE]
         born.append(self.emitted(r, k if birth_key <= pos else k - 1))
@@ -477,7 +479,8 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
     best: set[int] | None = None
     best_value = math.inf
     if incumbent is not None:
-        inc = {v for v in incumbent if lv.decide(incumbent).e[v]}
+        kept = lv.decide(incumbent).e
+        inc = {v for v in incumbent if kept[v]}
         best, best_value = inc, score(inc)
         model.add_recompute_events(inc)
     bound = -math.inf
@@ -501,7 +504,7 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
         if true < best_value:
             best, best_value = saved, true
         bound = max(bound, min(dual, best_value))
-        if math.ceil(bound - 1e-6) >= best_value:
+        if math.isfinite(bound) and math.ceil(bound - 1e-6) >= best_value:
             break
         # the answer's value disagrees with the model: add its missing rows, else exclude it
         if model.add_recompute_events(saved) == 0:
@@ -609,7 +612,7 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
     peak, flops = sim(mask)
     return Certificate(
         mask=mask, peak_bytes=peak, recompute_flops=flops,
-        peak_bound=int(max(0.0, pr.bound)) if math.isfinite(pr.bound) else None,
+        peak_bound=int(max(float(lv.certain_bound()), pr.bound if math.isfinite(pr.bound) else 0.0)),
         cost_bound=int(max(0.0, cr.bound)) if cr is not None and math.isfinite(cr.bound) else None,
         peak_optimal=pr.optimal and pr.bound >= peak, cost_optimal=cr is not None and cr.optimal,
         from_exact=use, exact_model=pr.exact_model, seconds=time.perf_counter() - t0)

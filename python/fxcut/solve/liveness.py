@@ -62,6 +62,7 @@ class Storage:
     values: list[int]  # candidates on it: saving any holds it
     readers: list[int]  # candidates reading a value on it (a view's own step included)
     skel_last: int  # last slot whose backward step reads it (n_slots: a gradient output; -1: none)
+    skel_first: int  # first slot whose backward step reads it (NEVER: none)
     seq: bool  # a multi-output op's allocation: counted whole at its own step, nowhere else
     after_producer: bool  # a getitem's: born with its producer, counted from just after its step
     fw_born: int  # forward event of its birth (-1: never in the forward)
@@ -183,6 +184,34 @@ class Liveness:
             if k < self.n_slots - 1:
                 out.append((k, STEP))
         return out
+
+    def certain_bw(self, s: Storage, k: int, pos: int) -> bool:
+        """Is s live at backward event (k, pos) whatever the decision?  A
+        backward step reads it at or before (so it was born) and at or after."""
+        return not s.seq and s.skel_last >= k and (s.skel_first < k or (s.skel_first == k and pos == STEP))
+
+    def certain_bound(self) -> int:
+        """A lower bound on every decision's peak, from the bytes live at some
+        step whatever is decided: the backward's own storages, the forward
+        values a backward step reads before and after it, the forward's fixed
+        storages.  Instant; the MILP's bound is at least this."""
+        best = 0
+        for k in range(self.n_slots - 1):
+            best = max(best, self.fixed_at_step[k] + sum(s.nbytes for s in self.storages
+                                                         if self.certain_bw(s, k, STEP)))
+        for t, c in enumerate(self.fw_event_node):
+            if c >= 0:
+                continue  # a step only some decisions run
+            live = self.fw_fixed_bytes[t]
+            for s in self.storages:
+                if s.seq or s.fw_born < 0 or not self.fw_fixed[s.root] or t < s.fw_born:
+                    continue
+                if s.after_producer and t == s.fw_born:
+                    continue
+                if t == s.fw_born or s.fw_pinned or s.fw_fixed_last >= t:
+                    live += s.nbytes
+            best = max(best, live)
+        return best
 
     def peaks(self, saved: set[int]) -> tuple[int, int, int]:
         """(peak, forward peak, backward peak) of a decision, by the description."""
@@ -476,7 +505,7 @@ def describe(prob: PlanProblem) -> Liveness:
             raise NotModelled(f"node {v} lives on node {r}'s storage, which the backward cannot reach")
         if r not in st_of:
             st_of[r] = len(storages)
-            storages.append(Storage(g.cost[r], local[r], [], [], -1, g.seq(r),
+            storages.append(Storage(g.cost[r], local[r], [], [], -1, NEVER, g.seq(r),
                                     g.getitem(r) and producer[local[r]] >= 0 and g.seq(g.ins[r][0]),
                                     fw_event_of.get(r, -1), -1, [], False))
         storage[k] = st_of[r]
@@ -509,6 +538,7 @@ def describe(prob: PlanProblem) -> Liveness:
                         var.add(local[u])
                 elif u in slot_of:
                     s.skel_last = max(s.skel_last, slot_of[u])
+                    s.skel_first = min(s.skel_first, slot_of[u])
                 elif fixed_fw[u]:
                     s.fw_fixed_last = max(s.fw_fixed_last, fw_event_of[u])
         s.readers = sorted(readers)
