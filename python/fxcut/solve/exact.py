@@ -254,8 +254,10 @@ class _Model:
             self.y[(x, k)] = y
             self.geq(rcx, y)
             ys = [self.pulled(c, k) for c in self.lv.consumers[x] if self.lv.kind[c] != SAVE]
+            ex = self.e(x)
             for yc in ys:
-                self.geq(y, self.lin((1.0, yc), (1.0, rcx), const=-1.0))
+                # a consumer pulled by k pulls x unless x is saved (stronger than y_c + rc_x - 1)
+                self.geq(y, self.lin((1.0, yc), (-1.0, ex)))
             self.geq(self.lin(*((1.0, yc) for yc in ys)), y)
         return self.y[key]
 
@@ -279,6 +281,7 @@ class _Model:
             self.geq(rg, z)
             self.geq(yp, z)
             self.geq(z, self.lin((1.0, rg), (1.0, yp), const=-1.0))
+            self.geq(z, self.pulled(v, k))  # pulled itself by k: born with its producer by k
         self.y[key] = z
         return z
 
@@ -345,8 +348,9 @@ class _Model:
         if lv.certain_bw(s, k, pos):
             return self.const(float(s.nbytes))
         birth_key = lv.key[lv.producer[r]] + 1 if s.after_producer else lv.key[r]
-        born = [self.e(w) for w in s.values if lv.kind[w] != RECOMPUTE]
-        born.append(self.emitted(r, k if birth_key <= pos else k - 1))
+        # the root saved, or recomputed and emitted by then: exclusive, so one term, their sum
+        born = [self.lin((1.0, self.e(r)), (1.0, self.emitted(r, k if birth_key <= pos else k - 1)))]
+        born += [self.e(w) for w in s.values if w != r and lv.kind[w] != RECOMPUTE]
         if s.skel_last >= k:
             return self._live(s.nbytes, born, None)
         alive: list[Expr] = []
@@ -546,7 +550,7 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
 
     ``limit`` None: the lowest peak (then, with time left, the least
     recompute at that peak); else the least recompute with peak <= limit
-    (and, with half the time, a bound on the lowest peak).  ``search_mask``:
+    (the bound on the lowest peak then the instant one, Liveness.certain_bound).  ``search_mask``:
     the search's plan (the incumbent; never beaten by a worse one);
     ``lowest_mask``: the search's lowest-peak plan (seeds the peak bound).
     ``take``: "best" (the better plan, proven or not) or "proven" (the exact
@@ -587,18 +591,22 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
         return cache[key]
 
     start = to_free(search_mask)
-    peak_time = time_limit if limit is None else time_limit / 2
-    seeds = [start] + ([to_free(lowest_mask)] if lowest_mask is not None else [])
-    seed = min(seeds, key=lambda x: true_value(x))
-    pr = solve(lv, true_value, objective="peak", incumbent=seed, time_limit=peak_time)
-    cost_limit = pr.value if limit is None else limit
-    candidates = [x for x in (start, pr.saved, seed) if true_value(x)[0] <= cost_limit]
+    pr: ExactResult | None = None
+    if limit is None:
+        seeds = [start] + ([to_free(lowest_mask)] if lowest_mask is not None else [])
+        seed = min(seeds, key=lambda x: true_value(x))
+        pr = solve(lv, true_value, objective="peak", incumbent=seed, time_limit=time_limit)
+        cost_limit = pr.value
+        candidates = [x for x in (start, pr.saved, seed) if true_value(x)[0] <= cost_limit]
+    else:  # the objective is the recompute: all the time for it, the peak bound the instant one
+        cost_limit = limit
+        candidates = [start] if true_value(start)[0] <= limit else []
     cr: ExactResult | None = None
     left = time_limit - (time.perf_counter() - t0)
-    if (limit is not None or pr.optimal) and left > 0.05 and candidates:
+    if (pr is None or pr.optimal) and left > 0.05 and candidates:
         inc = min(candidates, key=lambda x: (true_value(x)[1], true_value(x)[0]))
         cr = solve(lv, true_value, objective="cost", limit=cost_limit, incumbent=inc, time_limit=left)
-    if limit is None:
+    if pr is not None:
         exact_plan = cr.saved if cr is not None else pr.saved
         proven = pr.optimal
         better = true_value(exact_plan) < base
@@ -606,16 +614,18 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
         exact_plan = cr.saved if cr is not None else start
         proven = cr is not None and cr.optimal
         ev = true_value(exact_plan)
-        better = ev[0] <= limit and (ev[1], ev[0]) < (base[1], base[0])
+        better = ev[0] <= cost_limit and (ev[1], ev[0]) < (base[1], base[0])
     use = better and (take == "best" or proven)
     mask = _normalised(prob, to_mask(exact_plan)) if use else search_mask
     peak, flops = sim(mask)
     return Certificate(
         mask=mask, peak_bytes=peak, recompute_flops=flops,
-        peak_bound=int(max(float(lv.certain_bound()), pr.bound if math.isfinite(pr.bound) else 0.0)),
+        peak_bound=int(max(float(lv.certain_bound()), pr.bound if pr is not None and math.isfinite(pr.bound)
+                           else 0.0)),
         cost_bound=int(max(0.0, cr.bound)) if cr is not None and math.isfinite(cr.bound) else None,
-        peak_optimal=pr.optimal and pr.bound >= peak, cost_optimal=cr is not None and cr.optimal,
-        from_exact=use, exact_model=pr.exact_model, seconds=time.perf_counter() - t0)
+        peak_optimal=pr is not None and pr.optimal and pr.bound >= peak,
+        cost_optimal=cr is not None and cr.optimal,
+        from_exact=use, exact_model=not lv.inexact and not lv.messy_slots, seconds=time.perf_counter() - t0)
 
 
 def _normalised(prob: Any, mask: bytes) -> bytes:
