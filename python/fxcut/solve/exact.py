@@ -405,6 +405,14 @@ class _Model:
         for k in range(self.lv.n_slots - 1):
             self.add_event("bw", k, STEP)
 
+    def add_near_steps(self, level: float) -> None:
+        """The rows of the steps whose certain bytes reach ``level``."""
+        lv = self.lv
+        for k in range(lv.n_slots - 1):
+            certain = lv.fixed_at_step[k] + sum(s.nbytes for s in lv.storages if lv.certain_bw(s, k, STEP))
+            if certain >= level:
+                self.add_event("bw", k, STEP)
+
     def add_recompute_events(self, saved: set[int]) -> int:
         """The rows of the recomputation steps the decision ``saved`` runs
         (outside messy slots); returns how many were new."""
@@ -457,13 +465,18 @@ class _Model:
 
 
 def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int | None = None,
-          incumbent: set[int] | None = None, time_limit: float = 60.0) -> ExactResult:
+          incumbent: set[int] | None = None, time_limit: float = 60.0, timeline: Any = None) -> ExactResult:
     """The best decision by the MILP loop (module docstring).
 
     ``true_value(saved) -> (peak, flops)``: the C model's answer for a set of
     FREE candidates.  ``objective``: "peak" (the lowest peak) or "cost" (the
     least recompute with peak <= ``limit``).  ``incumbent``: a decision to
     start from (the search's); the result is never worse than it.
+    ``timeline(saved) -> (schedule, live_bytes, n_fw_steps)``: the C model's
+    timeline; given, the MILP starts with the rows of the steps that come
+    near the peak and adds the others as answers exceed them (rows left out
+    only relax it: the bound stays a bound); else every step's row is there
+    from the start.
     """
     if objective not in ("peak", "cost"):
         raise ValueError(f"objective must be 'peak' or 'cost', got {objective!r}")
@@ -472,7 +485,20 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
     t0 = time.perf_counter()
     deadline = t0 + time_limit
     model = _Model(lv, objective, limit)
-    model.add_all_steps()
+    if timeline is None:
+        model.add_all_steps()
+    else:
+        model.add_near_steps(0.9 * (lv.certain_bound() if limit is None else limit))
+
+    def add_violated(saved: set[int], above: float) -> int:
+        """Rows of the steps of ``saved``'s timeline live above ``above``."""
+        schedule, live, n_fw = timeline(saved)
+        events = lv.events_of_schedule(list(schedule), n_fw)
+        added = 0
+        for ev, b in zip(events, live):
+            if ev is not None and b > above:
+                added += model.add_event(*ev)
+        return added
 
     def score(saved: set[int]) -> float:
         peak, flops = true_value(saved)
@@ -487,6 +513,8 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
         inc = {v for v in incumbent if kept[v]}
         best, best_value = inc, score(inc)
         model.add_recompute_events(inc)
+        if timeline is not None:
+            add_violated(inc, 0.9 * (true_value(inc)[0] if limit is None else limit))
     bound = -math.inf
     iterations = 0
     seen: set[frozenset[int]] = set()
@@ -511,7 +539,9 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
         if math.isfinite(bound) and math.ceil(bound - 1e-6) >= best_value:
             break
         # the answer's value disagrees with the model: add its missing rows, else exclude it
-        if model.add_recompute_events(saved) == 0:
+        added = add_violated(saved, value if objective == "peak" else float(limit or 0)) \
+            if timeline is not None else model.add_recompute_events(saved)
+        if added == 0:
             fs = frozenset(saved)
             model.no_good(saved)
             seen.add(fs)
@@ -584,6 +614,10 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
 
     cache: dict[frozenset[int], tuple[int, int]] = {}
 
+    def timeline(saved: set[int]) -> tuple[Any, Any, int]:
+        r = prob.simulate(to_mask(saved))
+        return r.schedule, r.live_bytes, r.n_fw_steps
+
     def true_value(saved: set[int]) -> tuple[int, int]:
         key = frozenset(saved)
         if key not in cache:
@@ -595,7 +629,7 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
     if limit is None:
         seeds = [start] + ([to_free(lowest_mask)] if lowest_mask is not None else [])
         seed = min(seeds, key=lambda x: true_value(x))
-        pr = solve(lv, true_value, objective="peak", incumbent=seed, time_limit=time_limit)
+        pr = solve(lv, true_value, objective="peak", incumbent=seed, time_limit=time_limit, timeline=timeline)
         cost_limit = pr.value
         candidates = [x for x in (start, pr.saved, seed) if true_value(x)[0] <= cost_limit]
     else:  # the objective is the recompute: all the time for it, the peak bound the instant one
@@ -605,7 +639,8 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
     left = time_limit - (time.perf_counter() - t0)
     if (pr is None or pr.optimal) and left > 0.05 and candidates:
         inc = min(candidates, key=lambda x: (true_value(x)[1], true_value(x)[0]))
-        cr = solve(lv, true_value, objective="cost", limit=cost_limit, incumbent=inc, time_limit=left)
+        cr = solve(lv, true_value, objective="cost", limit=cost_limit, incumbent=inc, time_limit=left,
+                   timeline=timeline)
     if pr is not None:
         exact_plan = cr.saved if cr is not None else pr.saved
         proven = pr.optimal

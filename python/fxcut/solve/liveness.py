@@ -96,6 +96,7 @@ class Liveness:
     messy_slots: set[int]  # slots whose order inside is not key order for some decision
     fw_fixed_bytes: list[int]  # bytes of non-candidate forward storages at each forward event
     fw_event_node: list[int]  # the candidate whose step each forward event is (-1: a fixed node)
+    fw_event_of: dict[int, int]  # graph node -> its forward event (a getitem: its producer's)
     inexact: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -212,6 +213,31 @@ class Liveness:
                     live += s.nbytes
             best = max(best, live)
         return best
+
+    def events_of_schedule(self, schedule: list[int], n_fw: int) -> list[tuple[str, int, int] | None]:
+        """The event of each step of the memory model's schedule (forward
+        steps, then backward): ("fw", event, 0) or ("bw", slot, position);
+        None for a step no row describes (a recomputation in a messy slot)."""
+        local = {v: k for k, v in enumerate(self.node)}
+        slot_of = {v: k for k, v in enumerate(self.slot_node) if v >= 0}
+        out: list[tuple[str, int, int] | None] = []
+        slot = 0
+        for t, v in enumerate(schedule):
+            if t < n_fw:
+                e = self.fw_event_of.get(v)
+                out.append(("fw", e, 0) if e is not None else None)
+            elif v in slot_of:
+                slot = slot_of[v]
+                out.append(("bw", slot, STEP))
+                slot += 1
+            elif v in local:
+                k = local[v]
+                while self.producer[k] >= 0:
+                    k = self.producer[k]
+                out.append(None if slot in self.messy_slots else ("bw", slot, self.key[k]))
+            else:
+                out.append(None)
+        return out
 
     def peaks(self, saved: set[int]) -> tuple[int, int, int]:
         """(peak, forward peak, backward peak) of a decision, by the description."""
@@ -558,7 +584,8 @@ def describe(prob: PlanProblem) -> Liveness:
         fw_fixed=[bool(fixed_fw[v]) for v in cands], fw_event=[fw_event_of.get(v, -1) for v in cands], key=key,
         storage=storage, storages=storages, n_slots=n_slots, slot_node=skel_order + [-1],
         fixed_at_step=fixed_at_step, fixed_in_group=fixed_in_group, messy_slots=messy,
-        fw_fixed_bytes=fw_fixed_bytes, fw_event_node=fw_event_node, inexact=sorted(set(inexact)))
+        fw_fixed_bytes=fw_fixed_bytes, fw_event_node=fw_event_node, fw_event_of=fw_event_of,
+        inexact=sorted(set(inexact)))
 
 
 def _ancestors(k: int, inputs: list[list[int]]) -> set[int]:
