@@ -1,6 +1,6 @@
 """The exact plan solver on every zoo graph: search vs exact peak, proven bound, gap, time.
 
-    PYTHONPATH=python python bench/bench_exact.py --time-limit 60 --out docs/plan_exact.md
+    PYTHONPATH=python python bench/bench_exact.py --time-limit 60 --section docs/plan.md
 
 For each zoo case and b in (0, 0.5, 1): fxcut.planned_partitioner(b, solver="exact",
 exact_time_limit=T) runs the search, then the MILP (fxcut.solve.exact) seeded with
@@ -52,8 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cases", nargs="*", default=list(zoo.CASES))
     p.add_argument("--budgets", nargs="*", type=float, default=[0.0, 0.5, 1.0])
     p.add_argument("--out", help="write the markdown here")
+    p.add_argument("--section", metavar="FILE", help="write it as the 'exact' section of FILE (docs/plan.md)")
     args = p.parse_args(argv)
-    lines = [f"Made by `PYTHONPATH=python python bench/bench_exact.py --time-limit {args.time_limit:g}` "
+    lines = [f"Made by `PYTHONPATH=python python bench/bench_exact.py --time-limit {args.time_limit:g}"
+             f"{' --cases ' + ' '.join(args.cases) if args.cases != list(zoo.CASES) else ''}` "
              f"(torch {__import__('torch').__version__}, load: {os.getloadavg()[0]:.1f} at start).", "",
              "| model | b | search peak | exact peak | lower bound | gap | proven | search FLOPs | exact FLOPs "
              "| FLOPs bound | FLOPs gap | exact s |",
@@ -84,9 +86,14 @@ def main(argv: list[str] | None = None) -> int:
             verdicts.append(f"- {name}: {v}")
             print(verdicts[-1], flush=True)
     text = "\n".join(lines + ["", "Is torch's budget-0 decision optimal?", ""] + verdicts) + "\n"
+    if args.section:  # a generated section of a document (docs/plan.md), the rest of it untouched
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from docs_sections import replace_section
+
+        replace_section(args.section, "exact", text)
     if args.out:
         Path(args.out).write_text(text)
-    else:
+    if not args.out and not args.section:
         print(text)
     return 0
 
