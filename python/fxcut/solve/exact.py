@@ -42,6 +42,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .liveness import FREE, NEVER, RECOMPUTE, SAVE, STEP, Liveness, Storage
 
 EXTRA = "exact"  # the pyproject extra that installs the solver
@@ -156,8 +158,6 @@ class _Model:
         return c
 
     def row(self, terms: dict[int, float], lo: float, hi: float) -> None:
-        import numpy as np
-
         idx = np.array([c for c, a in terms.items() if a != 0.0], dtype=np.int32)
         val = np.array([terms[c] for c in idx], dtype=np.float64)
         self.h.addRow(lo, hi, len(idx), idx, val)
@@ -438,8 +438,6 @@ class _Model:
     # ------------------------------------------------------------------ solving
 
     def hint(self, saved: set[int]) -> None:
-        import numpy as np
-
         idx = np.array(list(self.s.values()), dtype=np.int32)
         val = np.array([1.0 if v in saved else 0.0 for v in self.s], dtype=np.float64)
         self.h.setSolution(len(idx), idx, val)
@@ -517,7 +515,6 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
             add_violated(inc, 0.9 * (true_value(inc)[0] if limit is None else limit))
     bound = -math.inf
     iterations = 0
-    seen: set[frozenset[int]] = set()
     while True:
         left = deadline - time.perf_counter()
         if left <= 0:
@@ -542,9 +539,7 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
         added = add_violated(saved, value if objective == "peak" else float(limit or 0)) \
             if timeline is not None else model.add_recompute_events(saved)
         if added == 0:
-            fs = frozenset(saved)
             model.no_good(saved)
-            seen.add(fs)
     if best is None:
         best = set()
         best_value = score(best)

@@ -575,9 +575,6 @@ def describe(prob: PlanProblem) -> Liveness:
 
     fixed_at_step, fixed_in_group = _skeleton_bytes(g, skel_order, n_slots, bw_out)
     fw_fixed_bytes = _forward_fixed_bytes(g, n_fw, fw_event_of, fixed_fw, fw_out, local)
-    for k, v in enumerate(cands):
-        if g.seq(v) and fw_valid[v] and not fixed_fw[v]:
-            pass
     return Liveness(
         node=cands, kind=kinds, flops=[g.flops[v] for v in cands], consumers=consumers, inputs=inputs,
         skel_need=skel_need, first_pull=first_pull, producer=producer, fw_ok=[bool(fw_valid[v]) for v in cands],
