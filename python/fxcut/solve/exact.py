@@ -42,8 +42,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .liveness import FREE, NEVER, RECOMPUTE, SAVE, STEP, Liveness, Storage
 
 EXTRA = "exact"  # the pyproject extra that installs the solver
@@ -158,6 +156,8 @@ class _Model:
         return c
 
     def row(self, terms: dict[int, float], lo: float, hi: float) -> None:
+        import numpy as np  # highspy's own dependency: the package imports nothing but torch at import
+
         idx = np.array([c for c, a in terms.items() if a != 0.0], dtype=np.int32)
         val = np.array([terms[c] for c in idx], dtype=np.float64)
         self.h.addRow(lo, hi, len(idx), idx, val)
@@ -438,6 +438,8 @@ class _Model:
     # ------------------------------------------------------------------ solving
 
     def hint(self, saved: set[int]) -> None:
+        import numpy as np
+
         idx = np.array(list(self.s.values()), dtype=np.int32)
         val = np.array([1.0 if v in saved else 0.0 for v in self.s], dtype=np.float64)
         self.h.setSolution(len(idx), idx, val)
