@@ -45,6 +45,9 @@ from typing import Any
 from .liveness import FREE, NEVER, RECOMPUTE, SAVE, STEP, Liveness, Storage
 
 EXTRA = "exact"  # the pyproject extra that installs the solver
+#: rows of backward steps the lazy MILP starts with at most (the highest certain bytes): each row
+#: has a term per storage, so on a 24-layer GPT all of them would take longer than the time limit
+MAX_FIRST_ROWS = 64
 
 
 _BANNER_LOCK = threading.Lock()
@@ -405,13 +408,16 @@ class _Model:
         for k in range(self.lv.n_slots - 1):
             self.add_event("bw", k, STEP)
 
-    def add_near_steps(self, level: float) -> None:
-        """The rows of the steps whose certain bytes reach ``level``."""
+    def add_near_steps(self, level: float, most: int, deadline: float) -> None:
+        """The rows of the backward steps whose certain bytes reach ``level``:
+        the ``most`` highest, while time is left (fewer rows only relax)."""
         lv = self.lv
-        for k in range(lv.n_slots - 1):
-            certain = lv.fixed_at_step[k] + sum(s.nbytes for s in lv.storages if lv.certain_bw(s, k, STEP))
-            if certain >= level:
-                self.add_event("bw", k, STEP)
+        certain = [(lv.fixed_at_step[k] + sum(s.nbytes for s in lv.storages if lv.certain_bw(s, k, STEP)), k)
+                   for k in range(lv.n_slots - 1)]
+        for c, k in sorted(certain, reverse=True)[:most]:
+            if c < level or time.perf_counter() > deadline:
+                break
+            self.add_event("bw", k, STEP)
 
     def add_recompute_events(self, saved: set[int]) -> int:
         """The rows of the recomputation steps the decision ``saved`` runs
@@ -485,19 +491,24 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
     t0 = time.perf_counter()
     deadline = t0 + time_limit
     model = _Model(lv, objective, limit)
+    # building rows takes time too: the first rows may use half of it, each round's what is left
+    build_by = t0 + time_limit / 2
     if timeline is None:
         model.add_all_steps()
     else:
-        model.add_near_steps(0.9 * (lv.certain_bound() if limit is None else limit))
+        model.add_near_steps(0.9 * (lv.certain_bound() if limit is None else limit), MAX_FIRST_ROWS, build_by)
 
     def add_violated(saved: set[int], above: float) -> int:
-        """Rows of the steps of ``saved``'s timeline live above ``above``."""
+        """Rows of the steps of ``saved``'s timeline live above ``above``,
+        the highest first, while time is left."""
         schedule, live, n_fw = timeline(saved)
         events = lv.events_of_schedule(list(schedule), n_fw)
         added = 0
-        for ev, b in zip(events, live):
-            if ev is not None and b > above:
-                added += model.add_event(*ev)
+        for b, ev in sorted(((b, ev) for ev, b in zip(events, live) if ev is not None and b > above),
+                            key=lambda x: -x[0]):
+            if time.perf_counter() > deadline:
+                break
+            added += model.add_event(*ev)
         return added
 
     def score(saved: set[int]) -> float:
@@ -512,9 +523,10 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
         kept = lv.decide(incumbent).e
         inc = {v for v in incumbent if kept[v]}
         best, best_value = inc, score(inc)
-        model.add_recompute_events(inc)
-        if timeline is not None:
+        if timeline is not None:  # its steps near its peak
             add_violated(inc, 0.9 * (true_value(inc)[0] if limit is None else limit))
+        else:
+            model.add_recompute_events(inc)
     bound = -math.inf
     iterations = 0
     while True:
