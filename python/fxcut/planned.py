@@ -98,6 +98,11 @@ class PeakPlanner:
     Region budgets (``torch.autograd.graph.region_activation_memory_budget``)
     override ``memory_budget`` for the values of their region: each region
     is planned with its own limit, in graph order, the others held fixed.
+    ``solver``: "search" (the default), "exact" or "auto": then the exact
+    MILP (:func:`fxcut.solve.exact.certify`) runs after the search for up to
+    ``exact_time_limit`` seconds and ``last`` carries its proven bound and
+    gap (docs/exact.md); one budget per graph (with region budgets the
+    search's plan is kept, no bound).
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
