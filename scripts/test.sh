@@ -3,7 +3,8 @@
 #   bash scripts/test.sh [pytest args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh test
+# the test extra, and the exact plan solver's (HiGHS): tests/test_exact.py runs it
+bash scripts/setup.sh test exact
 # DeepSpeed for tests/test_deepspeed.py: its Python code only (DS_BUILD_OPS=0: no
 # CUDA ops), built against the venv's torch, which stays pinned on the same line.
 DS_BUILD_OPS=0 .venv/bin/python -m pip install -q --no-build-isolation "deepspeed==0.19.8" "torch==2.13.0"

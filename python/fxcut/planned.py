@@ -25,12 +25,18 @@ import torch.fx as fx
 from .partition import min_cut_rematerialization_partition
 from .route.plan import Plan
 from .solve import memory
+from .solve import exact as exact_solver
 from .solve.budget import BudgetDecision, RuntimeEstimates, check_budget
 from .solve.planner import (DEFAULT_MAX_WORK, DEFAULT_SEED_BUDGETS, DEFAULT_TIME_LIMIT, Frontier, PlanProblem,
-                            pick, region_groups, roles_for, saved_mask)
+                            limit_of, pick, region_groups, roles_for, saved_mask)
 from .solve.roles import plan_roles
 
 log = logging.getLogger("fxcut")
+
+#: planned_partitioner's solvers: the C search alone, the exact MILP after it, or the MILP's plan where proven
+SOLVERS = ("search", "exact", "auto")
+#: seconds the exact solver may take per graph (its bound is proven whenever it stops)
+DEFAULT_EXACT_TIME_LIMIT = 60.0
 
 
 @dataclass
@@ -51,6 +57,22 @@ class PlanChoice:
     torch_points: dict[float, tuple[int, int]] = field(default_factory=dict)
     #: the wall-clock safety net stopped a search (the plan may then differ between calls)
     timed_out: bool = False
+    #: the solver asked for ("search", "exact", "auto") and whether the plan is the exact solver's
+    solver: str = "search"
+    from_exact: bool = False
+    #: proven: no decision has a peak below this (None: only the search ran, or the graph has a
+    #: feature the exact formulation does not describe)
+    lower_bound_bytes: int | None = None
+    #: peak_bytes / lower_bound_bytes - 1 (0.0: the plan's peak is proven the lowest)
+    gap: float | None = None
+    #: under a peak limit (0 < b): proven least recompute FLOPs at or under the limit, and the plan's gap to it
+    recompute_lower_bound: int | None = None
+    recompute_gap: float | None = None
+    #: the exact solver proved its objective optimal (the lowest peak at b=0, the least recompute else)
+    proven_optimal: bool = False
+    exact_seconds: float = 0.0
+    #: the search's own plan (before the exact solver ran): (peak, recompute FLOPs)
+    search_point: tuple[int, int] | None = None
 
 
 def _check_number(name: str, value: object, lo: float, hi: float, *, integer: bool = False) -> None:
@@ -76,11 +98,24 @@ class PeakPlanner:
     Region budgets (``torch.autograd.graph.region_activation_memory_budget``)
     override ``memory_budget`` for the values of their region: each region
     is planned with its own limit, in graph order, the others held fixed.
+    ``solver``: "search" (the default), "exact" or "auto": then the exact
+    MILP (:func:`fxcut.solve.exact.certify`) runs after the search for up to
+    ``exact_time_limit`` seconds and ``last`` carries its proven bound and
+    gap (docs/exact.md); one budget per graph (with region budgets the
+    search's plan is kept, no bound).
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
                  max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
-                 seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS) -> None:
+                 seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, solver: str = "search",
+                 exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT) -> None:
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}, got {solver!r}")
+        _check_number("exact_time_limit", exact_time_limit, 1e-3, math.inf)
+        if solver != "search":
+            exact_solver.require()  # a missing HiGHS is an ImportError naming the extra, before any graph
+        self.solver = solver
+        self.exact_time_limit = float(exact_time_limit)
         _check_number("memory_budget", memory_budget, 0.0, 1.0)
         _check_number("exact_max_candidates", exact_max_candidates, 0, 24, integer=True)
         _check_number("max_work", max_work, 1, 2**62, integer=True)
@@ -100,7 +135,8 @@ class PeakPlanner:
 
     def __repr__(self) -> str:
         return (f"PeakPlanner(memory_budget={self.memory_budget!r}, exact_max_candidates="
-                f"{self.exact_max_candidates!r}, max_work={self.max_work!r}, time_limit={self.time_limit!r})")
+                f"{self.exact_max_candidates!r}, max_work={self.max_work!r}, time_limit={self.time_limit!r}, "
+                f"solver={self.solver!r}, exact_time_limit={self.exact_time_limit!r})")
 
     def choose_saved(self, plan: Plan, decision: BudgetDecision) -> list[int]:
         """The saved node indices (into ``decision.decision.arrays``) for
@@ -150,6 +186,7 @@ class PeakPlanner:
         per_region: dict[float, int] = {}
         limit_each = self.time_limit / max(1, len(groups))
         work_each = max(1, self.max_work // max(1, len(groups)))
+        peak_limit = 0
         for budget, members in groups:
             roles = roles_for(prob.roles, members, current)
             front = prob.frontier(seed_masks + [current], roles=roles, exact_max_free=self.exact_max_candidates,
@@ -157,17 +194,35 @@ class PeakPlanner:
             timed_out = timed_out or front.timed_out
             base = prob.simulate(current, roles).peak_bytes
             k = pick(front, budget, base)
+            peak_limit = limit_of(front, budget, base)
             current = front.masks[k]
             lowest = min(lowest, front.peak_bytes[0])
             points += len(front.peak_bytes)
             exact = exact and front.exact
             per_region[budget] = front.peak_bytes[k]
             self.last_frontier = front
+        cert = None
+        searched = prob.simulate(current)
+        if self.solver != "search":
+            if len(groups) > 1:
+                log.warning("plan: the exact solver plans one budget per graph; %d region budgets were planned "
+                            "by the search alone (no bound)", len(groups))
+            else:
+                cert = exact_solver.certify(prob, current, limit=None if self.memory_budget == 0 else peak_limit,
+                                     time_limit=self.exact_time_limit, lowest_mask=self.last_frontier.masks[0]
+                                     if self.last_frontier is not None else None,
+                                     take="best" if self.solver == "exact" else "proven")
+                if cert.why_not is not None:
+                    log.warning("plan: no exact bound for this graph: %s", cert.why_not)
+                current = cert.mask
         final = prob.simulate(current)
         saved = [i for i in range(n) if current[i]]
         self.last = PlanChoice(saved, final.peak_bytes, final.recompute_flops, torch_sim.peak_bytes,
                                torch_sim.recompute_flops, lowest, points, exact, time.perf_counter() - t0,
-                               per_region, torch_points, timed_out)
+                               per_region, torch_points, timed_out, self.solver,
+                               search_point=(searched.peak_bytes, searched.recompute_flops))
+        if cert is not None:
+            _record(self.last, cert, self.memory_budget)
         log.info("plan: budget %g, peak %d (torch %d, lowest %d), recompute %d flops (torch %d), %d points, %.1f ms",
                  self.memory_budget, final.peak_bytes, torch_sim.peak_bytes, lowest, final.recompute_flops,
                  torch_sim.recompute_flops, points, self.last.seconds * 1e3)
@@ -175,18 +230,54 @@ class PeakPlanner:
 
 
 
+def _record(choice: PlanChoice, cert: exact_solver.Certificate, budget: float) -> None:
+    """The exact solver's answer, on the plan's record."""
+    choice.from_exact = cert.from_exact
+    choice.exact_seconds = cert.seconds
+    if cert.why_not is not None:
+        return
+    if budget == 0:
+        choice.lowest_peak_bytes = min(choice.lowest_peak_bytes, cert.peak_bytes)
+    choice.lower_bound_bytes = cert.peak_bound
+    choice.gap = _gap(choice.peak_bytes, cert.peak_bound)
+    if budget == 0:
+        choice.proven_optimal = cert.peak_optimal
+    else:
+        choice.recompute_lower_bound = cert.cost_bound
+        choice.recompute_gap = _gap(choice.recompute_flops, cert.cost_bound)
+        choice.proven_optimal = cert.cost_optimal
+    choice.exact = choice.exact or choice.proven_optimal
+
+
+def _gap(value: int, bound: int | None) -> float | None:
+    if bound is None:
+        return None
+    if bound <= 0:
+        return 0.0 if value <= 0 else math.inf
+    return value / bound - 1.0
+
+
 # --------------------------------------------------------------------------- the partition function
 
 
 def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
                         max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
-                        seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS) -> Any:
+                        seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, solver: str = "search",
+                        exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT) -> Any:
     """A partition_fn with torch's signature ``(joint_module, joint_inputs,
     compiler="inductor", *, num_fwd_outputs, static_lifetime_input_indices=None)``
     whose saved set is :class:`PeakPlanner`'s (options as there; a bad one
-    raises ValueError naming it).  The default path does the rest."""
+    raises ValueError naming it).  The default path does the rest.
+
+    ``solver``: "search" (the default: the C search alone), "exact" (then the
+    MILP of :mod:`fxcut.solve.exact`, seeded with the search's plan, for up to
+    ``exact_time_limit`` seconds: its plan when better, proven or not) or
+    "auto" (the exact plan only where it is proven optimal, else the
+    search's).  Either way ``fn.planner.last`` carries the proven bound and
+    the gap.  "exact" and "auto" need HiGHS (``pip install 'fxcut[exact]'``)."""
     planner = PeakPlanner(memory_budget, exact_max_candidates=exact_max_candidates, max_work=max_work,
-                          time_limit=time_limit, seed_budgets=seed_budgets)
+                          time_limit=time_limit, seed_budgets=seed_budgets, solver=solver,
+                          exact_time_limit=exact_time_limit)
 
     def planned_partition(joint_module: fx.GraphModule, joint_inputs: Any, compiler: str = "inductor", *,
                           num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,

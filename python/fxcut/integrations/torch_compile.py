@@ -96,8 +96,8 @@ DECISION_FILES: tuple[str, ...] = (
     "_paths.py", "explain.py", "pareto.py", "partition.py", "planned.py", "zero3.py",
     *(os.path.join(layer, name) for layer, names in (
         ("route", ("__init__.py", "build.py", "decide.py", "guard.py", "lower.py", "plan.py")),
-        ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "knapsack.py", "maxflow.py",
-                   "memory.py", "planner.py", "roles.py")),
+        ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "exact.py", "knapsack.py",
+                   "liveness.py", "maxflow.py", "memory.py", "planner.py", "roles.py")),
         ("torchrules", ("__init__.py", "codegen.py", "extract.py", "ops.py", "prepare.py", "snapshot.py",
                         "versions.py")),
     ) for name in names),

@@ -24,6 +24,7 @@ values that must be in the backward.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,6 +116,12 @@ def saved_mask(n: int, saved: Sequence[int]) -> bytes:
     return bytes(m)
 
 
+def limit_of(frontier: Frontier, budget: float, torch_peak: int) -> int:
+    """The peak limit of ``budget``: ``P0 + budget * (torch_peak - P0)``, in whole bytes."""
+    p0 = frontier.peak_bytes[0]
+    return int(math.floor(p0 + budget * max(0, torch_peak - p0) + 1e-9))
+
+
 def pick(frontier: Frontier, budget: float, torch_peak: int) -> int:
     """The frontier point for ``budget``: the least recompute cost with peak
     at most ``P0 + budget * (torch_peak - P0)``."""
@@ -162,4 +169,4 @@ def roles_for(roles: bytes, members: list[int], current: bytes) -> bytes:
 
 
 __all__ = ["DEFAULT_MAX_WORK", "DEFAULT_SEED_BUDGETS", "DEFAULT_TIME_LIMIT", "Frontier", "PlanProblem",
-           "Simulation", "pick", "region_groups", "roles_for", "saved_mask"]
+           "Simulation", "limit_of", "pick", "region_groups", "roles_for", "saved_mask"]

@@ -279,7 +279,9 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
             raise UsageError(f"--plan-budget {plan_budget} must be between 0 and 1")
         from ..planned import PeakPlanner
 
-        objective = PeakPlanner(plan_budget)
+        objective = PeakPlanner(plan_budget, solver=args.plan_solver, exact_time_limit=args.plan_time_limit)
+    elif getattr(args, "plan_solver", "search") != "search":
+        raise UsageError("--plan-solver needs --plan-budget")
     routes: list[Any] = []
 
     def fxcut_partition(gm: Any, joint_inputs: Any, **kwargs: Any) -> Any:
@@ -302,9 +304,15 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
 
     # Each partitioner runs once untimed first: both pay one-time costs on
     # their first call (fxcut computes per-op facts on first sight).
-    run(fxcut_partition, args.zero3)
+    if getattr(args, "plan_solver", "search") == "search":  # the exact solver's time is its limit: no warm-up
+        run(fxcut_partition, args.zero3)
     fw, bw, seconds, tagged = run(fxcut_partition, args.zero3)
     routed = routes[0]
+    certificate = None
+    if objective is not None and objective.last is not None:
+        from .html import plan_certificate
+
+        certificate = plan_certificate(objective.last)
     ours = summarize(fw, bw, captured.num_fwd_outputs, seconds)
     theirs = same_saved = same_graphs = None
     if not args.no_torch:
@@ -343,7 +351,7 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
         zero3=zero3,
         joint_nodes=captured.num_nodes,
         extra={"model": args.module or args.model, "parameters": len(captured.param_indices),
-               **({"plan_budget": plan_budget} if plan_budget is not None else {})},
+               **({"plan_budget": plan_budget, "plan": certificate} if plan_budget is not None else {})},
         routed=routed,
     )
 
@@ -377,6 +385,10 @@ def print_comparison(cmp: Any, out: Any = None) -> None:
           f"{_mib(s.saved_input_bytes):>14s}{len(s.recomputed):12d}"
           f"{s.fw_nodes:10d}{s.bw_nodes:10d}{s.seconds * 1e3:10.1f}ms\n")
     w("(saved: values the forward keeps for backward; inputs: parameters and other graph inputs among them)\n")
+    if cmp.extra.get("plan") is not None:
+        from .html import certificate_text
+
+        w(certificate_text(cmp.extra["plan"]) + "\n")
     if cmp.fxcut.recomputed_ops:
         top = ", ".join(f"{op} x{c}" for op, c in list(cmp.fxcut.recomputed_ops.items())[:8])
         w(f"recomputed in backward: {top}\n")
@@ -413,10 +425,14 @@ def write_html(args: argparse.Namespace, captured: Any, path: str, routed: Any) 
         budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
         with functorch_config.patch(activation_memory_budget=budget):
             torchs = decide_prepared(gm, num_fwd_outputs=nfo, **captured.partition_kwargs)
+        from .html import plan_certificate
+
+        planner = routed.plan.objective
+        cert = plan_certificate(planner.last) if getattr(planner, "last", None) is not None else None
         page = render_html(routed_decision(routed), title=f"{title} (plan, memory budget {plan_budget:g})",
                            num_fwd_outputs=nfo, baseline=memory_timeline(torchs, nfo),
                            label=f"fxcut plan b={plan_budget:g}",
-                           baseline_label=f"torch (activation_memory_budget={budget:g})")
+                           baseline_label=f"torch (activation_memory_budget={budget:g})", certificate=cert)
     try:
         with open(path, "w", encoding="utf-8") as f:
             f.write(page)
@@ -457,6 +473,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} is not a positive finite number")
     return value
 
 
@@ -520,6 +546,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=None, help="activation_memory_budget (default: config's)")
     p.add_argument("--plan-budget", type=float, default=None, metavar="B",
                    help="partition with fxcut.planned_partitioner(memory_budget=B): B on the simulated peak")
+    p.add_argument("--plan-solver", choices=("search", "exact", "auto"), default="search",
+                   help="the plan's solver (exact/auto: the MILP, with a proven lower bound; needs fxcut[exact])")
+    p.add_argument("--plan-time-limit", type=_positive_float, default=60.0, metavar="S",
+                   help="seconds the exact plan solver may take (default 60)")
     p.add_argument("--no-torch", action="store_true", help="skip torch's partitioner")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.add_argument("--html", metavar="FILE", help="also write an HTML page drawing fxcut's decision")

@@ -220,9 +220,42 @@ def memory_svg(lines: list[tuple[str, str, MemoryEstimate]]) -> str:
     return "".join(out)
 
 
+def certificate_text(c: dict[str, Any]) -> str:
+    """One line on a plan's proof: its peak, the proven lower bound, the gap
+    (``c``: :func:`plan_certificate`'s dict)."""
+    if c.get("lower_bound_bytes") is None:
+        return f"plan peak {_mib(c['peak_bytes'])} (solver {c['solver']}: no proven bound)"
+    gap = c["gap"] if c["gap"] is not None else float("inf")
+    text = (f"plan peak {_mib(c['peak_bytes'])}, proven lower bound {_mib(c['lower_bound_bytes'])} "
+            f"(gap {100 * gap:.1f}%{', optimal' if gap == 0 else ''}; solver {c['solver']})")
+    if c.get("recompute_lower_bound") is not None:
+        rg = c["recompute_gap"]
+        text += (f"; recompute {c['recompute_flops']} FLOPs, proven at least {c['recompute_lower_bound']}"
+                 f" under the limit (gap {'unbounded' if rg is None else f'{100 * rg:.1f}%'})")
+    return text
+
+
+def certificate_html(c: dict[str, Any]) -> str:
+    gap = c.get("gap")
+    data = f" data-gap='{gap:.6f}'" if gap is not None else ""
+    return (f"<span class='stat' id='plan-certificate' data-bound='{c.get('lower_bound_bytes')}'{data}>"
+            f"{html.escape(certificate_text(c))}</span>")
+
+
+def plan_certificate(choice: Any) -> dict[str, Any]:
+    """What a plan's record (:class:`fxcut.planned.PlanChoice`) proves, as plain data."""
+    def finite(x: float | None) -> float | None:  # JSON has no infinity: a bound of 0 under a positive value
+        return x if x is None or x != float("inf") else None
+
+    return {"solver": choice.solver, "peak_bytes": choice.peak_bytes, "recompute_flops": choice.recompute_flops,
+            "lower_bound_bytes": choice.lower_bound_bytes, "gap": finite(choice.gap),
+            "recompute_lower_bound": choice.recompute_lower_bound, "recompute_gap": finite(choice.recompute_gap),
+            "proven_optimal": choice.proven_optimal, "from_exact": choice.from_exact}
+
+
 def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs: int | None = None,
                 baseline: MemoryEstimate | None = None, label: str = "fxcut",
-                baseline_label: str = "torch default") -> str:
+                baseline_label: str = "torch default", certificate: dict[str, Any] | None = None) -> str:
     """The page for decision ``d`` (see the module's doc).  ``baseline``:
     a second memory timeline (:func:`memory_timeline` of another decision
     on the same graph) drawn with ``d``'s; ``label`` / ``baseline_label``
@@ -266,6 +299,7 @@ def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs:
         f"<span class='stat'>backward: <b class='count' data-class='backward'>{counts['backward']}</b></span>",
         f"<span class='stat'>banned: <b class='count' data-class='banned'>{counts['banned']}</b></span>",
         f"<span class='stat'>cut value: {d.cut_value}</span>",
+        *([certificate_html(certificate)] if certificate is not None else []),
         "</div>\n<div id='legend' class='legend'>",
     ]
     for key, (colour, meaning) in CLASSES.items():

@@ -1,0 +1,681 @@
+"""The peak plan's problem as a clean description: decisions, events, live sets, costs.
+
+The memory model (``csrc/memory.c``; semantics above ``fxcut_memory_options``
+in ``csrc/fxcut.h``) turns a saved set into a forward and a backward module
+and walks them.  For the exact solver (:mod:`fxcut.solve.exact`) the same
+semantics are restated here as a structure that does not depend on the
+decision, plus rules that do:
+
+- **Candidates**: the forward values the backward may read (FREE: the plan
+  chooses; SAVE: saved whenever the backward needs them; RECOMPUTE: never
+  saved).  A decision is the set ``e`` of candidates it saves *and the
+  backward needs* (what the model keeps); ``need`` and ``rc`` (recomputed)
+  follow from it, consumers first:
+  ``need[v] = read by a backward step or a gradient output, or by a
+  recomputed consumer``; ``rc[v] = need[v] and not e[v]``.
+- **The backward timeline**: the backward's own steps (tangent-dependent,
+  independent of the decision) in the order the model runs them, one *slot*
+  each, plus a last slot for the gradients pulled at the end.  A recomputed
+  candidate is emitted in the slot of its first *pull*:
+  ``slot[v] = min(first_pull[v], min(slot of recomputed consumers))``
+  (torch's reordering emits a node just before the first step that needs
+  it), a getitem right after its producer (``raise_getitems``).  Inside a
+  slot the recomputed nodes run in ``key`` order, then the slot's step.
+- **Storages**: bytes counted once per storage while any value on it is live;
+  a saved storage is live from the backward's start, a recomputed one from
+  its emission, until its last reader.  The backward's own storages are
+  fixed: ``fixed_at_step[k]`` / ``fixed_in_group[k]`` bytes.
+- **The forward**: joint order (getitems raised); a node runs in the forward
+  when a forward output needs it (fixed) or a saved value does; a saved
+  storage lives to the forward's end.
+
+What the description does not model exactly it lists in ``inexact`` (each
+such feature can only make the true peak *higher* than the description's,
+so a bound from it stays a bound); :func:`describe` raises
+:class:`NotModelled` for graphs it cannot describe at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import fxcut._C as _C
+
+if TYPE_CHECKING:
+    from .planner import PlanProblem
+
+FREE, SAVE, RECOMPUTE = 0, 1, 2
+NEVER = 1 << 30  # a slot later than any
+
+
+class NotModelled(ValueError):
+    """The graph has a feature the exact formulation does not describe."""
+
+
+@dataclass
+class Storage:
+    """One storage candidate values live on (bytes counted once while any is live)."""
+
+    nbytes: int
+    root: int  # the candidate whose step allocates it
+    values: list[int]  # candidates on it: saving any holds it
+    readers: list[int]  # candidates reading a value on it (a view's own step included)
+    skel_last: int  # last slot whose backward step reads it (n_slots: a gradient output; -1: none)
+    skel_first: int  # first slot whose backward step reads it (NEVER: none)
+    seq: bool  # a multi-output op's allocation: counted whole at its own step, nowhere else
+    after_producer: bool  # a getitem's: born with its producer, counted from just after its step
+    fw_born: int  # forward event of its birth (-1: never in the forward)
+    fw_fixed_last: int  # last forward event a fixed forward node reads it (-1: none)
+    fw_var_readers: list[int]  # candidates reading it that run in the forward only for a saved value
+    fw_pinned: bool  # a forward output lives on it
+
+
+@dataclass
+class Liveness:
+    """The decision-independent structure of one plan problem (module docstring)."""
+
+    node: list[int]
+    kind: list[int]
+    flops: list[int]
+    consumers: list[list[int]]
+    inputs: list[list[int]]
+    skel_need: list[bool]  # read by a backward step or is a gradient output
+    first_pull: list[int]  # earliest slot something fixed pulls it (NEVER: none)
+    producer: list[int]  # a getitem's producer (raised right after it); -1 otherwise
+    fw_ok: list[bool]  # the forward can compute it (it may be saved)
+    fw_fixed: list[bool]  # runs in the forward whatever is saved
+    fw_event: list[int]  # its forward event (a getitem: its producer's); -1: not in the forward
+    key: list[int]  # even numbers: order inside a slot (own-turn nodes first, then joint order)
+    storage: list[int]  # its storage (-1: costs nothing)
+    storages: list[Storage]
+    n_slots: int  # backward steps + 1 (the last: gradients pulled at the end)
+    slot_node: list[int]
+    fixed_at_step: list[int]  # bytes of the backward's own storages at its step k
+    fixed_in_group: list[int]  # ... while slot k's recomputation runs
+    messy_slots: set[int]  # slots whose order inside is not key order for some decision
+    fw_fixed_bytes: list[int]  # bytes of non-candidate forward storages at each forward event
+    fw_event_node: list[int]  # the candidate whose step each forward event is (-1: a fixed node)
+    fw_event_of: dict[int, int]  # graph node -> its forward event (a getitem: its producer's)
+    inexact: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+    @property
+    def free(self) -> list[int]:
+        return [k for k, t in enumerate(self.kind) if t == FREE]
+
+    # ----------------------------------------------------------------- a decision
+
+    def decide(self, saved: set[int]) -> Decision:
+        """The decision saving the FREE candidates in ``saved`` (local indices)."""
+        m = len(self)
+        need = [False] * m
+        rc = [False] * m
+        e = [False] * m
+        for v in range(m - 1, -1, -1):
+            need[v] = self.skel_need[v] or any(rc[c] for c in self.consumers[v])
+            if not need[v]:
+                continue
+            t = self.kind[v]
+            e[v] = t == SAVE or (t == FREE and v in saved)
+            rc[v] = not e[v]
+        pull = [NEVER] * m
+        for v in range(m - 1, -1, -1):
+            if rc[v]:
+                pull[v] = min([self.first_pull[v]] + [pull[c] for c in self.consumers[v] if rc[c]])
+        slot = [pull[v] if self.producer[v] < 0 or not rc[v] else pull[self.producer[v]] for v in range(m)]
+        fk = [False] * m
+        for v in range(m - 1, -1, -1):
+            fk[v] = self.fw_ok[v] and (self.fw_fixed[v] or e[v] or any(fk[c] for c in self.consumers[v]))
+        return Decision(e, rc, slot, fk)
+
+    def flops_of(self, d: Decision) -> int:
+        return sum(f for f, r in zip(self.flops, d.rc) if r)
+
+    def held(self, s: Storage, d: Decision) -> bool:
+        return any(d.e[w] for w in s.values)
+
+    def bw_live(self, s: Storage, d: Decision, k: int, pos: int) -> bool:
+        """Is storage s live at backward event (slot k, position pos)?  pos:
+        a key (an in-slot recomputation step) or STEP (the slot's own step)."""
+        r = s.root
+        if s.seq:
+            return d.rc[r] and d.slot[r] == k and self.key[r] == pos
+        if self.held(s, d):
+            born = True
+        elif d.rc[r]:
+            bk = self.key[self.producer[r]] + 1 if s.after_producer else self.key[r]
+            born = d.slot[r] < k or (d.slot[r] == k and bk <= pos)
+        else:
+            born = False
+        if not born:
+            return False
+        if s.skel_last >= k:
+            return True
+        if d.rc[r] and d.slot[r] == k and not s.after_producer and self.key[r] == pos:
+            return True
+        return any(d.rc[c] and (d.slot[c] > k or (d.slot[c] == k and self.key[c] >= pos)) for c in s.readers)
+
+    def fw_live(self, s: Storage, d: Decision, t: int) -> bool:
+        r = s.root
+        if s.fw_born < 0 or not d.fk[r]:
+            return False
+        if s.seq:
+            return t == s.fw_born
+        if t < s.fw_born or (s.after_producer and t == s.fw_born):
+            return False
+        if t == s.fw_born:
+            return True  # its own step
+        if s.fw_pinned or s.fw_fixed_last >= t or self.held(s, d):
+            return True
+        return any(d.fk[c] and self.fw_event[c] >= t for c in s.fw_var_readers)
+
+    def bw_events(self, d: Decision) -> list[tuple[int, int]]:
+        """The backward's events (slot, position) in the order they run (the
+        in-slot order by key: exact outside messy slots)."""
+        by_slot: dict[int, list[int]] = {}
+        for v in range(len(self)):
+            if d.rc[v] and self.producer[v] < 0:
+                by_slot.setdefault(d.slot[v], []).append(self.key[v])
+        out: list[tuple[int, int]] = []
+        for k in range(self.n_slots):
+            out.extend((k, p) for p in sorted(by_slot.get(k, [])))
+            if k < self.n_slots - 1:
+                out.append((k, STEP))
+        return out
+
+    def certain_bw(self, s: Storage, k: int, pos: int) -> bool:
+        """Is s live at backward event (k, pos) whatever the decision?  A
+        backward step reads it at or before (so it was born) and at or after."""
+        return not s.seq and s.skel_last >= k and (s.skel_first < k or (s.skel_first == k and pos == STEP))
+
+    def certain_bound(self) -> int:
+        """A lower bound on every decision's peak, from the bytes live at some
+        step whatever is decided: the backward's own storages, the forward
+        values a backward step reads before and after it, the forward's fixed
+        storages.  Instant; the MILP's bound is at least this."""
+        best = 0
+        for k in range(self.n_slots - 1):
+            best = max(best, self.fixed_at_step[k] + sum(s.nbytes for s in self.storages
+                                                         if self.certain_bw(s, k, STEP)))
+        for t, c in enumerate(self.fw_event_node):
+            if c >= 0:
+                continue  # a step only some decisions run
+            live = self.fw_fixed_bytes[t]
+            for s in self.storages:
+                if s.seq or s.fw_born < 0 or not self.fw_fixed[s.root] or t < s.fw_born:
+                    continue
+                if s.after_producer and t == s.fw_born:
+                    continue
+                if t == s.fw_born or s.fw_pinned or s.fw_fixed_last >= t:
+                    live += s.nbytes
+            best = max(best, live)
+        return best
+
+    def events_of_schedule(self, schedule: list[int], n_fw: int) -> list[tuple[str, int, int] | None]:
+        """The event of each step of the memory model's schedule (forward
+        steps, then backward): ("fw", event, 0) or ("bw", slot, position);
+        None for a step no row describes (a recomputation in a messy slot)."""
+        local = {v: k for k, v in enumerate(self.node)}
+        slot_of = {v: k for k, v in enumerate(self.slot_node) if v >= 0}
+        out: list[tuple[str, int, int] | None] = []
+        slot = 0
+        for t, v in enumerate(schedule):
+            if t < n_fw:
+                e = self.fw_event_of.get(v)
+                out.append(("fw", e, 0) if e is not None else None)
+            elif v in slot_of:
+                slot = slot_of[v]
+                out.append(("bw", slot, STEP))
+                slot += 1
+            elif v in local:
+                k = local[v]
+                while self.producer[k] >= 0:
+                    k = self.producer[k]
+                out.append(None if slot in self.messy_slots else ("bw", slot, self.key[k]))
+            else:
+                out.append(None)
+        return out
+
+    def peaks(self, saved: set[int]) -> tuple[int, int, int]:
+        """(peak, forward peak, backward peak) of a decision, by the description."""
+        d = self.decide(saved)
+        fw = 0
+        for t in range(len(self.fw_fixed_bytes)):
+            c = self.fw_event_node[t]
+            if c >= 0 and not d.fk[c]:
+                continue
+            fw = max(fw, self.fw_fixed_bytes[t] + sum(s.nbytes for s in self.storages if self.fw_live(s, d, t)))
+        bw = 0
+        for k, p in self.bw_events(d):
+            fixed = self.fixed_at_step[k] if p == STEP else self.fixed_in_group[k]
+            bw = max(bw, fixed + sum(s.nbytes for s in self.storages if self.bw_live(s, d, k, p)))
+        return max(fw, bw), fw, bw
+
+
+STEP = 1 << 40  # the position of a slot's own step (after every recomputation in it)
+
+
+@dataclass
+class Decision:
+    e: list[bool]  # saved and read by the backward
+    rc: list[bool]  # recomputed by the backward
+    slot: list[int]  # the slot a recomputed candidate runs in
+    fk: list[bool]  # runs in the forward
+
+
+# --------------------------------------------------------------------------- building
+
+
+class _G:
+    """The graph facts the model reads, as Python lists."""
+
+    def __init__(self, prob: PlanProblem) -> None:
+        a = prob.arrays
+        n = self.n = len(a)
+        self.kind = list(a.kind)
+        self.flags = list(a.flags)
+        self.ins = [list(a.in_idx[a.in_ptr[i]:a.in_ptr[i + 1]]) for i in range(n)]
+        self.users: list[list[int]] = [[] for _ in range(n)]
+        for i in range(n):
+            for u in self.ins[i]:
+                if not self.users[u] or self.users[u][-1] != i:
+                    self.users[u].append(i)
+        self.outputs = list(a.outputs)
+        self.nfo = prob.num_fwd_outputs
+        self.roles = prob.roles
+        self.marks = prob.marks if prob.marks is not None else bytes(n)
+        self.flops = list(prob.flops)
+        storage = list(prob.storage)
+        self.root = [0] * n
+        self.cost = [0] * n
+        self.tdep = [False] * n
+        for i in range(n):
+            so = storage[i]
+            self.root[i] = self.root[so] if so < i else i
+            f = self.flags[i]
+            b = int(a.nbytes[i])
+            if b < 0 or self.kind[i] == _C.KIND_PLACEHOLDER or (f & _C.F_NON_TENSOR and not f & _C.F_VAL_IS_SEQ):
+                b = 0
+            self.cost[i] = b
+            self.tdep[i] = self.bw_placeholder(i) or any(self.tdep[u] for u in self.ins[i])
+
+    def bw_placeholder(self, i: int) -> bool:
+        return self.kind[i] == _C.KIND_PLACEHOLDER and bool(self.flags[i] & (_C.F_TANGENT | _C.F_BWD_SEED))
+
+    def is_input(self, i: int) -> bool:
+        return self.kind[i] == _C.KIND_PLACEHOLDER and bool(self.flags[i] & (_C.F_PRIMAL | _C.F_FWD_SEED))
+
+    def computed(self, i: int) -> bool:
+        return self.kind[i] not in (_C.KIND_PLACEHOLDER, _C.KIND_OUTPUT)
+
+    def getitem(self, i: int) -> bool:
+        return bool(self.flags[i] & _C.F_GETITEM) and len(self.ins[i]) == 1
+
+    def seq(self, i: int) -> bool:
+        return bool(self.flags[i] & _C.F_VAL_IS_SEQ) and self.root[i] == i
+
+    def base_mask(self, i: int) -> int:
+        """The planner's saved mask for node i: 1 always, 0 never, -1 the decision's."""
+        r = self.roles[i]
+        if r == _C.PLAN_ROLE_SAVE:
+            return 1
+        if r == _C.PLAN_ROLE_FREE:
+            return -1
+        if r == _C.PLAN_ROLE_INPUT:
+            return int(self.kind[i] == _C.KIND_GET_ATTR or self.is_input(i))
+        return 0
+
+    def raise_getitems(self, order: list[int], kept: set[int]) -> list[int]:
+        """memory.c's raise_getitems over ``order`` (``kept``: the module's nodes)."""
+        out = [v for v in order if self.getitem(v) and self.ins[v][0] not in kept]
+        for v in order:
+            if self.getitem(v):
+                continue
+            out.append(v)
+            out.extend(u for u in self.users[v] if u in kept and self.getitem(u))
+        return out
+
+
+def _bw_order(g: _G, kept: set[int]) -> tuple[list[int], int]:
+    """The backward module's order (memory.c's reordering, then
+    raise_getitems) for the kept set, and the graph index of the first
+    tangent user (-1: no tangent is used)."""
+    body = sorted(kept)
+    pos = {v: k for k, v in enumerate(body)}
+    first = len(body) + 1
+    for i in range(g.n):
+        if g.kind[i] != _C.KIND_PLACEHOLDER or not g.flags[i] & _C.F_TANGENT:
+            continue
+        for u in g.users[i]:
+            if u in kept:
+                first = min(first, pos[u])
+                break
+        if i in g.outputs[g.nfo:]:
+            first = min(first, len(body))
+    if first > len(body):
+        return g.raise_getitems(body, kept), -1
+    emitted: set[int] = set()
+    order: list[int] = []
+
+    def pull(x: int) -> None:
+        if x in emitted:
+            return
+        found = {x}
+        stack = [x]
+        while stack:
+            v = stack.pop()
+            for u in g.ins[v]:
+                if u in kept and u not in emitted and u not in found:
+                    found.add(u)
+                    stack.append(u)
+        for v in sorted(found):
+            emitted.add(v)
+            order.append(v)
+
+    for k in range(first):
+        if g.marks[body[k]] & _C.X_COPY:
+            pull(body[k])
+    for k in range(first, len(body)):
+        pull(body[k])
+    for o in g.outputs[g.nfo:]:
+        if o >= 0 and o in kept:
+            pull(o)
+    return g.raise_getitems(order, set(order)), (body[first] if first < len(body) else g.n)
+
+
+def describe(prob: PlanProblem) -> Liveness:
+    """The description of ``prob`` (a :class:`fxcut.solve.planner.PlanProblem`)."""
+    g = _G(prob)
+    n = g.n
+    inexact: list[str] = []
+    bw_outputs = [o for o in g.outputs[g.nfo:] if o >= 0]
+    bw_out = set(bw_outputs)
+
+    # the backward's own steps: tangent-dependent nodes a gradient needs, or impure ones
+    needed = bytearray(n)
+    for o in bw_outputs:
+        needed[o] = 1
+    skel: set[int] = set()
+    for i in range(n - 1, -1, -1):
+        if g.tdep[i] and g.computed(i) and not g.marks[i] & _C.X_MUST_FW and (needed[i] or g.flags[i] & _C.F_IMPURE):
+            skel.add(i)
+            for u in g.ins[i]:
+                needed[u] = 1
+    for o in bw_outputs:
+        if g.tdep[o] and g.computed(o) and o not in skel:
+            raise NotModelled(f"gradient output node {o} cannot run in the backward")
+    skel_order, first_node = _bw_order(g, skel)
+    slot_of = {v: k for k, v in enumerate(skel_order)}
+    n_slots = len(skel_order) + 1
+    if set(skel_order) != skel:
+        inexact.append("backward steps before the first tangent user that nothing pulls")
+
+    # candidates: forward values the backward may reach
+    cand_set: set[int] = set()
+    stack = [u for b in skel_order for u in g.ins[b]] + bw_outputs
+    while stack:
+        v = stack.pop()
+        if v in cand_set or g.tdep[v] or g.kind[v] == _C.KIND_PLACEHOLDER:
+            continue
+        if not g.computed(v):
+            raise NotModelled(f"node {v} (kind {g.kind[v]}) reaches the backward")
+        cand_set.add(v)
+        stack.extend(g.ins[v])
+    cands = sorted(cand_set)
+    local = {v: k for k, v in enumerate(cands)}
+    m = len(cands)
+    kinds = []
+    for v in cands:
+        b = g.base_mask(v)
+        kinds.append(FREE if b < 0 else SAVE if b == 1 else RECOMPUTE)
+        if b != 1 and g.marks[v] & _C.X_MUST_FW:
+            raise NotModelled(f"node {v} must stay in the forward but is not always saved")
+        if b != 1 and g.marks[v] & _C.X_COPY:
+            raise NotModelled(f"node {v} is a copy_ the backward may recompute")
+    for i in range(n):
+        if (g.kind[i] == _C.KIND_PLACEHOLDER and not g.is_input(i) and not g.bw_placeholder(i)
+                and any(u in cand_set for u in g.users[i])):
+            raise NotModelled(f"placeholder {i} is neither a forward input nor a backward one")
+
+    def slot_after(idx: int) -> int:
+        """The slot a node at joint index idx runs in at its own turn."""
+        for k, b in enumerate(skel_order):
+            if b > idx:
+                return k
+        return n_slots - 1
+
+    consumers: list[list[int]] = [[] for _ in range(m)]
+    inputs: list[list[int]] = [[] for _ in range(m)]
+    skel_need = [False] * m
+    first_pull = [NEVER] * m
+    own_turn = [False] * m
+    producer = [-1] * m
+    for k, v in enumerate(cands):
+        for u in g.users[v]:
+            if u in local:
+                consumers[k].append(local[u])
+                inputs[local[u]].append(k)
+            elif u in slot_of:
+                skel_need[k] = True
+                first_pull[k] = min(first_pull[k], slot_of[u])
+            elif u in skel:
+                inexact.append(f"node {v} is read by a backward step nothing pulls")
+        if v in bw_out:
+            skel_need[k] = True
+            first_pull[k] = min(first_pull[k], n_slots - 1)
+        if first_node < 0 or v > first_node:
+            own_turn[k] = True
+            first_pull[k] = min(first_pull[k], slot_after(v))
+        if g.getitem(v) and g.ins[v][0] in local:
+            producer[k] = local[g.ins[v][0]]
+        if g.seq(v):
+            owned = [u for u in g.users[v] if g.getitem(u) and g.root[u] == u]
+            if any(not g.getitem(u) for u in g.users[v] if u in local or u in skel):
+                inexact.append(f"multi-output node {v} is read other than through getitems")
+            if sum(g.cost[u] for u in owned) > g.cost[v]:
+                inexact.append(f"multi-output node {v}: its getitems' bytes exceed its own")
+        if g.flags[v] & _C.F_IMPURE and kinds[k] != SAVE:
+            inexact.append(f"impure node {v} may be unsaved (the model then keeps its inputs' saved values)")
+    key = [2 * (v if own_turn[k] else n + 1 + v) for k, v in enumerate(cands)]
+    messy: set[int] = set()
+    if first_node >= 0:
+        for k in range(m):
+            if own_turn[k] and any(kinds[a] != SAVE for a in _ancestors(k, inputs)):
+                messy.add(first_pull[k])
+
+    # the forward's events: nodes that may run there, in joint order, getitems with their producer
+    fw_valid = bytearray(n)
+    for i in range(n):
+        if g.kind[i] == _C.KIND_PLACEHOLDER:
+            fw_valid[i] = g.is_input(i)
+        elif g.computed(i) and not g.flags[i] & _C.F_MUST_BE_IN_BW:
+            fw_valid[i] = all(fw_valid[u] for u in g.ins[i])
+    fixed_fw = bytearray(n)
+    need_fw = bytearray(n)
+    for o in g.outputs[:g.nfo]:
+        if o >= 0:
+            need_fw[o] = 1
+    for i in range(n - 1, -1, -1):
+        if fw_valid[i] and g.computed(i) and (need_fw[i] or g.flags[i] & _C.F_IMPURE):
+            fixed_fw[i] = 1
+            for u in g.ins[i]:
+                need_fw[u] = 1
+    fw_event_of: dict[int, int] = {}
+    fw_event_node: list[int] = []
+    for i in range(n):
+        if not fw_valid[i] or not g.computed(i) or not (fixed_fw[i] or i in local):
+            continue
+        if g.getitem(i) and g.ins[i][0] in fw_event_of:
+            fw_event_of[i] = fw_event_of[g.ins[i][0]]
+            continue
+        fw_event_of[i] = len(fw_event_node)
+        fw_event_node.append(-1 if fixed_fw[i] else local[i])
+    n_fw = len(fw_event_node)
+    fw_out = {o for o in g.outputs[:g.nfo] if o >= 0}
+    for k, v in enumerate(cands):
+        if kinds[k] == SAVE and not fw_valid[v]:
+            raise NotModelled(f"node {v} is always saved but the forward cannot compute it")
+
+    # storages
+    st_of: dict[int, int] = {}
+    storages: list[Storage] = []
+    storage = [-1] * m
+    for k, v in enumerate(cands):
+        r = g.root[v]
+        if g.cost[r] == 0:
+            continue
+        if r not in local:
+            raise NotModelled(f"node {v} lives on node {r}'s storage, which the backward cannot reach")
+        if r not in st_of:
+            st_of[r] = len(storages)
+            storages.append(Storage(g.cost[r], local[r], [], [], -1, NEVER, g.seq(r),
+                                    g.getitem(r) and producer[local[r]] >= 0 and g.seq(g.ins[r][0]),
+                                    fw_event_of.get(r, -1), -1, [], False))
+        storage[k] = st_of[r]
+        storages[st_of[r]].values.append(k)
+    for s in storages:
+        readers: set[int] = set()
+        var: set[int] = set()
+        for k in s.values:
+            v = cands[k]
+            if k != s.root:
+                readers.add(k)
+                if fixed_fw[v]:
+                    s.fw_fixed_last = max(s.fw_fixed_last, fw_event_of[v])
+                elif fw_valid[v]:
+                    var.add(k)
+            elif fixed_fw[v]:
+                s.fw_fixed_last = max(s.fw_fixed_last, fw_event_of[v])
+            if v in bw_out:
+                s.skel_last = n_slots
+            if v in fw_out:
+                s.fw_pinned = True
+            for u in g.users[v]:
+                if s.seq and g.getitem(u):
+                    continue
+                if u in local:
+                    readers.add(local[u])
+                    if fixed_fw[u]:
+                        s.fw_fixed_last = max(s.fw_fixed_last, fw_event_of[u])
+                    elif fw_valid[u]:
+                        var.add(local[u])
+                elif u in slot_of:
+                    s.skel_last = max(s.skel_last, slot_of[u])
+                    s.skel_first = min(s.skel_first, slot_of[u])
+                elif fixed_fw[u]:
+                    s.fw_fixed_last = max(s.fw_fixed_last, fw_event_of[u])
+        s.readers = sorted(readers)
+        s.fw_var_readers = sorted(var)
+    for b in skel:
+        if g.root[b] in st_of:
+            inexact.append(f"backward step {b} lives on a forward value's storage")
+
+    fixed_at_step, fixed_in_group = _skeleton_bytes(g, skel_order, n_slots, bw_out)
+    fw_fixed_bytes = _forward_fixed_bytes(g, n_fw, fw_event_of, fixed_fw, fw_out, local)
+    return Liveness(
+        node=cands, kind=kinds, flops=[g.flops[v] for v in cands], consumers=consumers, inputs=inputs,
+        skel_need=skel_need, first_pull=first_pull, producer=producer, fw_ok=[bool(fw_valid[v]) for v in cands],
+        fw_fixed=[bool(fixed_fw[v]) for v in cands], fw_event=[fw_event_of.get(v, -1) for v in cands], key=key,
+        storage=storage, storages=storages, n_slots=n_slots, slot_node=skel_order + [-1],
+        fixed_at_step=fixed_at_step, fixed_in_group=fixed_in_group, messy_slots=messy,
+        fw_fixed_bytes=fw_fixed_bytes, fw_event_node=fw_event_node, fw_event_of=fw_event_of,
+        inexact=sorted(set(inexact)))
+
+
+def _ancestors(k: int, inputs: list[list[int]]) -> set[int]:
+    seen: set[int] = set()
+    stack = list(inputs[k])
+    while stack:
+        u = stack.pop()
+        if u not in seen:
+            seen.add(u)
+            stack.extend(inputs[u])
+    return seen
+
+
+def _walk(g: _G, order: list[int], kept: set[int], counted: set[int], held: set[int], pinned: set[int]
+          ) -> tuple[list[int], list[int]]:
+    """memory.c's walk_module over ``order``, counting only the storages
+    (roots) in ``counted``: the live bytes while each step runs, and after
+    the frees that follow it."""
+    last: dict[int, int] = {}
+    for k, v in enumerate(order):
+        for r in [g.root[v]] + [g.root[u] for u in g.ins[v]]:
+            last[r] = max(last.get(r, -1), k)
+    for r in pinned:
+        last[r] = 1 << 30
+    charge: dict[int, int] = {}
+    live = 0
+    for r in held:
+        if r in counted and r not in charge:
+            charge[r] = g.cost[r]
+            live += g.cost[r]
+    out: list[int] = []
+    after: list[int] = []
+    for k, v in enumerate(order):
+        r = g.root[v]
+        if r in counted and r not in charge:
+            if r == v and g.flags[v] & _C.F_VAL_IS_SEQ:
+                owned = [u for u in g.users[v] if u in kept and g.root[u] == u and g.getitem(u)]
+                charge[r] = max(0, g.cost[v] - sum(g.cost[u] for u in owned))
+                live += charge[r]
+                for u in owned:
+                    if u in counted and u not in charge:
+                        charge[u] = g.cost[u]
+                        live += g.cost[u]
+            else:
+                charge[r] = g.cost[r]
+                live += charge[r]
+        out.append(live)
+        for r2 in dict.fromkeys([g.root[v]] + [g.root[u] for u in g.ins[v]]):
+            if last.get(r2) == k and r2 in charge:
+                live -= charge[r2]
+                last[r2] = -2
+        after.append(live)
+    return out, after
+
+
+def _skeleton_bytes(g: _G, order: list[int], n_slots: int, bw_out: set[int]) -> tuple[list[int], list[int]]:
+    """Bytes of the backward's own storages live at each of its steps, and
+    while each slot's recomputation runs (before its step)."""
+    kept = set(order)
+    own = {g.root[v] for v in order if g.root[v] in kept}
+    pinned = {g.root[o] for o in bw_out if g.root[o] in own}
+    at, after = _walk(g, order, kept, own, set(), pinned)
+    return at + [0], [0] + after
+
+
+def _forward_fixed_bytes(g: _G, n_fw: int, event: dict[int, int], fixed: bytearray, fw_out: set[int],
+                         local: dict[int, int]) -> list[int]:
+    """Bytes of the forward's storages that no candidate lives on, at each event."""
+    out = [0] * n_fw
+    roots = {g.root[i] for i in range(g.n) if fixed[i] and i not in local and g.cost[g.root[i]] > 0}
+    for r in roots:
+        if r in local or r not in event:
+            continue
+        born = event[r]
+        if g.seq(r):  # the whole allocation, at its own step (memory.c's step_alloc + prepay_getitems)
+            owned = sum(g.cost[u] for u in g.users[r] if fixed[u] and g.getitem(u) and g.root[u] == u)
+            out[born] += max(g.cost[r], owned)
+            continue
+        start = born + 1 if g.getitem(r) and g.seq(g.ins[r][0]) else born
+        last = born
+        for i in range(g.n):
+            if g.root[i] != r or not fixed[i]:
+                continue
+            last = max(last, event[i])
+            if i in fw_out:
+                last = n_fw
+            for u in g.users[i]:
+                if fixed[u] and not (g.seq(i) and g.getitem(u)):
+                    last = max(last, event[u])
+        for t in range(start, min(last, n_fw - 1) + 1):
+            out[t] += g.cost[r]
+    return out
+
+
+__all__ = ["Decision", "FREE", "Liveness", "NEVER", "NotModelled", "RECOMPUTE", "SAVE", "STEP", "Storage",
+           "describe"]
