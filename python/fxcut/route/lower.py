@@ -25,6 +25,7 @@ from ..solve.arrays import KIND_OF_OP, TAG_OF_POLICY, GraphArrays
 from ..torchrules.ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, dce_impure_random, default_facts,
                               invoke_subgraph_has_effects, is_cast_op, is_impure, must_be_in_backward, object_nbytes,
                               tensor_nbytes, triton_wrapper_op, value_nbytes)
+from ..torchrules.gate import NODE_READERS, BadInput, gated
 from ..torchrules.versions import Rules, rules_or_nearest
 
 if TYPE_CHECKING:
@@ -43,8 +44,8 @@ _INT64_MAX = (1 << 63) - 1
 _SIZE_UNKNOWN = _C.SIZE_UNKNOWN
 
 
-class LoweringError(ValueError):
-    """A node cannot be lowered; the message names it."""
+class LoweringError(BadInput):
+    """A node cannot be lowered; the message names it (a ValueError)."""
 
 
 def _placeholder_flags(node: fx.Node) -> int:
@@ -219,6 +220,7 @@ class _NodeFacts:
                 _C.F_NON_TENSOR, _C.F_VAL_IS_SEQ, _C.F_FREE_OBJECT)
 
 
+@gated(NODE_READERS)
 def _read_in_c(nodes: list[fx.Node], facts: TargetFacts, value_facts: _ValueFacts,
                replace: dict[fx.Node, fx.Node] | None) -> GraphArrays | None:
     """``_lower`` with meta and value facts, through the C reader; None where
