@@ -547,7 +547,7 @@ def test_bad_input_inside_the_node_reader_is_still_fxcuts_error() -> None:
     assert fxcut.partition_counts() == {}
 
 
-# --------------------------------------------------------------------------- (d) a node layout the readers do not expect
+# --------------------------------------------------------------------------- (d) a node layout the readers do not know
 
 
 class _Node(fx.Node):
@@ -600,6 +600,10 @@ def test_the_c_readers_never_crash_on_a_layout_they_do_not_expect(monkeypatch: p
     read, planned = _readers_on(cap.fresh())
     assert read is not None and read.in_idx == plain[0].in_idx and read.kind == plain[0].kind
     assert [len(x) for x in planned[:2]] == [len(x) for x in plain[1][:2]]
+    # A slot that cannot be read at all: an exception (a gap for the node reader), never a crash.
+    monkeypatch.setattr(fx.Node, "_input_nodes", property(_raise))
+    with pytest.raises(gate.TorchChanged, match="node readers.*torch 9.9"):
+        _readers_on(cap.fresh())
 
 
 @pytest.mark.usefixtures("fresh_gate")

@@ -115,7 +115,7 @@ def warn_once(message: str, stacklevel: int = 3) -> None:
         if message in _warned:
             return
         _warned.add(message)
-    log.warning("%s", message)
+    log.info("%s", message)
     warnings.warn(message, FallbackWarning, stacklevel=stacklevel)
 
 

@@ -21,6 +21,13 @@ release).  Differences torch's own code absorbs need no entry: fxcut reads
 the op lists (``get_default_op_list``), the purity test and the
 symbol-binding helpers from the installed torch.
 
+Every private torch, torch.fx and CPython name or layout fxcut relies on
+is a row of :data:`PRIVATE_NAMES` (:class:`Private`: the name, whose, the
+fxcut modules and C readers that rely on it, the releases, how it is
+checked); the snapshot's :class:`FxInternals` are folded into it.  The
+compatibility gate (:mod:`fxcut.torchrules.gate`) checks the rows once per
+process; tests/test_compat_gate.py keeps the table honest both ways.
+
 The tested range: :data:`TESTED` holds the exact releases CI runs the
 fidelity suite on.  A torch outside [oldest, newest] -- older, newer, or a
 nightly -- is *untested*: :mod:`fxcut.route.guard` hands such graphs to torch's
@@ -375,8 +382,8 @@ _LISTED: list[Private] = [
            f"{_AOT}.descriptors.SavedForBackwardsAOTOutput", f"{_AOT}.descriptors.SavedForBackwardsNoVcCheckAOTOutput"),
     Private(f"{_AOT}.utils.is_with_effects", TORCH, (_OPS,)),
     Private(f"{_AOT}.graph_compile.is_opaque_node", TORCH, (_LOWER, _EXTRACT)),
-    *_rows(TORCH, (_PREPARE,), "torch._functorch.compile_utils.get_aten_target", "torch._functorch.compile_utils.rand_ops",
-           "torch._inductor.pattern_matcher.is_mutation_op"),
+    *_rows(TORCH, (_PREPARE,), "torch._functorch.compile_utils.get_aten_target",
+           "torch._functorch.compile_utils.rand_ops", "torch._inductor.pattern_matcher.is_mutation_op"),
     Private("torch._functorch._activation_offloading.activation_offloading.enable_activation_offloading", TORCH,
             (_VERSIONS, _PLAN, _BUILD), when="config.enable_activation_offloading",
             note="Rules.offloading_module; the plan imports it only when offloading is on"),
@@ -425,7 +432,8 @@ _LISTED: list[Private] = [
     Private("torch.utils._pytree.arg_tree_leaves", TORCH, (_LOWER, _PREPARE)),
     Private("torch.utils._pytree.tree_is_leaf", TORCH, (_PREPARE,)),
     *_rows(TORCH, (_PREPARE, _GATE), "torch.utils._pytree.tree_flatten", "torch.utils._pytree.TreeSpec._children"),
-    Private("torch.fx.traceback._get_memory_budget_annotation", TORCH, (_PLAN, _BUDGET, _PLANNER)),
+    Private("torch.fx.traceback._get_memory_budget_annotation", TORCH, (_PLAN, _BUDGET, _PLANNER),
+            releases=("2.13", *_FROM_214), note="region budgets (Rules.region_memory_budgets)"),
     Private("torch.fx.experimental._backward_state.BackwardState", TORCH_FX, (_LOWER, _EXTRACT)),
     # torch.fx: its code generator, name table, graphs and nodes
     *_rows(TORCH_FX, (_CODEGEN, _PREPARE), "torch.fx.graph._illegal_names", "torch.fx.graph._name_regex"),
