@@ -341,11 +341,12 @@ def torch_partition(
         raise
 
 
-def note_fallback(reason: str) -> None:
+def note_fallback(reason: str, graphs: str = "this graph") -> None:
     """fxcut met a graph it does not model and hands it to torch: one
-    warning per reason (the caller counts the graph)."""
-    log.info("fxcut: %s; using torch's partitioner for this graph", reason)
-    _warn_once(f"unmodelled: {reason}", f"fxcut: {reason}; torch's own partitioner decides this graph",
+    warning per reason (the caller counts the graph).  ``graphs``: which
+    graphs torch's partitioner decides for that reason."""
+    log.info("fxcut: %s; using torch's partitioner for %s", reason, graphs)
+    _warn_once(f"unmodelled: {reason}", f"fxcut: {reason}; torch's own partitioner decides {graphs}",
                FallbackWarning)
 
 
@@ -414,6 +415,7 @@ class Guard:
         self.rules: versions.Rules | None = None
         self._outcome = ""
         self._reason = ""
+        self._graphs = "this graph"  # the graphs torch decides for that reason
         self._snapshot: ModuleSnapshot | None = None
         self._pristine: fx.GraphModule | None = None
 
@@ -433,7 +435,7 @@ class Guard:
             return self
         problem = gate.torch_problem(self.rules)
         if problem is not None:
-            self._outcome, self._reason = "torch_changed", problem
+            self._outcome, self._reason, self._graphs = "torch_changed", problem, "every graph of this process"
             return self
         if isinstance(joint_module, fx.GraphModule):
             reason = unmodelled_feature(joint_module, self.rules)
@@ -464,7 +466,7 @@ class Guard:
                 self._outcome, self._reason = "torch_unmodelled", reason
         if self._outcome:  # torch decides this graph
             if self._reason:
-                note_fallback(self._reason)
+                note_fallback(self._reason, self._graphs)
             _count(self._outcome)
             self.result = self.call.to_torch(fx_internals=self._fx_internals())
             return True

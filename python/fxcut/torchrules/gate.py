@@ -76,7 +76,7 @@ class TorchChanged(Exception):
     def __init__(self, copy: str, cause: BaseException) -> None:
         self.copy = copy
         self.cause = cause
-        super().__init__(f"fxcut's {copy} (a copy of torch's) failed: {type(cause).__name__}: {cause}")
+        super().__init__(f"the {copy} fxcut copies from torch failed: {type(cause).__name__}: {cause}")
 
 
 P = ParamSpec("P")
@@ -209,7 +209,7 @@ def problems(rules: Rules) -> list[str]:
             continue
         problem = row_problem(row, probes)
         if problem is not None:
-            found.append(f"{problem}, which {', '.join(row.users)} relies on")
+            found.append(f"{problem} (relied on by {', '.join(row.users)})")
     return found
 
 
@@ -228,8 +228,7 @@ def torch_problem(rules: Rules) -> str | None:
         found = [f"the probe graph could not be built ({type(e).__name__}: {e})"]
     problem = None
     if found:
-        problem = (f"torch {torch.__version__} differs from what fxcut copies: {'; '.join(found)}; "
-                   "torch's own partitioner decides every graph")
+        problem = f"torch {torch.__version__} differs from what fxcut copies: {'; '.join(found)}"
     with _lock:
         _checked.setdefault(rules.release, problem)
         return _checked[rules.release]
