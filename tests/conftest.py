@@ -30,6 +30,8 @@ FIDELITY_FILES = frozenset({
     "test_partition_zoo.py", "test_partition_random.py", "test_budget.py", "test_zero3_walk.py",
     "test_prepare.py", "test_versions.py", "test_verify.py", "test_extract_identity.py", "test_graph_untouched.py",
     "test_duplicate_symbols.py", "test_codegen.py",
+    # the compatibility gate: the private-name table and simulated torch changes (issue 22, item 3)
+    "test_compat_gate.py",
     # readers of the partition's plan (issue 16, item 3) and the route's defects (item 8)
     "test_html.py", "test_route_defects.py", "test_plan.py",
     # Not decisions alone: edge cases, bad input and explain, each holding

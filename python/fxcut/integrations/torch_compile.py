@@ -98,7 +98,7 @@ DECISION_FILES: tuple[str, ...] = (
         ("route", ("__init__.py", "build.py", "decide.py", "guard.py", "lower.py", "plan.py")),
         ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "exact.py", "knapsack.py",
                    "liveness.py", "maxflow.py", "memory.py", "planner.py", "roles.py")),
-        ("torchrules", ("__init__.py", "codegen.py", "extract.py", "ops.py", "prepare.py", "snapshot.py",
+        ("torchrules", ("__init__.py", "codegen.py", "extract.py", "gate.py", "ops.py", "prepare.py", "snapshot.py",
                         "versions.py")),
     ) for name in names),
     os.path.join("integrations", "torch_compile.py"),

@@ -10,9 +10,14 @@ one :class:`Guard` (``with Guard(call, ...) as g:`` wraps fxcut's route):
    :class:`UntestedTorchWarning` per process naming the version and the
    range.  ``allow_untested=True`` or ``FXCUT_ALLOW_UNTESTED_TORCH=1`` runs
    fxcut anyway (with the nearest tested release's rules).
-2. **A feature fxcut does not model** (:func:`unmodelled_feature`), or fxcut
-   failing where torch would not (:data:`FXCUT_GAPS`; the graph is restored
-   first): torch's partitioner, one :class:`FallbackWarning` per reason.
+2. **A torch fxcut's copies do not fit** (the compatibility gate,
+   :mod:`fxcut.torchrules.gate`: the private names and node slots of the
+   versions table checked once per process), **a feature fxcut does not
+   model** (:func:`unmodelled_feature`), or fxcut failing where torch would
+   not (:data:`FXCUT_GAPS`, a copy of torch's behaviour failing --
+   :class:`~fxcut.torchrules.gate.TorchChanged` -- among them; the graph is
+   restored first): torch's partitioner, one :class:`FallbackWarning` per
+   reason.
 3. **Verify mode** (``verify=`` or ``FXCUT_VERIFY``; default plans only):
    torch's partitioner also decides, on a pristine copy of the joint graph,
    and the saved values, the generated forward and backward code and the
@@ -51,8 +56,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..torchrules import versions
+from ..torchrules import gate, versions
 from ..solve.account import accounts
+from ..torchrules.gate import FallbackWarning, TorchChanged
 from ..torchrules.snapshot import ModuleSnapshot, copy_graph_module
 from .decide import Decided
 
@@ -65,10 +71,6 @@ PartitionResult = tuple[fx.GraphModule, fx.GraphModule]
 
 class UntestedTorchWarning(UserWarning):
     """fxcut is not tested on the running torch: torch's partitioner decides."""
-
-
-class FallbackWarning(UserWarning):
-    """A graph uses a feature fxcut does not model: torch's partitioner decides."""
 
 
 class VerifyWarning(UserWarning):
@@ -100,7 +102,9 @@ _counts: Counter[str] = Counter()
 def partition_counts() -> dict[str, int]:
     """Partitions made in this process, by who made them: ``fxcut``,
     ``torch_untested`` (untested torch), ``torch_unmodelled`` (a feature
-    fxcut does not model), ``verified`` (fxcut's, checked equal to torch's),
+    fxcut does not model), ``torch_changed`` (a copy of torch's behaviour
+    that does not hold on the running torch or graph: the compatibility
+    gate), ``verified`` (fxcut's, checked equal to torch's),
     ``mismatch`` (verify found a difference)."""
     with _lock:
         return dict(_counts)
@@ -319,21 +323,30 @@ def torch_partition(
     exactly as it was if torch's partitioner raises (``fx_internals``: the
     running release's, looked up when None)."""
     partition = torchs_own_min_cut()
-    snapshot = ModuleSnapshot(joint_module, fx_internals) if isinstance(joint_module, fx.GraphModule) else None
+    snapshot = None
+    if isinstance(joint_module, fx.GraphModule):
+        try:
+            snapshot = ModuleSnapshot(joint_module, fx_internals)
+        except TorchChanged as e:  # torch's partitioner runs all the same, as it would without fxcut
+            log.warning("fxcut: %s; torch's partitioner runs without fxcut's restore on failure", e)
     try:
         return partition(joint_module, joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
                          static_lifetime_input_indices=static_lifetime_input_indices)
     except BaseException:
         if snapshot is not None:
-            snapshot.restore()
+            try:
+                snapshot.restore()
+            except TorchChanged as e:
+                log.warning("fxcut: %s; the joint graph is left as torch's partitioner left it", e)
         raise
 
 
-def note_fallback(reason: str) -> None:
+def note_fallback(reason: str, graphs: str = "this graph") -> None:
     """fxcut met a graph it does not model and hands it to torch: one
-    warning per reason (the caller counts the graph)."""
-    log.info("fxcut: %s; using torch's partitioner for this graph", reason)
-    _warn_once(f"unmodelled: {reason}", f"fxcut: {reason}; torch's own partitioner decides this graph",
+    warning per reason (the caller counts the graph).  ``graphs``: which
+    graphs torch's partitioner decides for that reason."""
+    log.info("fxcut: %s; using torch's partitioner for %s", reason, graphs)
+    _warn_once(f"unmodelled: {reason}", f"fxcut: {reason}; torch's own partitioner decides {graphs}",
                FallbackWarning)
 
 
@@ -341,11 +354,11 @@ def note_fallback(reason: str) -> None:
 
 
 #: What fxcut raising means a gap in fxcut (a torch it does not know, a graph
-#: shape it does not model), not a bad input: torch's partitioner decides
-#: instead.  Bad inputs (TypeError, ValueError, an unsatisfiable cut) still
-#: raise fxcut's own clear error.
+#: shape it does not model, a copy of torch's behaviour that failed), not a
+#: bad input: torch's partitioner decides instead.  Bad inputs (TypeError,
+#: ValueError, an unsatisfiable cut) still raise fxcut's own clear error.
 FXCUT_GAPS: tuple[type[BaseException], ...] = (
-    AttributeError, ImportError, KeyError, IndexError, AssertionError, NotImplementedError,
+    TorchChanged, AttributeError, ImportError, KeyError, IndexError, AssertionError, NotImplementedError,
 )
 
 
@@ -372,13 +385,14 @@ class Guard:
     """The guard around one partition, used as ``with Guard(call, ...) as g:``.
 
     On entry it decides who partitions: torch (an untested torch, a feature
-    fxcut does not model) or fxcut (``g.fxcut_decides``); the body then runs
-    fxcut's route and stores its modules in ``g.result``.  On exit it hands
-    the graph to torch where torch decides or where fxcut failed for a gap
-    of its own (:data:`FXCUT_GAPS`; the graph restored first), checks fxcut's
-    result against torch's in verify mode (default plans only), and counts
-    the graph once: ``fxcut``, ``verified``, ``mismatch``,
-    ``torch_untested`` or ``torch_unmodelled``.
+    fxcut does not model, a torch fxcut's copies do not fit) or fxcut
+    (``g.fxcut_decides``); the body then runs fxcut's route and stores its
+    modules in ``g.result``.  On exit it hands the graph to torch where
+    torch decides or where fxcut failed for a gap of its own
+    (:data:`FXCUT_GAPS`; the graph restored first), checks fxcut's result
+    against torch's in verify mode (default plans only), and counts the
+    graph once: ``fxcut``, ``verified``, ``mismatch``, ``torch_untested``,
+    ``torch_unmodelled`` or ``torch_changed``.
     """
 
     def __init__(self, call: Call, *, verify: Any = None, allow_untested: bool | None = None,
@@ -401,6 +415,7 @@ class Guard:
         self.rules: versions.Rules | None = None
         self._outcome = ""
         self._reason = ""
+        self._graphs = "this graph"  # the graphs torch decides for that reason
         self._snapshot: ModuleSnapshot | None = None
         self._pristine: fx.GraphModule | None = None
 
@@ -418,29 +433,40 @@ class Guard:
             )
             self._outcome = "torch_untested"
             return self
+        problem = gate.torch_problem(self.rules)
+        if problem is not None:
+            self._outcome, self._reason, self._graphs = "torch_changed", problem, "every graph of this process"
+            return self
         if isinstance(joint_module, fx.GraphModule):
             reason = unmodelled_feature(joint_module, self.rules)
             if reason is not None:
                 self._outcome, self._reason = "torch_unmodelled", reason
                 return self
-            self._snapshot = ModuleSnapshot(joint_module, self.rules.fx_internals)
-            if self.mode is not None:
-                self._pristine = copy_graph_module(joint_module)
+            try:
+                self._snapshot = ModuleSnapshot(joint_module, self.rules.fx_internals)
+                if self.mode is not None:
+                    self._pristine = copy_graph_module(joint_module)
+            except TorchChanged as e:  # nothing written yet: torch's partitioner takes the graph as it is
+                self._outcome, self._reason = "torch_changed", str(e)
+                return self
         self.fxcut_decides = True
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
         if kind is not None:
             if self._snapshot is not None:
-                self._snapshot.restore()
+                self._restore(error)
             if not issubclass(kind, FXCUT_GAPS):
                 return False  # a bad input, or torch's own error: fxcut's answer
-            reason = str(error) if isinstance(error, NotImplementedError) else (
-                f"fxcut failed on this graph ({kind.__name__}: {error})")
-            self._outcome, self._reason = "torch_unmodelled", reason
+            if isinstance(error, TorchChanged):
+                self._outcome, self._reason = "torch_changed", str(error)
+            else:
+                reason = str(error) if isinstance(error, NotImplementedError) else (
+                    f"fxcut failed on this graph ({kind.__name__}: {error})")
+                self._outcome, self._reason = "torch_unmodelled", reason
         if self._outcome:  # torch decides this graph
             if self._reason:
-                note_fallback(self._reason)
+                note_fallback(self._reason, self._graphs)
             _count(self._outcome)
             self.result = self.call.to_torch(fx_internals=self._fx_internals())
             return True
@@ -449,6 +475,17 @@ class Guard:
             return False
         self.result = self._verified(self._pristine)
         return False
+
+    def _restore(self, error: BaseException | None) -> None:
+        """The joint graph put back as it was before fxcut wrote to it; a
+        restore that fails leaves a graph nobody can partition safely: an
+        error naming both failures."""
+        assert self._snapshot is not None
+        try:
+            self._snapshot.restore()
+        except TorchChanged as e:
+            raise RuntimeError(f"fxcut could not put the joint graph back as it was after "
+                               f"{type(error).__name__}: {error} ({e})") from e
 
     def _fx_internals(self) -> versions.FxInternals | None:
         return None if self.rules is None else self.rules.fx_internals
@@ -462,7 +499,7 @@ class Guard:
             expected = self.call.to_torch(copy_graph_module(pristine), self._fx_internals())
         except BaseException:
             if self._snapshot is not None:
-                self._snapshot.restore()  # as torch's error would leave it: fxcut's changes undone
+                self._restore(None)  # as torch's error would leave it: fxcut's changes undone
             raise
         diff = compare(expected, got, num_fwd_outputs=self.call.num_fwd_outputs, explain=self._explain)
         if diff is None:

@@ -27,6 +27,7 @@ from ..solve.arrays import KIND_OF_OP, TAG_OF_POLICY, GraphArrays
 from ..torchrules.ops import (_HOP, _IMPURE, _IMPURE_RANDOM, _MUTABLE, TargetFacts, dce_impure_random, default_facts,
                               invoke_subgraph_has_effects, is_cast_op, is_impure, object_nbytes, tensor_nbytes,
                               triton_wrapper_op, value_nbytes)
+from ..torchrules.gate import NODE_READERS, BadInput, gated
 from ..torchrules.versions import Rules, rules_or_nearest
 
 if TYPE_CHECKING:
@@ -43,8 +44,8 @@ _INT64_MAX = (1 << 63) - 1
 _SIZE_UNKNOWN = _C.SIZE_UNKNOWN
 
 
-class LoweringError(ValueError):
-    """A node cannot be lowered; the message names it."""
+class LoweringError(BadInput):
+    """A node cannot be lowered; the message names it (a ValueError)."""
 
 
 def _placeholder_flags(node: fx.Node) -> int:
@@ -242,6 +243,7 @@ class _NodeFacts:
                             triton_hop=vf.triton_hop, slow_bits=_HOP, impure_bits=vf.impure_bit, mutable_bit=_MUTABLE)
 
 
+@gated(NODE_READERS)
 def _read_in_c(nodes: list[fx.Node], facts: TargetFacts, value_facts: _ValueFacts,
                replace: dict[fx.Node, fx.Node] | None) -> GraphArrays | None:
     """``_lower`` with meta and value facts, through the C reader; None where

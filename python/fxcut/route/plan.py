@@ -30,6 +30,7 @@ from ..solve.budget import (BudgetDecision, Estimator, RuntimeEstimates, Solver,
                             check_estimator, check_solver, legacy_budget, region_budgets)
 from ..solve.core import MinCutOptions
 from ..torchrules import prepare
+from ..torchrules.gate import NODE_READERS, TorchChanged
 from ..torchrules.ops import TargetFacts, dce_impure_random, default_facts
 from ..torchrules.versions import Rules, rules_or_nearest
 
@@ -219,11 +220,18 @@ def check_nodes(graph: fx.Graph) -> None:
     """One pass over the nodes before anything else: a graph that ends in
     an output node, fx ops only, callable call_function targets, and unique
     names (module extraction matches nodes by name; two nodes of one name
-    would be silently confused -- torch's lint catches this in its DCE)."""
+    would be silently confused -- torch's lint catches this in its DCE).
+    A node of a subclass of ``fx.Node`` is a gap (:class:`TorchChanged`)."""
     names: set[str] = set()
     last: fx.Node | None = None
     kinds = KIND_OF_OP
+    node_cls = fx.Node
     for i, node in enumerate(graph.nodes):
+        if node.__class__ is not node_cls:
+            # The readers (C and Python) know fx.Node's own layout only: a gap, torch decides.
+            raise TorchChanged(NODE_READERS, TypeError(
+                f"node {i} ({node.name!r}) is a {type(node).__qualname__}, a subclass of torch.fx.Node, "
+                "whose layout fxcut's node readers do not know"))
         op = node.op
         if op not in kinds:
             raise ValueError(

@@ -20,12 +20,21 @@ variable that adds meta to the code): the caller then uses torch's own.
 
 Tested equal to torch's generator, field by field, on every zoo model's
 modules and on odd graphs, on every supported release
-(``tests/test_codegen.py``).
+(``tests/test_codegen.py``).  And checked in every process (the
+compatibility gate, :mod:`fxcut.torchrules.gate`): the first graph this
+module writes is also written by torch's generator and the two compared,
+field by field; a difference -- or an exception of this module's, at any
+graph -- turns it off for the rest of the process (one
+:class:`~fxcut.torchrules.gate.FallbackWarning` naming what differed) and
+torch's generator writes every module's code from then on.  A graph with a
+code transformer (``Graph.on_generate_code``), another code generator or a
+``Graph`` subclass of its own is written by torch's generator.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -35,6 +44,8 @@ import torch.fx as fx
 from torch._ops import OpOverload
 from torch.fx.graph import CodeGen, PythonCode
 from torch.fx.immutable_collections import immutable_list
+
+from .gate import CODE_GENERATOR, warn_once
 
 #: Values whose repr torch's generator writes as is.
 _REPR_TYPES: frozenset[type] = frozenset({
@@ -117,10 +128,29 @@ def _callee(target: Any, names: dict[int, tuple[Any, str, bool]]) -> tuple[str, 
     return text, template
 
 
-def _generate(graph: fx.Graph) -> PythonCode:
+#: The attributes a plain CodeGen instance has: any other (set by a caller,
+#: or by a newer torch) may change what torch's generator writes.
+_PLAIN_CODEGEN_FIELDS = frozenset({"_body_transformer", "_func_name"})
+
+
+def _check_generator(graph: fx.Graph) -> CodeGen:
+    """The graph's code generator, if torch's generator would write this
+    graph's code as the default one does: no other generator class, no
+    code transformer (``on_generate_code``), no attribute a plain one lacks,
+    a ``Graph`` class that generates its code as ``fx.Graph`` does, and not
+    the environment variable that adds meta to the code."""
     codegen = graph._codegen
-    if type(codegen) is not CodeGen or os.environ.get("FX_GRAPH_SHOW_META", "0") == "1":
+    cls = type(graph)
+    if (type(codegen) is not CodeGen or codegen._body_transformer is not None
+            or not _PLAIN_CODEGEN_FIELDS.issuperset(vars(codegen))
+            or cls.python_code is not fx.Graph.python_code or cls._python_code is not fx.Graph._python_code
+            or os.environ.get("FX_GRAPH_SHOW_META", "0") == "1"):
         raise _Outside(codegen)
+    return codegen
+
+
+def _generate(graph: fx.Graph) -> PythonCode:
+    codegen = _check_generator(graph)
     nodes = list(graph.nodes)
     _check_names(nodes)
     if any(node.type is not None for node in nodes):
@@ -194,13 +224,83 @@ def _globals() -> dict[str, Any]:
     return fx.Graph().python_code(root_module="self").globals
 
 
+def _differences(mine: PythonCode, theirs: PythonCode) -> list[str]:
+    """What differs between two generators' code of one graph: the fields
+    tests/test_codegen.py compares (source, line map, prologue position,
+    globals by name and object)."""
+    found = []
+    if mine.src != theirs.src:
+        a, b = theirs.src.splitlines(), mine.src.splitlines()
+        line = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        found.append(f"source line {line + 1}: torch {a[line] if line < len(a) else '(none)'!r}, "
+                     f"fxcut {b[line] if line < len(b) else '(none)'!r}")
+    for field, label in (("_lineno_map", "line map"), ("_prologue_start", "prologue position")):
+        if getattr(mine, field, None) != getattr(theirs, field, None):
+            found.append(f"the {label}")
+    if {k: id(v) for k, v in mine.globals.items()} != {k: id(v) for k, v in theirs.globals.items()}:
+        found.append(f"the globals ({', '.join(sorted(set(mine.globals) ^ set(theirs.globals))) or 'their objects'})")
+    return found
+
+
+class _SelfCheck:
+    """Whether this module's generator writes what torch's does, in this
+    process: unchecked until the first graph it writes, then passed, or off
+    for good."""
+
+    def __init__(self) -> None:
+        self.passed = False
+        self.off = False
+        self.lock = threading.Lock()
+
+    def state(self) -> str:
+        return "off" if self.off else "passed" if self.passed else "unchecked"
+
+    def first(self, graph: fx.Graph, mine: PythonCode) -> PythonCode | None:
+        """``mine`` if torch's generator writes the same for ``graph`` (the
+        check passes for the process), else None (off for the process)."""
+        theirs = type(graph).python_code(graph, root_module="self")
+        found = _differences(mine, theirs)
+        if not found:
+            self.passed = True
+            return mine
+        self.turn_off(f"on the first graph it wrote, {'; '.join(found)}")
+        return None
+
+    def turn_off(self, why: str) -> None:
+        with self.lock:
+            if self.off:
+                return
+            self.off = True
+        warn_once(f"fxcut's {CODE_GENERATOR} differs from torch {torch.__version__}'s ({why}); torch's "
+                  "generator writes every module's code from now on")
+
+
+_self_check = _SelfCheck()
+
+
+def self_check_state() -> str:
+    """``"unchecked"``, ``"passed"`` or ``"off"``: this process's check of
+    this module's generator against torch's."""
+    return _self_check.state()
+
+
 def python_code(graph: fx.Graph) -> PythonCode | None:
     """``graph.python_code(root_module="self")`` as torch generates it, for
-    graphs of the kind this module writes; None for any other graph."""
+    graphs of the kind this module writes; None for any other graph, and
+    for every graph once the process's check found a difference."""
+    check = _self_check
+    if check.off:
+        return None
     try:
-        return _generate(graph)
+        code = _generate(graph)
     except _Outside:
         return None
+    except Exception as e:  # a torch this module does not fit: torch's generator from now on
+        check.turn_off(f"it raised {type(e).__name__}: {e}")
+        return None
+    if check.passed:
+        return code
+    return check.first(graph, code)
 
 
 @contextmanager
@@ -225,4 +325,4 @@ def generated_code(graph: fx.Graph) -> Iterator[None]:
         del graph.python_code
 
 
-__all__ = ["generated_code", "python_code"]
+__all__ = ["generated_code", "python_code", "self_check_state"]

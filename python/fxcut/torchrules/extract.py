@@ -37,6 +37,7 @@ from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import map_aggregate
 
 from .codegen import generated_code
+from .gate import MODULE_BUILDER, gated
 from .ops import is_mutable_op, must_be_in_backward, must_be_in_forward
 from .versions import BUILDER_FXCUT, Rules, is_assert_only_symbool
 
@@ -355,6 +356,7 @@ class SavedValues(NamedTuple):
     opaque: list[fx.Node]
 
 
+@gated(MODULE_BUILDER)
 def split_saved(saved: list[fx.Node]) -> SavedValues:
     """``saved`` split as torch's partitioner splits it before extraction."""
     from torch._functorch._aot_autograd.graph_compile import is_opaque_node
@@ -367,6 +369,7 @@ def split_saved(saved: list[fx.Node]) -> SavedValues:
     )
 
 
+@gated(MODULE_BUILDER)
 def build_modules(joint_module: fx.GraphModule, saved: SavedValues, num_fwd_outputs: int,
                   static_nodes: Collection[fx.Node] | None, rules: Rules, *, impure_random: bool,
                   ) -> tuple[fx.GraphModule, fx.GraphModule] | None:

@@ -28,6 +28,7 @@ from torch.utils._pytree import tree_flatten, tree_is_leaf
 
 import fxcut._C as _C
 from .codegen import generated_code
+from .gate import DCE_CSE_PLAN, gated
 from .ops import TargetFacts, aten_target, default_facts, is_impure, mutable_hop_targets, mutated_inputs
 from .versions import Rules, rules_or_nearest
 
@@ -458,6 +459,7 @@ def plan_cse(
     return replace, region_ids
 
 
+@gated(DCE_CSE_PLAN)
 def plan(graph: fx.Graph, facts: TargetFacts, *, cse: bool, impure_random: bool,
          rules: Rules | None = None, num_fwd_outputs: int | None = None, use_c: bool = True) -> Preparation:
     """What dead-code elimination (``impure_random`` as torch's reads it)
@@ -526,6 +528,7 @@ class PreparationMismatch(RuntimeError):
     """Applying the plan did not give the graph it promised."""
 
 
+@gated(DCE_CSE_PLAN, passes=(PreparationMismatch,))
 def apply(joint_module: fx.GraphModule, prep: Preparation, expected: list[fx.Node]) -> None:
     """Dead-code elimination (torch's own, in place), then the planned CSE in
     place, then one recompile.  Raises PreparationMismatch if the graph's

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch.fx as fx
 
+from .gate import SNAPSHOT, gated
 from .versions import FxInternals, rules_or_nearest
 
 _MISSING = object()
@@ -122,6 +123,7 @@ class _GraphState:
 class ModuleSnapshot:
     """The state of ``module`` and every GraphModule under it, restorable."""
 
+    @gated(SNAPSHOT)
     def __init__(self, module: fx.GraphModule, fx_internals: FxInternals | None = None) -> None:
         """``fx_internals``: the private torch.fx attributes of the running
         release (from its :class:`~fxcut.torchrules.versions.Rules`; looked
@@ -140,6 +142,7 @@ class ModuleSnapshot:
             self.modules.append((sub, fields, type(sub).__dict__.get("forward", _MISSING)))
             self.graphs.append(_GraphState(sub.graph, fx_internals))
 
+    @gated(SNAPSHOT)
     def restore(self) -> None:
         for state in self.graphs:
             state.restore()
@@ -157,6 +160,7 @@ class ModuleSnapshot:
 _SHARED_META = frozenset({"val", "tensor_meta"})
 
 
+@gated(SNAPSHOT)
 def copy_graph_module(gm: fx.GraphModule) -> fx.GraphModule:
     """An independent copy of ``gm``: same node names and order, own meta dicts.
 

@@ -21,6 +21,13 @@ release).  Differences torch's own code absorbs need no entry: fxcut reads
 the op lists (``get_default_op_list``), the purity test and the
 symbol-binding helpers from the installed torch.
 
+Every private torch, torch.fx and CPython name or layout fxcut relies on
+is a row of :data:`PRIVATE_NAMES` (:class:`Private`: the name, whose, the
+fxcut modules and C readers that rely on it, the releases, how it is
+checked); the snapshot's :class:`FxInternals` are folded into it.  The
+compatibility gate (:mod:`fxcut.torchrules.gate`) checks the rows once per
+process; tests/test_compat_gate.py keeps the table honest both ways.
+
 The tested range: :data:`TESTED` holds the exact releases CI runs the
 fidelity suite on.  A torch outside [oldest, newest] -- older, newer, or a
 nightly -- is *untested*: :mod:`fxcut.route.guard` hands such graphs to torch's
@@ -288,6 +295,233 @@ def tested_range() -> str:
     return f"{OLDEST} to {NEWEST} (tested: {', '.join(TESTED)})"
 
 
+# --------------------------------------------------------------------------- the private names
+
+
+#: :attr:`Private.kind`: whose the name or layout is
+TORCH, TORCH_FX, CPYTHON, DEEPSPEED = "torch", "torch.fx", "CPython", "DeepSpeed"
+#: :attr:`Private.how`: how the compatibility gate (:mod:`fxcut.torchrules.gate`)
+#: checks the entry -- the dotted name resolves (a module's, a class's
+#: attribute, or an attribute of a small probe object of that class) ...
+ATTRIBUTE = "attribute"
+#: ... it may be absent, and fxcut reads it with a default (nothing to
+#: resolve; the note says what absence means) ...
+OPTIONAL = "optional"
+#: ... a member slot of ``torch._C._NodeBase`` that ``torch.fx.Node`` does
+#: not shadow, holding what the public attribute of that name gives (the
+#: C readers read it at its offset, or by name) ...
+NODE_SLOT = "node slot"
+#: ... a C-level layout: the note says what keeps a difference from giving
+#: a wrong answer (a check in C, or a use that is only a prefetch hint)
+LAYOUT = "layout"
+
+
+@dataclass(frozen=True)
+class Private:
+    """One private torch, torch.fx or CPython name (or memory layout) fxcut
+    relies on: what it is, whose, which fxcut modules (or C readers) rely on
+    it, on which releases, and how the compatibility gate checks it."""
+
+    #: the dotted name as fxcut reaches it (``torch.fx.graph._illegal_names``);
+    #: an instance attribute under its class (``torch.fx.Graph._len``); a
+    #: layout under what it lays out
+    name: str
+    #: :data:`TORCH`, :data:`TORCH_FX`, :data:`CPYTHON` or :data:`DEEPSPEED`
+    kind: str
+    #: the fxcut modules (``fxcut.torchrules.extract``) and C readers
+    #: (``csrc/py_lower.c``) that rely on it
+    users: tuple[str, ...]
+    #: the releases (``"2.14"``) on which fxcut relies on it; None: on every
+    #: supported release
+    releases: tuple[str, ...] | None = None
+    #: :data:`ATTRIBUTE`, :data:`OPTIONAL`, :data:`NODE_SLOT` or :data:`LAYOUT`
+    how: str = ATTRIBUTE
+    #: when fxcut uses it, if not on every partition (the gate checks those
+    #: where they are used, not at the first partition of a process)
+    when: str = ""
+    #: what it is for, or what absence means
+    note: str = ""
+
+    def applies_to(self, release: str) -> bool:
+        return self.releases is None or release in self.releases
+
+
+_EXTRACT, _PREPARE, _CODEGEN, _SNAPSHOT, _OPS = (f"fxcut.torchrules.{m}" for m in (
+    "extract", "prepare", "codegen", "snapshot", "ops"))
+_VERSIONS, _GATE = "fxcut.torchrules.versions", "fxcut.torchrules.gate"
+_LOWER, _BUILD, _GUARD, _PLAN = (f"fxcut.route.{m}" for m in ("lower", "build", "guard", "plan"))
+_BUDGET, _PLANNER, _ROLES = (f"fxcut.solve.{m}" for m in ("budget", "planner", "roles"))
+_TORCH_COMPILE, _DEEPSPEED = "fxcut.integrations.torch_compile", "fxcut.integrations.deepspeed"
+_PY_LOWER, _PY_PREPARE, _PY_CSE = "csrc/py_lower.c", "csrc/py_prepare.c", "csrc/py_cse.c"
+_TP, _AOT = "torch._functorch.partitioners", "torch._functorch._aot_autograd"
+_FROM_214 = ("2.14", "2.15")
+
+
+def _rows(kind: str, users: tuple[str, ...], *names: str, **fields: Any) -> list[Private]:
+    return [Private(name, kind, users, **fields) for name in names]
+
+
+_LISTED: list[Private] = [
+    # torch's partitioner and AOT Autograd: the passes fxcut hands graphs to or copies
+    *_rows(TORCH, (_BUILD,), f"{_TP}._extract_fwd_bwd_modules", f"{_TP}.default_partition",
+           f"{_TP}.functionalize_rng_ops", f"{_TP}.reordering_to_mimic_autograd_engine", f"{_TP}.raise_getitems",
+           f"{_TP}.thread_graphsafe_rng_from_hops", f"{_TP}._sync_decision_cross_ranks"),
+    Private(f"{_TP}._is_primal", TORCH, (_BUILD, _BUDGET)),
+    *_rows(TORCH, (_BUDGET,), f"{_TP}._is_fwd_seed_offset", f"{_TP}.NodeInfo", f"{_TP}.estimate_runtime",
+           f"{_TP}._optimize_runtime_with_given_memory"),
+    Private(f"{_TP}._extract_fwd_bwd_outputs", TORCH, (_EXTRACT,)),
+    Private(f"{_TP}._free_symbols_without_replacements", TORCH, (_EXTRACT,), releases=_FROM_214,
+            note="the backward's symbol bindings before ShapeEnv replacements (Rules.binds_unreplaced_symbols)"),
+    Private(f"{_TP}.get_default_op_list", TORCH, (_OPS,)),
+    Private(f"{_TP}.min_cut_rematerialization_partition", TORCH, (_GUARD, _DEEPSPEED),
+            note="torch's own partitioner, captured when its module runs: every hand-off to torch"),
+    Private("torch._functorch.compilers.min_cut_rematerialization_partition", TORCH, (_GUARD,)),
+    Private("torch._functorch.compilers.nop", TORCH, (_TORCH_COMPILE,)),
+    *_rows(TORCH, (_EXTRACT,), f"{_AOT}.utils._is_primal", f"{_AOT}.utils._is_tangent",
+           f"{_AOT}.utils._is_fwd_seed_offset", f"{_AOT}.utils._is_bwd_seed_offset",
+           f"{_AOT}.descriptors.SavedForBackwardsAOTOutput", f"{_AOT}.descriptors.SavedForBackwardsNoVcCheckAOTOutput"),
+    Private(f"{_AOT}.utils.is_with_effects", TORCH, (_OPS,)),
+    Private(f"{_AOT}.graph_compile.is_opaque_node", TORCH, (_LOWER, _EXTRACT)),
+    *_rows(TORCH, (_PREPARE,), "torch._functorch.compile_utils.get_aten_target",
+           "torch._functorch.compile_utils.rand_ops", "torch._inductor.pattern_matcher.is_mutation_op"),
+    Private("torch._functorch._activation_offloading.activation_offloading.enable_activation_offloading", TORCH,
+            (_VERSIONS, _PLAN, _BUILD), when="config.enable_activation_offloading",
+            note="Rules.offloading_module; the plan imports it only when offloading is on"),
+    # torch's config
+    Private("torch._functorch.config", TORCH, (_VERSIONS, _BUDGET),
+            note="its options are read through Rules.config; an option a release lacks is in Rules.missing_config"),
+    Private("torch._functorch.config._sync_decision_cross_ranks", TORCH, (_BUILD,)),
+    *_rows(TORCH, (_BUDGET,), "torch._functorch.config.patch",
+           "torch._functorch.config.activation_memory_budget_runtime_estimator"),
+    Private("torch._inductor.config.fallback_random", TORCH, (_OPS,)),
+    Private("torch._inductor.config.post_grad_fusion_options", TORCH, (_EXTRACT,)),
+    Private("torch._inductor.config.custom_partitioner_fn", TORCH, (_DEEPSPEED,)),
+    Private("torch._inductor.config.get_config_copy", TORCH, (_TORCH_COMPILE,)),
+    # inductor, dynamo, the op registry, the library
+    *_rows(TORCH, (_BUDGET,), "torch._inductor.custom_graph_pass.CustomKnapsackSolver",
+           "torch._inductor.custom_graph_pass.CustomRuntimeEstimator", "torch._inductor.fx_utils.get_node_storage",
+           "torch._C._has_storage", "torch.utils._mode_utils.no_dispatch"),
+    *_rows(TORCH, (_TORCH_COMPILE,), "torch._inductor.custom_graph_pass.CustomPartitionerFn",
+           "torch._inductor.custom_graph_pass.get_hash_for_files", "torch._inductor.compile_fx.compile_fx",
+           "torch._dynamo.backends.common.aot_autograd"),
+    Private("torch._inductor.compile_fx.partition_fn", TORCH, (_DEEPSPEED,)),
+    Private("torch._inductor.fx_passes.control_dependencies.control_deps", TORCH, (_GUARD,), releases=_FROM_214,
+            note="the control_deps op torch splits (Rules.splits_control_deps): such graphs go to torch"),
+    Private("torch._guards.TracingContext", TORCH, (_OPS,)),
+    Private("torch._C._dispatch_get_all_op_names", TORCH, (_OPS,)),
+    Private("torch._C._NodeBase", TORCH, (_EXTRACT, _GATE),
+            note="its __init__ creates a node as fx.Node's ends; its member slots are what the C readers read"),
+    Private("torch._ops.OpOverload", TORCH, (_LOWER, _ROLES, _CODEGEN, _OPS, _PREPARE, _GATE)),
+    Private("torch._ops.OpOverloadPacket", TORCH, (_OPS,)),
+    Private("torch._ops.HigherOrderOperator", TORCH, (_OPS, _PREPARE)),
+    Private("torch._ops.OpOverload._schema", TORCH, (_LOWER, _OPS)),
+    Private("torch._ops.OpOverload._overloadpacket", TORCH, (_ROLES,)),
+    Private("torch._ops.OpOverload._boxed_arg_indices", TORCH, (_CODEGEN,), releases=("2.15",), how=OPTIONAL,
+            note="set on a few targets only; torch 2.15's generator boxes those arguments, fxcut's leaves such a "
+                 "target to torch's"),
+    Private("torch.ops.aten._to_copy", TORCH, (_LOWER, _OPS)),
+    Private("torch.ops.aten._assert_scalar", TORCH, (_LOWER, _VERSIONS)),
+    Private("torch.ops._c10d_functional.wait_tensor", TORCH, (_EXTRACT,)),
+    Private("torch._higher_order_ops.auto_functionalize.get_mutable_args", TORCH, (_OPS,)),
+    *_rows(TORCH, (_OPS,), "torch._library.utils.is_builtin", "torch._library.utils.is_impure"),
+    Private("torch._library.fake_class_registry.FakeScriptObject", TORCH, (_LOWER, _EXTRACT)),
+    Private("torch.UntypedStorage._cdata", TORCH, (_BUDGET, _PREPARE, _PY_PREPARE),
+            note="a storage's identity, as StorageWeakRef compares storages"),
+    Private("torch.Tensor._has_symbolic_sizes_strides", TORCH, (_EXTRACT,)),
+    Private("torch.utils._ordered_set.OrderedSet", TORCH, (_BUILD, _BUDGET)),
+    Private("torch.utils._pytree.arg_tree_leaves", TORCH, (_LOWER, _PREPARE)),
+    Private("torch.utils._pytree.tree_is_leaf", TORCH, (_PREPARE,)),
+    *_rows(TORCH, (_PREPARE, _GATE), "torch.utils._pytree.tree_flatten", "torch.utils._pytree.TreeSpec._children"),
+    Private("torch.fx.traceback._get_memory_budget_annotation", TORCH, (_PLAN, _BUDGET, _PLANNER),
+            releases=("2.13", *_FROM_214), note="region budgets (Rules.region_memory_budgets)"),
+    Private("torch.fx.experimental._backward_state.BackwardState", TORCH_FX, (_LOWER, _EXTRACT)),
+    # torch.fx: its code generator, name table, graphs and nodes
+    *_rows(TORCH_FX, (_CODEGEN, _PREPARE), "torch.fx.graph._illegal_names", "torch.fx.graph._name_regex"),
+    Private("torch.fx.graph._is_from_torch", TORCH_FX, (_CODEGEN,)),
+    Private("torch.fx.node._get_qualified_name", TORCH_FX, (_CODEGEN,)),
+    *_rows(TORCH_FX, (_CODEGEN,), "torch.fx.graph.PythonCode._lineno_map", "torch.fx.graph.PythonCode._prologue_start",
+           note="keywords of PythonCode's constructor; the code generator's self-check compares them too"),
+    Private("torch.fx.graph.CodeGen._body_transformer", TORCH_FX, (_CODEGEN,),
+            note="an on_generate_code transformer: such a graph's code is torch's generator's"),
+    Private("torch.fx.Graph._python_code", TORCH_FX, (_CODEGEN,),
+            note="a Graph class that overrides it generates its own code: torch's generator writes it"),
+    Private("torch.fx.graph._Namespace", TORCH_FX, (_PREPARE, _GATE)),
+    *_rows(TORCH_FX, (_PREPARE,), "torch.fx.graph._Namespace._used_names", "torch.fx.graph._Namespace._base_count"),
+    Private("torch.fx._lazy_graph_module._LazyGraphModule", TORCH_FX, (_SNAPSHOT,)),
+    Private("torch.fx._lazy_graph_module._make_graph_module", TORCH_FX, (_EXTRACT,)),
+    Private("torch.fx.Graph._codegen", TORCH_FX, (_CODEGEN, _PREPARE, _SNAPSHOT, _GATE)),
+    *_rows(TORCH_FX, (_PREPARE, _SNAPSHOT), "torch.fx.Graph._tracer_cls"),
+    *_rows(TORCH_FX, (_PREPARE,), "torch.fx.Graph._tracer_extras", "torch.fx.Graph._co_fields"),
+    Private("torch.fx.Graph._graph_namespace", TORCH_FX, (_EXTRACT, _PREPARE, _GATE)),
+    *_rows(TORCH_FX, (_EXTRACT,), "torch.fx.Graph._find_nodes_lookup_table", "torch.fx.Graph._len",
+           "torch.fx.Graph._insert", "torch.fx.Node._update_args_kwargs"),
+    Private("torch.fx.Node._input_nodes", TORCH_FX, (_LOWER, _CODEGEN, _EXTRACT, _PY_LOWER, _PY_PREPARE), how=NODE_SLOT,
+            note="the dict of a node's input nodes (all_input_nodes lists its keys)"),
+    Private("torch.fx.Node._args", TORCH_FX, (_PY_LOWER, _PY_PREPARE), how=NODE_SLOT),
+    Private("torch.fx.Node._kwargs", TORCH_FX, (_PY_PREPARE,), how=NODE_SLOT),
+    *_rows(TORCH_FX, (_PY_LOWER,), "torch.fx.Node.op", "torch.fx.Node.target", "torch.fx.Node.meta", how=NODE_SLOT,
+           note="public, but read at its member offset: a layout"),
+    # C-level layouts the readers rely on
+    Private("CPython tuple hash (Objects/tupleobject.c, xxHash)", CPYTHON, (_PY_CSE, _PY_PREPARE), how=LAYOUT,
+            note="CSE keys hashed without building their tuples; checked against the interpreter's hash on "
+                 "every prepare_plan call, which builds the tuples where it differs"),
+    Private("CPython PyDictObject.ma_keys", CPYTHON, (_PY_LOWER,), how=LAYOUT,
+            note="a prefetch hint only, compiled against this interpreter's headers"),
+    Private("CPython PyMemberDef of a member descriptor", CPYTHON, (_PY_LOWER,), how=LAYOUT,
+            note="a node slot's offset, taken only from an object member of torch._C._NodeBase that lies inside "
+                 "the node; anything else is read by name"),
+    Private("torch THPVariable: the TensorImpl pointer after the object header", TORCH, (_PY_LOWER,), how=LAYOUT,
+            note="a prefetch hint only, read inside the object's size and never dereferenced"),
+    Private("DeepSpeed partitioner._num_fwd_outputs_by_frame", DEEPSPEED, (_DEEPSPEED,), how=OPTIONAL,
+            note="read with a default; absent on DeepSpeed releases without it"),
+]
+
+
+def _from_fx_internals() -> list[Private]:
+    """The snapshot's private torch.fx attributes (:class:`FxInternals`, per
+    release) as rows: the fields it saves by value may be absent (absent
+    ones stay absent); the internals it rebuilds must exist."""
+    owners = (("module_fields", "torch.fx.GraphModule", OPTIONAL), ("graph_fields", "torch.fx.Graph", OPTIONAL),
+              ("graph_internals", "torch.fx.Graph", ATTRIBUTE), ("node_internals", "torch.fx.Node", ATTRIBUTE))
+    releases: dict[tuple[str, str], list[str]] = {}
+    for rules in RELEASES.values():
+        for group, owner, how in owners:
+            for name in getattr(rules.fx_internals, group):
+                releases.setdefault((f"{owner}.{name}", how), []).append(rules.release)
+    notes = {OPTIONAL: "saved by value, absent ones stay absent (FxInternals)",
+             ATTRIBUTE: "rebuilt or called by the restore (FxInternals)"}
+    return [Private(name, TORCH_FX, (_SNAPSHOT,), None if len(rs) == len(RELEASES) else tuple(rs), how,
+                    note=notes[how]) for (name, how), rs in releases.items()]
+
+
+def _merged(rows: list[Private]) -> tuple[Private, ...]:
+    """One row per name: the users of every row of that name, the stricter
+    check (a name some user needs is not optional)."""
+    merged: dict[str, Private] = {}
+    for row in rows:
+        old = merged.get(row.name)
+        if old is None:
+            merged[row.name] = row
+            continue
+        how = old.how if old.how != OPTIONAL else row.how
+        releases = None if old.releases is None or row.releases is None else tuple(
+            dict.fromkeys(old.releases + row.releases))
+        merged[row.name] = replace(old, users=tuple(dict.fromkeys(old.users + row.users)), how=how,
+                                   releases=releases, when=old.when and row.when, note=old.note or row.note)
+    return tuple(merged.values())
+
+
+#: Every private torch, torch.fx and CPython name or layout fxcut's library
+#: relies on (its tooling, ``fxcut.tools``, aside), one row each, with the
+#: modules that rely on it.  tests/test_compat_gate.py keeps it honest both
+#: ways, on every supported release: each row resolves as its ``how`` says,
+#: and a scan of the package's source (and of the C readers' attribute
+#: names) finds no private name the table does not list.
+#: :mod:`fxcut.torchrules.gate` checks the rows once per process, at the
+#: first partition.
+PRIVATE_NAMES: tuple[Private, ...] = _merged(_LISTED + _from_fx_internals())
+
+
 def is_assert_only_symbool(node: Any) -> bool:
     """A SymBool whose only users are ``aten._assert_scalar``: never saved
     (every supported release drops these from the saved sym nodes)."""
@@ -301,6 +535,16 @@ def is_assert_only_symbool(node: Any) -> bool:
 
 __all__ = [
     "ALLOW_UNTESTED_ENV",
+    "ATTRIBUTE",
+    "CPYTHON",
+    "DEEPSPEED",
+    "LAYOUT",
+    "NODE_SLOT",
+    "OPTIONAL",
+    "PRIVATE_NAMES",
+    "Private",
+    "TORCH",
+    "TORCH_FX",
     "NEWEST",
     "OLDEST",
     "RELEASES",
