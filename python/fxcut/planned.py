@@ -14,7 +14,6 @@ the plan is meant to differ from torch's decision.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 
 import torch.fx as fx
 
+from ._numbers import check_int, check_number
 from .partition import min_cut_rematerialization_partition
 from .route.plan import Plan
 from .solve import memory
@@ -31,6 +31,21 @@ from .solve.planner import (DEFAULT_MAX_WORK, DEFAULT_SEED_BUDGETS, DEFAULT_TIME
 from .solve.roles import plan_roles
 
 log = logging.getLogger("fxcut")
+
+#: The planner options' upper limits (the C search takes exact_max_free <= 30;
+#: 2**24 decisions is already minutes).
+MAX_EXACT_CANDIDATES = 24
+MAX_WORK = 2**62
+#: seconds: the wall-clock safety net is a limit, not a wish for no limit
+MAX_TIME_LIMIT = 1e6
+
+
+def check_seed_budgets(seed_budgets: object) -> list[float]:
+    """``seed_budgets`` as floats, each in [0, 1]; ValueError naming the
+    option (and the entry) otherwise."""
+    if isinstance(seed_budgets, (str, bytes)) or not hasattr(seed_budgets, "__iter__"):
+        raise ValueError(f"seed_budgets must be a sequence of numbers in [0, 1], got {seed_budgets!r}")
+    return [check_budget(b, f"seed_budgets[{k}]") for k, b in enumerate(seed_budgets)]
 
 
 @dataclass
@@ -53,13 +68,6 @@ class PlanChoice:
     timed_out: bool = False
 
 
-def _check_number(name: str, value: object, lo: float, hi: float, *, integer: bool = False) -> None:
-    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
-    if not ok or not lo <= float(value) <= hi:  # type: ignore[arg-type]
-        kind = "an int" if integer else "a number"
-        raise ValueError(f"{name} must be {kind} in [{lo:g}, {hi:g}], got {value!r}")
-
-
 class PeakPlanner:
     """Chooses the saved set of a joint graph under a peak budget.
 
@@ -67,11 +75,13 @@ class PeakPlanner:
     ``exact_max_candidates``: enumerate every decision when at most this many
     forward values are free to save or recompute (0..24).  ``max_work``:
     the search's deterministic budget (units of nodes + edges per simulated
-    decision, >= 1): it stops there on every machine, so plans for two
+    decision, 1..2**62): it stops there on every machine, so plans for two
     budgets on one graph come from the same search and their peaks are
     ordered as the budgets.  ``time_limit``: a wall-clock safety net in
-    seconds (> 0); a search it cuts short may differ between calls
-    (``PlanChoice.timed_out``).  ``seed_budgets``: torch budgets whose
+    seconds (0 < time_limit <= 10**6); a search it cuts short may differ
+    between calls (``PlanChoice.timed_out``).  A value out of range (an
+    int too large for a float, NaN, an infinity or a bool included) is a
+    ValueError naming the option.  ``seed_budgets``: torch budgets whose
     decisions seed the search (1.0 is always included: it defines b=1).
     Region budgets (``torch.autograd.graph.region_activation_memory_budget``)
     override ``memory_budget`` for the values of their region: each region
@@ -81,19 +91,11 @@ class PeakPlanner:
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
                  max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
                  seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS) -> None:
-        _check_number("memory_budget", memory_budget, 0.0, 1.0)
-        _check_number("exact_max_candidates", exact_max_candidates, 0, 24, integer=True)
-        _check_number("max_work", max_work, 1, 2**62, integer=True)
-        _check_number("time_limit", time_limit, 1e-6, math.inf)
-        try:
-            seeds = [float(check_budget(b)) for b in seed_budgets]
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"seed_budgets: {e}") from None
-        self.memory_budget = float(memory_budget)
-        self.exact_max_candidates = int(exact_max_candidates)
-        self.max_work = int(max_work)
-        self.time_limit = float(time_limit)
-        self.seed_budgets = sorted(set(seeds) | {1.0})
+        self.memory_budget = check_budget(memory_budget, "memory_budget")
+        self.exact_max_candidates = check_int("exact_max_candidates", exact_max_candidates, 0, MAX_EXACT_CANDIDATES)
+        self.max_work = check_int("max_work", max_work, 1, MAX_WORK)
+        self.time_limit = check_number("time_limit", time_limit, 0.0, MAX_TIME_LIMIT, lo_open=True)
+        self.seed_budgets = sorted(set(check_seed_budgets(seed_budgets)) | {1.0})
         self.last: PlanChoice | None = None
         self.last_problem: PlanProblem | None = None
         self.last_frontier: Frontier | None = None
