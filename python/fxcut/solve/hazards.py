@@ -111,22 +111,51 @@ def _output_descriptors(arrays: GraphArrays) -> list[object] | None:
 
 
 def _functional_state(arrays: GraphArrays) -> set[int]:
-    """Placeholders read by a ``*_functional`` op (whose update of them is
-    copied back after the forward) and by no backward op."""
+    """Placeholders a ``*_functional`` op updates (whose update is copied
+    back after the forward) and no backward op reads: the arguments whose
+    name its schema returns as ``<name>_out`` (batch norm's
+    ``running_mean_out``, rrelu's ``noise_out``), or every placeholder it
+    reads where its schema names none."""
     n = len(arrays)
     kind, in_ptr, in_idx = arrays.kind, arrays.in_ptr, arrays.in_idx
     read_by_backward = bytearray(n)
     dep = backward_only(arrays)
     suspects: set[int] = set()
+    index = arrays.index
     for i in range(n):
         ins = in_idx[in_ptr[i]:in_ptr[i + 1]]
         if dep[i] and kind[i] != _C.KIND_OUTPUT:
             for u in ins:
                 read_by_backward[u] = 1
-        elif kind[i] == _C.KIND_CALL_FUNCTION and str(getattr(arrays.nodes[i].target, "_overloadpacket", "")
-                                                      ).endswith("_functional"):
+            continue
+        target = arrays.nodes[i].target
+        if kind[i] != _C.KIND_CALL_FUNCTION or not str(getattr(target, "_overloadpacket", "")).endswith("_functional"):
+            continue
+        updated = _updated_arguments(arrays.nodes[i])
+        if updated is None:
             suspects.update(u for u in ins if kind[u] == _C.KIND_PLACEHOLDER)
+        else:
+            suspects.update(j for j in (index.get(a) for a in updated) if j is not None and kind[j] == _C.KIND_PLACEHOLDER)
     return {u for u in suspects if not read_by_backward[u]}
+
+
+def _updated_arguments(node: torch.fx.Node) -> list[torch.fx.Node] | None:
+    """The argument nodes a functionalized op returns updated (its schema's
+    ``<name>_out`` returns), or None where the schema names none."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return None
+    names = {r.name[:-4] for r in schema.returns if r.name and r.name.endswith("_out")}
+    if not names:
+        return None
+    found = []
+    for k, arg in enumerate(schema.arguments):
+        if arg.name not in names:
+            continue
+        value = node.args[k] if k < len(node.args) else node.kwargs.get(arg.name)
+        if isinstance(value, torch.fx.Node):
+            found.append(value)
+    return found
 
 
 def backward_only(arrays: GraphArrays) -> bytearray:
