@@ -64,9 +64,11 @@ def safe_saved(plan: Plan, chosen: BudgetDecision, saved: list[int]) -> list[int
         return saved
     kept = keep_saved(decision, saved, plan.num_fwd_outputs, unsafe)
     if len(kept) != len(saved):
-        nodes = decision.arrays.nodes
-        log.info("safe_budget: %d value(s) kept saved that the decision would recompute unsafely: %s",
-                 len(kept) - len(saved), ", ".join(nodes[i].name for i in kept[len(saved):]))
+        added = ", ".join(decision.arrays.nodes[i].name for i in kept[len(saved):])
+        if plan.objective is None:
+            log.info("safe_budget: kept saved what torch's decision recomputes unsafely: %s", added)
+        else:  # the objective's roles should have kept them: its own figures (peak, recompute) are off
+            log.warning("%r chose to recompute values that must not be; kept saved: %s", plan.objective, added)
     return kept
 
 
