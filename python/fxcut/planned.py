@@ -28,6 +28,7 @@ from .solve import memory
 from .solve.budget import BudgetDecision, RuntimeEstimates, check_budget, decide_with_budget
 from .solve.planner import (DEFAULT_MAX_WORK, DEFAULT_SEED_BUDGETS, DEFAULT_TIME_LIMIT, Frontier, PlanProblem,
                             pick, region_groups, roles_for, saved_mask)
+from .solve.hazards import recomputed_hazards
 from .solve.roles import plan_roles
 
 log = logging.getLogger("fxcut")
@@ -149,8 +150,13 @@ class PeakPlanner:
         torch_points = {b: prob.model_point(s) for b, s in seeds.items()}
         torch_sim = prob.simulate(seed_masks[0])
         if (torch_sim.peak_bytes, torch_sim.recompute_flops) != torch_points[1.0]:
-            log.warning("plan: torch's default decision simulates to %s under the plan's roles, %s as torch "
-                        "made it", (torch_sim.peak_bytes, torch_sim.recompute_flops), torch_points[1.0])
+            # Expected where torch's decision recomputes what the plan's roles keep saved (a random op,
+            # a reader of mutated state); anything else is the roles and the memory model disagreeing.
+            unsafe = recomputed_hazards(chosen.decision, chosen.saved, num_fwd_outputs)
+            (log.info if unsafe else log.warning)(
+                "plan: torch's default decision simulates to %s under the plan's roles, %s as torch made it%s",
+                (torch_sim.peak_bytes, torch_sim.recompute_flops), torch_points[1.0],
+                f" (it recomputes {', '.join(h.name for h in unsafe)}, which the plan keeps saved)" if unsafe else "")
         self.last_problem = prob
         groups = region_groups(prob, self.memory_budget)
         current = seed_masks[0]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch.fx as fx
 
+from .._numbers import check_number
 from ..solve.arrays import KIND_OF_OP
 from ..solve.core import MinCutOptions
 from ..torchrules import prepare
@@ -176,12 +177,14 @@ def resolve_budget(joint_module: fx.GraphModule) -> tuple[float, list[float], li
         budget = legacy
     regions, unannotated = region_budgets(joint_module)
     for value in regions:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        try:
+            check_number("region budget", value, 0.0, 1.0)
+        except ValueError:
             raise ValueError(
                 f"torch.autograd.graph.region_activation_memory_budget: the region budget {value!r} "
                 f"(meta['custom'] of node {_annotated_with(joint_module, value)!r}) must be a number "
                 "in [0, 1]"
-            )
+            ) from None
     if regions:
         budget = regions[0]
     return budget, regions, unannotated

@@ -71,11 +71,13 @@ def mutated_inputs(arrays: GraphArrays) -> bytearray:
     kind, nodes = arrays.kind, arrays.nodes
     out = bytearray(n)
     copy_ = torch.ops.aten.copy_.default
-    for i in range(n):
-        if kind[i] == _C.KIND_CALL_FUNCTION and nodes[i].target is copy_ and arrays.arg_ptr[i] < arrays.arg_ptr[i + 1]:
-            dest = arrays.arg_idx[arrays.arg_ptr[i]]
-            if kind[dest] == _C.KIND_PLACEHOLDER:
-                out[dest] = 1
+    if any(t is copy_ for t in _targets(arrays)):
+        for i in range(n):
+            if (kind[i] == _C.KIND_CALL_FUNCTION and nodes[i].target is copy_
+                    and arrays.arg_ptr[i] < arrays.arg_ptr[i + 1]):
+                dest = arrays.arg_idx[arrays.arg_ptr[i]]
+                if kind[dest] == _C.KIND_PLACEHOLDER:
+                    out[dest] = 1
     descs = _output_descriptors(arrays)
     if descs is not None:
         mutated = [d.mutated_input for d in descs if hasattr(d, "mutated_input")]
@@ -103,11 +105,17 @@ def mutated_state(arrays: GraphArrays) -> bytearray:
 
 
 def _output_descriptors(arrays: GraphArrays) -> list[object] | None:
-    outputs = [i for i in range(len(arrays)) if arrays.kind[i] == _C.KIND_OUTPUT]
-    if not outputs:
+    last = next((i for i in range(len(arrays) - 1, -1, -1) if arrays.kind[i] == _C.KIND_OUTPUT), None)
+    if last is None:
         return None
-    descs = arrays.nodes[outputs[-1]].meta.get("desc")
+    descs = arrays.nodes[last].meta.get("desc")
     return list(descs) if isinstance(descs, (list, tuple)) else None
+
+
+def _targets(arrays: GraphArrays) -> list[object]:
+    """The graph's distinct node targets (by identity: an op's own hash is
+    Python code, too slow for every node of a large graph)."""
+    return list({id(node.target): node.target for node in arrays.nodes}.values())
 
 
 def _functional_state(arrays: GraphArrays) -> set[int]:
@@ -180,9 +188,13 @@ def unsafe_nodes(arrays: GraphArrays) -> bytes:
     kind, nodes = arrays.kind, arrays.nodes
     out = bytearray(n)
     facts = default_facts()
-    for i in range(n):
-        if kind[i] == _C.KIND_CALL_FUNCTION and draws_random_numbers(nodes[i], facts):
-            out[i] = RANDOM
+    call = _C.KIND_CALL_FUNCTION
+    # A few hundred distinct targets in a graph of thousands of nodes: ask
+    # about each target once, then look only at the nodes of random ones.
+    if any(facts.seeded(t) for t in _targets(arrays)):
+        for i in range(n):
+            if kind[i] == call and facts.seeded(nodes[i].target) and draws_random_numbers(nodes[i], facts):
+                out[i] = RANDOM
     state = mutated_state(arrays)
     if any(state):
         in_ptr, in_idx, flags = arrays.in_ptr, arrays.in_idx, arrays.flags

@@ -176,6 +176,11 @@ class TargetFacts:
         higher-order op, whose purity depends on its arguments)."""
         return bool(self.flags(target) & (_IMPURE_RANDOM if impure_random else _IMPURE))
 
+    def seeded(self, target: Any) -> bool:
+        """Whether the target draws from the random generator (cached; the
+        per-node exceptions are :func:`draws_random_numbers`')."""
+        return bool(self.flags(target) & _SEEDED)
+
     def flags(self, target: Any) -> int:
         """The target's flag bits, including the Python-only high bits
         (_MUTABLE, _IMPURE, _IMPURE_RANDOM, _HOP) that lowering masks off."""
