@@ -82,7 +82,7 @@ def _graph(*, type_checking: bool = False) -> dict[str, set[str]]:
 #: layer and of the layers below it, never of one above -- at the top of a
 #: module, in a function, or under ``if TYPE_CHECKING``.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaves", ("fxcut._C", "fxcut._version", "fxcut._paths")),
+    ("leaves", ("fxcut._C", "fxcut._version", "fxcut._paths", "fxcut._numbers")),
     ("torchrules", ("fxcut.torchrules",)),  # what copies torch's behaviour, release by release
     ("solve", ("fxcut.solve",)),  # the solvers over the graph array, the bridge to C
     ("route", ("fxcut.route",)),  # guard -> plan -> lower -> decide -> build

@@ -14,6 +14,9 @@
   budget is on the simulated peak of activation memory (:mod:`fxcut.planned`).
 - :class:`PartitionMismatch`, :func:`partition_counts`, the fallback
   warnings: :mod:`fxcut.route.guard` (untested torch, verify mode).
+- :class:`UnsafeRecomputeWarning`: torch's decision recomputes a random op
+  or a reader of mutated state (``safe_budget=True`` keeps those saved):
+  :mod:`fxcut.route.safety`.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -27,6 +30,7 @@ from .torchrules.ops import get_no_copy_ops, is_cast_op
 from .pareto import ParetoPoint, memory_pareto
 from .partition import min_cut_rematerialization_partition
 from .route.plan import Objective, Plan, make_plan
+from .route.safety import UnsafeRecomputeWarning
 from .planned import PeakPlanner, planned_partitioner
 from .zero3 import get_wrapped_partitioner, recompute_param_aliases
 
@@ -46,6 +50,7 @@ __all__ = [
     "ParetoPoint",
     "FallbackWarning",
     "PartitionMismatch",
+    "UnsafeRecomputeWarning",
     "UntestedTorchWarning",
     "VerifyWarning",
     "partition_counts",

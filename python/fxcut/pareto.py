@@ -107,7 +107,7 @@ def memory_pareto(
     if plot is not None:  # fail now, not after the whole sweep
         plot = check_output_path(plot, "plot")
         _pyplot()
-    points_budgets = [check_budget(b) for b in budgets]
+    points_budgets = [check_budget(b, f"budgets[{k}]") for k, b in enumerate(budgets)]
     if plan is None:
         plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
                          static_lifetime_input_indices=static_lifetime_input_indices, solver=solver)

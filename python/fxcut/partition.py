@@ -29,7 +29,7 @@ from .route.build import build
 from .route.decide import Decided, decide
 from .route.guard import Call, Guard
 from .route.lower import lower_plan
-from .route.plan import Objective, Plan, make_plan
+from .route.plan import Objective, Plan, make_plan, safe_budget_mode
 from .solve.budget import BudgetDecision
 
 PartitionResult = tuple[fx.GraphModule, fx.GraphModule]
@@ -45,6 +45,7 @@ def min_cut_rematerialization_partition(
     verify: Any = None,
     allow_untested: bool | None = None,
     objective: Objective | None = None,
+    safe_budget: bool | None = None,
 ) -> PartitionResult:
     """Drop-in for torch's ``min_cut_rematerialization_partition``.
 
@@ -55,12 +56,19 @@ def min_cut_rematerialization_partition(
     partitioner and compare (:mod:`fxcut.route.guard`); ``allow_untested``: run
     fxcut on a torch outside the tested range; ``objective``: choose the
     saved values another way (:class:`fxcut.route.plan.Objective`; verify mode
-    does not apply then).  On any error the module is left exactly as it
-    was (nodes, args, kwargs, meta, generated code).
+    does not apply then).  ``safe_budget`` (or ``FXCUT_SAFE_BUDGET=1``):
+    where torch's decision would recompute a random op or a value that
+    reads state the step mutates (its budget path does), keep that value
+    saved instead (:mod:`fxcut.route.safety`; a deviation from torch's
+    decision, so verify mode does not apply); without it fxcut makes torch's
+    decision and warns (:class:`fxcut.UnsafeRecomputeWarning`).  On any
+    error the module is left exactly as it was (nodes, args, kwargs, meta,
+    generated code).
     """
     return partition(joint_module, _joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
                      static_lifetime_input_indices=static_lifetime_input_indices, verify=verify,
-                     allow_untested=allow_untested, objective=objective).modules
+                     allow_untested=allow_untested, objective=objective,
+                     safe_budget=safe_budget).modules
 
 
 class Partitioned(NamedTuple):
@@ -82,17 +90,20 @@ def partition(
     verify: Any = None,
     allow_untested: bool | None = None,
     objective: Objective | None = None,
+    safe_budget: bool | None = None,
 ) -> Partitioned:
     """:func:`min_cut_rematerialization_partition` with the route behind
     its modules -- the plan and the decision -- for the tools that report
     on a partition (the HTML page, the CLI) without planning it again."""
     call = Call(joint_module, joint_inputs, compiler, num_fwd_outputs, static_lifetime_input_indices)
     routed: Routed | None = None
-    with Guard(call, verify=verify, allow_untested=allow_untested, default_plan=objective is None) as guard:
+    safe = safe_budget_mode(safe_budget)
+    with Guard(call, verify=verify, allow_untested=allow_untested,
+               default_plan=objective is None and not safe) as guard:
         if guard.fxcut_decides:
             plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
                              static_lifetime_input_indices=static_lifetime_input_indices, objective=objective,
-                             rules=guard.rules)
+                             rules=guard.rules, safe_budget=safe)
             routed = route(plan, joint_inputs)
             guard.result, guard.decided = routed.modules, Decided(routed.decision, routed.saved)
     assert guard.result is not None

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch.fx as fx
 
+from ._numbers import check_int, check_number
 from .partition import min_cut_rematerialization_partition
 from .route.plan import Plan
 from .solve import memory
@@ -29,6 +30,7 @@ from .solve import exact as exact_solver
 from .solve.budget import BudgetDecision, RuntimeEstimates, check_budget
 from .solve.planner import (DEFAULT_MAX_WORK, DEFAULT_SEED_BUDGETS, DEFAULT_TIME_LIMIT, Frontier, PlanProblem,
                             limit_of, pick, region_groups, roles_for, saved_mask)
+from .solve.hazards import recomputed_hazards
 from .solve.roles import plan_roles
 
 log = logging.getLogger("fxcut")
@@ -37,6 +39,20 @@ log = logging.getLogger("fxcut")
 SOLVERS = ("search", "exact", "auto")
 #: seconds the exact solver may take per graph (its bound is proven whenever it stops)
 DEFAULT_EXACT_TIME_LIMIT = 60.0
+#: The planner options' upper limits (the C search takes exact_max_free <= 30;
+#: 2**24 decisions is already minutes).
+MAX_EXACT_CANDIDATES = 24
+MAX_WORK = 2**62
+#: seconds: the wall-clock safety net is a limit, not a wish for no limit
+MAX_TIME_LIMIT = 1e6
+
+
+def check_seed_budgets(seed_budgets: object) -> list[float]:
+    """``seed_budgets`` as floats, each in [0, 1]; ValueError naming the
+    option (and the entry) otherwise."""
+    if isinstance(seed_budgets, (str, bytes)) or not hasattr(seed_budgets, "__iter__"):
+        raise ValueError(f"seed_budgets must be a sequence of numbers in [0, 1], got {seed_budgets!r}")
+    return [check_budget(b, f"seed_budgets[{k}]") for k, b in enumerate(seed_budgets)]
 
 
 @dataclass
@@ -75,13 +91,6 @@ class PlanChoice:
     search_point: tuple[int, int] | None = None
 
 
-def _check_number(name: str, value: object, lo: float, hi: float, *, integer: bool = False) -> None:
-    ok = not isinstance(value, bool) and isinstance(value, int if integer else (int, float))
-    if not ok or not lo <= float(value) <= hi:  # type: ignore[arg-type]
-        kind = "an int" if integer else "a number"
-        raise ValueError(f"{name} must be {kind} in [{lo:g}, {hi:g}], got {value!r}")
-
-
 class PeakPlanner:
     """Chooses the saved set of a joint graph under a peak budget.
 
@@ -89,11 +98,13 @@ class PeakPlanner:
     ``exact_max_candidates``: enumerate every decision when at most this many
     forward values are free to save or recompute (0..24).  ``max_work``:
     the search's deterministic budget (units of nodes + edges per simulated
-    decision, >= 1): it stops there on every machine, so plans for two
+    decision, 1..2**62): it stops there on every machine, so plans for two
     budgets on one graph come from the same search and their peaks are
     ordered as the budgets.  ``time_limit``: a wall-clock safety net in
-    seconds (> 0); a search it cuts short may differ between calls
-    (``PlanChoice.timed_out``).  ``seed_budgets``: torch budgets whose
+    seconds (0 < time_limit <= 10**6); a search it cuts short may differ
+    between calls (``PlanChoice.timed_out``).  A value out of range (an
+    int too large for a float, NaN, an infinity or a bool included) is a
+    ValueError naming the option.  ``seed_budgets``: torch budgets whose
     decisions seed the search (1.0 is always included: it defines b=1).
     Region budgets (``torch.autograd.graph.region_activation_memory_budget``)
     override ``memory_budget`` for the values of their region: each region
@@ -111,24 +122,15 @@ class PeakPlanner:
                  exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}, got {solver!r}")
-        _check_number("exact_time_limit", exact_time_limit, 1e-3, math.inf)
+        self.exact_time_limit = check_number("exact_time_limit", exact_time_limit, 1e-3, MAX_TIME_LIMIT)
+        self.memory_budget = check_budget(memory_budget, "memory_budget")
+        self.exact_max_candidates = check_int("exact_max_candidates", exact_max_candidates, 0, MAX_EXACT_CANDIDATES)
+        self.max_work = check_int("max_work", max_work, 1, MAX_WORK)
+        self.time_limit = check_number("time_limit", time_limit, 0.0, MAX_TIME_LIMIT, lo_open=True)
+        self.seed_budgets = sorted(set(check_seed_budgets(seed_budgets)) | {1.0})
         if solver != "search":
             exact_solver.require()  # a missing HiGHS is an ImportError naming the extra, before any graph
         self.solver = solver
-        self.exact_time_limit = float(exact_time_limit)
-        _check_number("memory_budget", memory_budget, 0.0, 1.0)
-        _check_number("exact_max_candidates", exact_max_candidates, 0, 24, integer=True)
-        _check_number("max_work", max_work, 1, 2**62, integer=True)
-        _check_number("time_limit", time_limit, 1e-6, math.inf)
-        try:
-            seeds = [float(check_budget(b)) for b in seed_budgets]
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"seed_budgets: {e}") from None
-        self.memory_budget = float(memory_budget)
-        self.exact_max_candidates = int(exact_max_candidates)
-        self.max_work = int(max_work)
-        self.time_limit = float(time_limit)
-        self.seed_budgets = sorted(set(seeds) | {1.0})
         self.last: PlanChoice | None = None
         self.last_problem: PlanProblem | None = None
         self.last_frontier: Frontier | None = None
@@ -177,8 +179,13 @@ class PeakPlanner:
         torch_points = {b: prob.model_point(s) for b, s in seeds.items()}
         torch_sim = prob.simulate(seed_masks[0])
         if (torch_sim.peak_bytes, torch_sim.recompute_flops) != torch_points[1.0]:
-            log.warning("plan: torch's default decision simulates to %s under the plan's roles, %s as torch "
-                        "made it", (torch_sim.peak_bytes, torch_sim.recompute_flops), torch_points[1.0])
+            # Expected where torch's decision recomputes what the plan's roles keep saved (a random op,
+            # a reader of mutated state); anything else is the roles and the memory model disagreeing.
+            unsafe = recomputed_hazards(chosen.decision, chosen.saved, num_fwd_outputs)
+            (log.info if unsafe else log.warning)(
+                "plan: torch's default decision simulates to %s under the plan's roles, %s as torch made it%s",
+                (torch_sim.peak_bytes, torch_sim.recompute_flops), torch_points[1.0],
+                f" (it recomputes {', '.join(h.name for h in unsafe)}, which the plan keeps saved)" if unsafe else "")
         self.last_problem = prob
         groups = region_groups(prob, self.memory_budget, plan.rules)
         current = seed_masks[0]

@@ -52,12 +52,13 @@ from ..zero3 import ParamIndex, PartitionFn
 _saved: dict[tuple[str, str], Any] = {}
 #: Held by install() and uninstall() for their whole read-check-write.
 _lock = threading.Lock()
-#: install(memory_budget=b): the planned partitioner DeepCompile cuts with (empty: torch's decision).
+#: install(memory_budget=b) / install(safe_budget=...): what DeepCompile cuts with (empty: fxcut's default path).
 _planned: dict[str, PartitionFn] = {}
 
 
 def _partition() -> PartitionFn:
-    """What DeepCompile cuts with: fxcut's default path, or the plan install() was given."""
+    """What DeepCompile cuts with: fxcut's default path, or the plan (or
+    ``safe_budget``) install() was given."""
     return _planned.get("fn", fxcut_partition)
 
 
@@ -145,24 +146,33 @@ def installed() -> bool:
         return bool(_saved)
 
 
-def install(memory_budget: float | None = None) -> None:
+def install(memory_budget: float | None = None, *, safe_budget: bool | None = None) -> None:
     """Make DeepCompile use fxcut (idempotent, atomic).  Raises ImportError
     when DeepSpeed's compile package does not import, AttributeError when it
     lacks a name this module replaces (an incompatible DeepSpeed); then
     nothing is patched.  ``memory_budget``: cut with
     :func:`fxcut.planned_partitioner` (the budget on the simulated peak; under
     ZeRO-3 the plan recomputes what the walk requires plus what it chooses)
-    instead of torch's decision; None: torch's decision.  A later install()
-    sets it again."""
+    instead of torch's decision; None: torch's decision.  ``safe_budget``:
+    as :func:`fxcut.min_cut_rematerialization_partition`'s (None:
+    ``FXCUT_SAFE_BUDGET`` decides at partition time; a plan never recomputes
+    what it keeps saved).  A bad value raises ValueError naming the option,
+    before anything is patched.  A later install() sets both again."""
+    from ..route.plan import safe_budget_mode
+
+    chosen: PartitionFn | None = None
     if memory_budget is not None:
         from ..planned import planned_partitioner
 
-        planned = planned_partitioner(memory_budget)  # ValueError naming memory_budget
+        chosen = planned_partitioner(memory_budget)  # ValueError naming memory_budget
+    elif safe_budget is not None:
+        safe_budget_mode(safe_budget)  # ValueError naming safe_budget
+        chosen = functools.partial(fxcut_partition, safe_budget=safe_budget)
     with _lock:
-        if memory_budget is None:
+        if chosen is None:
             _planned.clear()
         else:
-            _planned["fn"] = planned
+            _planned["fn"] = chosen
         if _saved:  # installed: the budget is read at partition time, the backend's name rebound
             if ("backend", "min_cut_rematerialization_partition") in _saved:
                 setattr(_modules()["backend"], "min_cut_rematerialization_partition", _partition())

@@ -55,7 +55,7 @@ def build(plan: Plan, chosen: BudgetDecision, saved: list[int], joint_inputs: An
     try:
         prepare.apply(joint_module, plan.prep, lowered)
     except prepare.PreparationMismatch:
-        if plan.objective is not None:
+        if plan.objective is not None or plan.safe_budget:  # a deviation from torch's decision is not re-derived
             raise
         log.error("fxcut: DCE/CSE plan diverged from the graph; deciding again on the graph as it is")
         chosen = plan.budget_pass(lower_for_partition(joint_module.graph, plan.facts, rules=plan.rules,

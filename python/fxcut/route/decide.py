@@ -4,8 +4,11 @@
 over its lowered graph, under the plan's budget, solver and options
 (:func:`decide_plan`), then -- when the plan has an objective -- lets the
 objective choose the saved values from that decision (checked by
-:func:`check_saved`).  Read only: nothing is written to the graph before
-the build step.
+:func:`check_saved`), and last hands the saved values to
+:func:`fxcut.route.safety.safe_saved` (torch's decision warned about where
+it recomputes a random op or a reader of mutated state; kept saved under
+``safe_budget`` and for an objective).  Read only: nothing is written to
+the graph before the build step.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from ..solve.arrays import GraphArrays
 from ..solve.budget import BudgetDecision, check_regions
 from ..solve.roles import plan_roles
 from .plan import Plan
+from .safety import safe_saved
 
 
 class Decided(NamedTuple):
@@ -31,9 +35,9 @@ class Decided(NamedTuple):
 def decide(plan: Plan, arrays: GraphArrays) -> Decided:
     """The decision step of the route for ``plan`` lowered as ``arrays``."""
     chosen = decide_plan(plan, arrays)
-    if plan.objective is None:
-        return Decided(chosen, chosen.saved)
-    return Decided(chosen, check_saved(plan, chosen, plan.objective.choose_saved(plan, chosen)))
+    saved = chosen.saved if plan.objective is None else check_saved(
+        plan, chosen, plan.objective.choose_saved(plan, chosen))
+    return Decided(chosen, safe_saved(plan, chosen, saved))
 
 
 def decide_plan(plan: Plan, arrays: GraphArrays) -> BudgetDecision:

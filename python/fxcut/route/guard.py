@@ -401,9 +401,10 @@ class Guard:
         self.mode = verify_mode(verify)
         if self.mode is not None and not default_plan:
             raise ValueError(
-                "verify mode checks fxcut against torch's exact decision; a plan with an objective "
-                "decides differently on purpose, so verify applies to the default plan only "
-                "(pass verify=False, or objective=None)"
+                "verify mode checks fxcut against torch's exact decision; a plan with an objective, "
+                "or safe_budget=True (FXCUT_SAFE_BUDGET=1), decides differently on purpose, so verify "
+                "applies to the default plan only (pass verify=False, or objective=None and "
+                "safe_budget=False)"
             )
         self.allow_untested = allow_untested
         self.result: PartitionResult | None = None

@@ -14,17 +14,23 @@ graph the partitioner decides on, under the same budget.
 
 ``Plan.objective``: None is torch's exact decision.  Anything else is an
 :class:`Objective` that chooses the saved values from the decision the core
-made (the peak-aware planner of issue 15 is one).
+made (the peak-aware planner of issue 15 is one).  ``Plan.safe_budget``
+(``safe_budget=True`` or ``FXCUT_SAFE_BUDGET=1``): torch's decision, except
+that a value torch would recompute although recomputing it draws other
+random numbers or reads state the step mutates is kept saved
+(:mod:`fxcut.route.safety`).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch.fx as fx
 
+from .._numbers import check_number
 from ..solve.arrays import KIND_OF_OP, GraphArrays
 from ..solve.budget import (BudgetDecision, Estimator, RuntimeEstimates, Solver, budget_pass, check_budget,
                             check_estimator, check_solver, legacy_budget, region_budgets)
@@ -81,6 +87,9 @@ class Plan:
     impure_random: bool
     #: None: torch's exact decision; else what chooses the saved values
     objective: Objective | None = None
+    #: keep saved what torch's decision would recompute unsafely (random
+    #: draws, reads of mutated state): a deviation from torch's decision
+    safe_budget: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -112,13 +121,15 @@ def make_plan(
     budget: float | None = None,
     solver: Solver | None = None,
     rules: Rules | None = None,
+    safe_budget: bool | None = None,
 ) -> Plan:
     """Validate one partition call and plan it (reads the config now, as
     torch does at call time; writes nothing).  ``budget`` / ``solver``:
     override the resolved budget and the configured solver (the Pareto
     sweep's budgets).  ``rules``: the running torch's rules, as the guard
     looked them up (looked up here when None); every step after the plan
-    reads ``plan.rules``."""
+    reads ``plan.rules``.  ``safe_budget``: :func:`safe_budget_mode`'s
+    argument (None: ``FXCUT_SAFE_BUDGET`` decides)."""
 
     if not isinstance(joint_module, fx.GraphModule):
         raise TypeError(
@@ -128,6 +139,7 @@ def make_plan(
         raise TypeError(f"num_fwd_outputs must be an int, got {num_fwd_outputs!r}")
     if objective is not None and not callable(getattr(objective, "choose_saved", None)):
         raise TypeError(f"objective must have a choose_saved(plan, decision) method, got {objective!r}")
+    safe = safe_budget_mode(safe_budget)
     static_indices = check_static_indices(static_lifetime_input_indices)
     graph = joint_module.graph
     check_nodes(graph)
@@ -140,7 +152,7 @@ def make_plan(
         # The objective owns the budget (region budgets included): the core
         # makes torch's default decision, which the objective starts from.
         resolved, regions, unannotated = 1.0, [], []
-    resolved = check_budget(resolved if budget is None else budget)
+    resolved = check_budget(resolved) if budget is None else check_budget(budget, "budget")
     solver = rules.config("activation_memory_budget_solver") if solver is None else solver
     estimator = rules.config("activation_memory_budget_runtime_estimator")
     if 0.0 < resolved < 1.0 or objective is not None:  # an objective may run budget passes at any budget
@@ -152,7 +164,26 @@ def make_plan(
     prep = prepare.plan(graph, facts, cse=bool(rules.config("cse")), impure_random=impure_random,
                         rules=rules, num_fwd_outputs=num_fwd_outputs)
     return Plan(joint_module, num_fwd_outputs, static_indices, rules, options, resolved, solver, estimator, regions,
-                unannotated, prep, facts, impure_random, objective)
+                unannotated, prep, facts, impure_random, objective, safe)
+
+
+SAFE_BUDGET_ENV = "FXCUT_SAFE_BUDGET"
+
+
+def safe_budget_mode(safe_budget: bool | None = None) -> bool:
+    """``safe_budget`` as given (True/False), else ``FXCUT_SAFE_BUDGET``
+    (``1``/``true``/``on``/``yes``; ``0``/``false``/``off``/``no``/unset).
+    Anything else is a ValueError naming the option."""
+    if safe_budget is not None:
+        if not isinstance(safe_budget, bool):
+            raise ValueError(f"safe_budget must be True, False or None, got {safe_budget!r}")
+        return safe_budget
+    value = os.environ.get(SAFE_BUDGET_ENV, "").strip().lower()
+    if value in ("", "0", "false", "off", "no"):
+        return False
+    if value in ("1", "true", "on", "yes"):
+        return True
+    raise ValueError(f"{SAFE_BUDGET_ENV}={os.environ[SAFE_BUDGET_ENV]!r}: expected 1 or 0 (true/false, on/off)")
 
 
 def resolve_budget(joint_module: fx.GraphModule, rules: Rules) -> tuple[float, list[float], list[fx.Node]]:
@@ -166,12 +197,14 @@ def resolve_budget(joint_module: fx.GraphModule, rules: Rules) -> tuple[float, l
         budget = legacy
     regions, unannotated = region_budgets(joint_module, rules)
     for value in regions:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        try:
+            check_number("region budget", value, 0.0, 1.0)
+        except ValueError:
             raise ValueError(
                 f"torch.autograd.graph.region_activation_memory_budget: the region budget {value!r} "
                 f"(meta['custom'] of node {_annotated_with(joint_module, value)!r}) must be a number "
                 "in [0, 1]"
-            )
+            ) from None
     if regions:
         budget = regions[0]
     return budget, regions, unannotated
@@ -252,5 +285,5 @@ def check_nodes(graph: fx.Graph) -> None:
         raise ValueError(f"joint_module's graph does not end in an output node (its last node is {last.name!r})")
 
 
-__all__ = ["Objective", "Plan", "check_nodes", "check_static_indices", "make_plan", "offloading_pass",
-           "resolve_budget"]
+__all__ = ["Objective", "Plan", "SAFE_BUDGET_ENV", "check_nodes", "check_static_indices", "make_plan",
+           "offloading_pass", "resolve_budget", "safe_budget_mode"]

@@ -38,6 +38,7 @@ from torch.utils._mode_utils import no_dispatch
 from torch.utils._ordered_set import OrderedSet
 
 import fxcut._C as _C
+from .._numbers import check_number
 from .core import Decision, MinCutOptions, budget_plan, decide
 from .knapsack import SOLVERS, KnapsackChoice, solve
 from .arrays import GraphArrays
@@ -70,14 +71,10 @@ _TORCH_SOLVERS = ("dynamic_memory_budget_dp",)
 # --------------------------------------------------------------------------- configuration
 
 
-def check_budget(budget: object) -> float:
-    """The budget as a float; ValueError naming it unless it is in [0, 1]."""
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)):
-        raise ValueError(f"activation_memory_budget must be a number in [0, 1], got {budget!r}")
-    value = float(budget)
-    if not 0.0 <= value <= 1.0:  # NaN fails too
-        raise ValueError(f"activation_memory_budget must be in [0, 1], got {budget!r}")
-    return value
+def check_budget(budget: object, name: str = "activation_memory_budget") -> float:
+    """The budget as a float; ValueError naming it (``name``) unless it is
+    a number in [0, 1] (:func:`fxcut._numbers.check_number`)."""
+    return check_number(name, budget, 0.0, 1.0)
 
 
 def check_solver(solver: object) -> None:

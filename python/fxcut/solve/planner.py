@@ -16,8 +16,10 @@ frontier point of least recompute cost whose peak is at most
 peak no higher than torch's with no more recompute, b=0 the lowest peak found.
 
 Never recomputed by a plan: inputs, MUST_SAVE-tagged values, random ops
-(unless tagged to be recomputed, which torch handles), collectives, impure /
-mutating / effectful ops, backward hooks, symbolic values.  Always
+(every op tagged ``nondeterministic_seeded``, unless tagged to be recomputed:
+torch replays those), readers of state the step mutates (even when tagged),
+collectives, impure / mutating / effectful ops, backward hooks, symbolic
+values (:mod:`fxcut.solve.roles`, :mod:`fxcut.solve.hazards`).  Always
 recomputed: MUST_RECOMPUTE / PREFER_RECOMPUTE tags (SAC, the ZeRO-3 walk),
 values that must be in the backward.
 """

@@ -28,6 +28,8 @@ from typing import Any, NoReturn
 
 import torch
 
+from .._numbers import check_number
+
 #: ``python -m fxcut`` with no arguments: a Llama-style model under bf16
 #: autocast, its parameters treated as ZeRO-3 parameters.
 DEFAULT_ARGS = ["partition", "--model", "llama", "--layers", "4", "--hidden", "1024", "--heads", "16",
@@ -270,13 +272,11 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
     from .report import Comparison, Zero3Summary, summarize
     from ..zero3 import recompute_param_aliases
 
-    if args.budget is not None and not 0 <= args.budget <= 1:
-        raise UsageError(f"--budget {args.budget} must be between 0 and 1")
+    _check_fraction("--budget", args.budget)
     plan_budget = getattr(args, "plan_budget", None)
     objective = None
     if plan_budget is not None:
-        if not 0 <= plan_budget <= 1:
-            raise UsageError(f"--plan-budget {plan_budget} must be between 0 and 1")
+        _check_fraction("--plan-budget", plan_budget)
         from ..planned import PeakPlanner
 
         objective = PeakPlanner(plan_budget, solver=args.plan_solver, exact_time_limit=args.plan_time_limit)
@@ -464,6 +464,17 @@ def run_explain(args: argparse.Namespace) -> dict[str, Any]:
         return explain_value(gm, args.value, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
     except UnknownNodeError as e:
         raise UsageError(str(e)) from None
+
+
+def _check_fraction(flag: str, value: float | None) -> None:
+    """UsageError unless ``value`` (a parsed float: ``1e400`` is inf) is
+    None or a number in [0, 1] (:func:`fxcut._numbers.check_number`)."""
+    if value is None:
+        return
+    try:
+        check_number(flag, value, 0.0, 1.0)
+    except ValueError:
+        raise UsageError(f"{flag} {value} must be a number between 0 and 1") from None
 
 
 def _positive_int(text: str) -> int:

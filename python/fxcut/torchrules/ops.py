@@ -46,6 +46,7 @@ _MUTABLE = 1 << 40  # the target's schema is mutable
 _IMPURE = 1 << 41  # dead-code elimination keeps it (impure_random=False)
 _IMPURE_RANDOM = 1 << 42  # likewise with impure_random=True
 _HOP = 1 << 43  # a higher-order op: purity depends on the node's arguments
+_SEEDED = 1 << 44  # draws from the random generator (see draws_random_numbers)
 
 
 def _wait_allgather_op() -> Any | None:
@@ -175,6 +176,11 @@ class TargetFacts:
         higher-order op, whose purity depends on its arguments)."""
         return bool(self.flags(target) & (_IMPURE_RANDOM if impure_random else _IMPURE))
 
+    def seeded(self, target: Any) -> bool:
+        """Whether the target draws from the random generator (cached; the
+        per-node exceptions are :func:`draws_random_numbers`')."""
+        return bool(self.flags(target) & _SEEDED)
+
     def flags(self, target: Any) -> int:
         """The target's flag bits, including the Python-only high bits
         (_MUTABLE, _IMPURE, _IMPURE_RANDOM, _HOP) that lowering masks off."""
@@ -256,6 +262,9 @@ class TargetFacts:
             bits |= F_NON_BUILTIN
         if isinstance(target, torch._ops.HigherOrderOperator):
             bits |= _HOP
+        if (isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
+                or target is _run_and_save_rng_state()):
+            bits |= _SEEDED
         else:
             from torch._library.utils import is_impure as torch_is_impure
 
@@ -286,6 +295,12 @@ def triton_wrapper_op() -> Any | None:
     triton kernel, functionalized), or None where this torch has not
     registered it: the one place fxcut looks it up."""
     return getattr(torch.ops.higher_order, "triton_kernel_wrapper_functional", None)
+
+
+def _run_and_save_rng_state() -> Any | None:
+    """``torch.ops.higher_order.run_and_save_rng_state`` (runs an op on the
+    live generator and returns its state), or None where absent."""
+    return getattr(torch.ops.higher_order, "run_and_save_rng_state", None)
 
 
 def auto_functionalized_op() -> Any | None:
@@ -375,12 +390,19 @@ def is_rng_node(node: fx.Node, zero_dropout_sdpa_is_rng: bool) -> bool:
     target = node.target
     if torch.Tag.nondeterministic_seeded not in getattr(target, "tags", ()):
         return False
-    if zero_dropout_sdpa_is_rng or not isinstance(target, torch._ops.OpOverload):
-        return True
+    return zero_dropout_sdpa_is_rng or not has_zero_dropout(node)
+
+
+def has_zero_dropout(node: fx.Node) -> bool:
+    """Whether ``node`` is an op with a ``dropout_p`` argument (the SDPA
+    family) whose value is statically 0: such an op draws no random number."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
     schema_args = target._schema.arguments
     pos = next((k for k, a in enumerate(schema_args) if a.name == "dropout_p"), None)
     if pos is None:
-        return True
+        return False
     if len(node.args) > pos:
         p = node.args[pos]
     elif "dropout_p" in node.kwargs:
@@ -388,10 +410,42 @@ def is_rng_node(node: fx.Node, zero_dropout_sdpa_is_rng: bool) -> bool:
     elif schema_args[pos].default_value is not None:
         p = schema_args[pos].default_value
     else:
-        return True
+        return False
     from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-    return not statically_known_true(p == 0.0)  # type: ignore[arg-type]  # p: a float or SymFloat, never a Tensor
+    return bool(statically_known_true(p == 0.0))  # type: ignore[arg-type]  # p: a float or SymFloat, never a Tensor
+
+
+def _replays_rng(target: Any) -> bool:
+    """An op tagged ``nondeterministic_seeded`` whose numbers are a function
+    of its arguments: ``rngprims.philox_rand`` takes the seed and offset it
+    draws from (torch's functionalized RNG), so running it again replays it."""
+    philox = getattr(getattr(torch.ops, "rngprims", None), "philox_rand", None)
+    return philox is not None and target in (philox, getattr(philox, "default", None))
+
+
+def draws_random_numbers(node: fx.Node, facts: TargetFacts | None = None) -> bool:
+    """Whether running ``node`` a second time would draw different numbers
+    from the generator than its first run: every op torch tags
+    ``nondeterministic_seeded`` (the random factories and their ``_like``
+    forms, ``bernoulli``, ``normal``, ``multinomial``, the in-place samplers,
+    dropout, inductor's ``inductor_seeds``, ...) and the higher-order op
+    that runs one on the live generator (``run_and_save_rng_state``) --
+    except an SDPA-family op whose ``dropout_p`` is statically 0, and an op
+    whose seed and offset are its arguments (``philox_rand``), which
+    replay.  A value such a node computes must be saved for the backward,
+    not recomputed, unless its RNG state is replayed (torch's RNG
+    functionalization of ``MUST_RECOMPUTE``-tagged nodes does that).
+
+    This is fxcut's rule for what a plan may recompute, not torch's random
+    ban (``F_RANDOM``: torch's short ``random_ops`` list, which the default
+    decision follows)."""
+    if node.op != "call_function":
+        return False
+    bits = (facts or default_facts()).flags(node.target)
+    if not bits & _SEEDED:
+        return False
+    return not has_zero_dropout(node) and not _replays_rng(node.target)
 
 
 def is_impure(node: fx.Node, facts: TargetFacts, impure_random: bool) -> bool:

@@ -350,7 +350,7 @@ _EXTRACT, _PREPARE, _CODEGEN, _SNAPSHOT, _OPS = (f"fxcut.torchrules.{m}" for m i
     "extract", "prepare", "codegen", "snapshot", "ops"))
 _VERSIONS, _GATE = "fxcut.torchrules.versions", "fxcut.torchrules.gate"
 _LOWER, _BUILD, _GUARD, _PLAN = (f"fxcut.route.{m}" for m in ("lower", "build", "guard", "plan"))
-_BUDGET, _PLANNER, _ROLES = (f"fxcut.solve.{m}" for m in ("budget", "planner", "roles"))
+_BUDGET, _PLANNER, _ROLES, _HAZARDS = (f"fxcut.solve.{m}" for m in ("budget", "planner", "roles", "hazards"))
 _TORCH_COMPILE, _DEEPSPEED = "fxcut.integrations.torch_compile", "fxcut.integrations.deepspeed"
 _PY_LOWER, _PY_PREPARE, _PY_CSE = "csrc/py_lower.c", "csrc/py_prepare.c", "csrc/py_cse.c"
 _TP, _AOT = "torch._functorch.partitioners", "torch._functorch._aot_autograd"
@@ -404,6 +404,8 @@ _LISTED: list[Private] = [
     *_rows(TORCH, (_TORCH_COMPILE,), "torch._inductor.custom_graph_pass.CustomPartitionerFn",
            "torch._inductor.custom_graph_pass.get_hash_for_files", "torch._inductor.compile_fx.compile_fx",
            "torch._dynamo.backends.common.aot_autograd"),
+    Private("torch._functorch.aot_autograd.aot_module_simplified", TORCH, (_TORCH_COMPILE,),
+            note="its signature: the keywords aot_backend() passes on (an unknown one is a TypeError)"),
     Private("torch._inductor.compile_fx.partition_fn", TORCH, (_DEEPSPEED,)),
     Private("torch._inductor.fx_passes.control_dependencies.control_deps", TORCH, (_GUARD,), releases=_FROM_214,
             note="the control_deps op torch splits (Rules.splits_control_deps): such graphs go to torch"),
@@ -414,8 +416,8 @@ _LISTED: list[Private] = [
     Private("torch._ops.OpOverload", TORCH, (_LOWER, _ROLES, _CODEGEN, _OPS, _PREPARE, _GATE)),
     Private("torch._ops.OpOverloadPacket", TORCH, (_OPS,)),
     Private("torch._ops.HigherOrderOperator", TORCH, (_OPS, _PREPARE)),
-    Private("torch._ops.OpOverload._schema", TORCH, (_LOWER, _OPS)),
-    Private("torch._ops.OpOverload._overloadpacket", TORCH, (_ROLES,)),
+    Private("torch._ops.OpOverload._schema", TORCH, (_LOWER, _OPS, _HAZARDS)),
+    Private("torch._ops.OpOverload._overloadpacket", TORCH, (_ROLES, _HAZARDS)),
     Private("torch._ops.OpOverload._boxed_arg_indices", TORCH, (_CODEGEN,), releases=("2.15",), how=OPTIONAL,
             note="set on a few targets only; torch 2.15's generator boxes those arguments, fxcut's leaves such a "
                  "target to torch's"),
