@@ -60,7 +60,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import gc
 import json
 import os
 import statistics
@@ -197,30 +196,24 @@ def _record_partition(fn: Callable[..., Any]) -> Callable[..., Any]:
     return timed
 
 
-_INSTRUMENTED: list[bool] = []
-
-
-def _instrument() -> None:
-    """Wrap every partition function the backends call, once per process:
-    torch's min-cut as inductor calls it, fxcut's (plan or default) as
-    both fxcut backends obtain it, and the planner's ``plan``."""
-    if _INSTRUMENTED:
-        return
+@contextlib.contextmanager
+def _instrumented() -> Iterator[None]:
+    """Wrap every partition function the backends call, for the duration:
+    torch's min-cut as inductor calls it, fxcut's (plan or default) as both
+    fxcut backends obtain it, and the planner's ``plan``."""
     import torch._inductor.compile_fx as cfx
 
     import fxcut.partition
     import fxcut.planned
     from fxcut.integrations import torch_compile as tc
 
-    cfx.min_cut_rematerialization_partition = _record_partition(cfx.min_cut_rematerialization_partition)
+    torch_min_cut = cfx.min_cut_rematerialization_partition
     choose = tc._fxcut_partition
+    plan = fxcut.planned.PeakPlanner.plan
 
     def fxcut_partition(verify: Any, memory_budget: float | None = None) -> Any:
         fn = choose(verify, memory_budget)
         return _record_partition(fn if fn is not None else fxcut.partition.min_cut_rematerialization_partition)
-
-    tc._fxcut_partition = fxcut_partition
-    plan = fxcut.planned.PeakPlanner.plan
 
     def planned(self: Any, *args: Any, **kwargs: Any) -> Any:
         choice = plan(self, *args, **kwargs)
@@ -228,8 +221,15 @@ def _instrument() -> None:
             _TIMINGS[_CURRENT[-1]].plans.append((choice.seconds, choice.peak_bytes, choice.torch_peak_bytes))
         return choice
 
+    cfx.min_cut_rematerialization_partition = _record_partition(torch_min_cut)
+    tc._fxcut_partition = fxcut_partition
     fxcut.planned.PeakPlanner.plan = planned  # type: ignore[method-assign]
-    _INSTRUMENTED.append(True)
+    try:
+        yield
+    finally:
+        cfx.min_cut_rematerialization_partition = torch_min_cut
+        tc._fxcut_partition = choose
+        fxcut.planned.PeakPlanner.plan = plan  # type: ignore[method-assign]
 
 
 # --------------------------------------------------------------------------- compiling
@@ -309,55 +309,15 @@ def compare_grads(got: dict[str, torch.Tensor | None], want: dict[str, torch.Ten
 
 # --------------------------------------------------------------------------- the profiled step
 
-_FORWARD, _BACKWARD = "realbench.forward", "realbench.backward"
-
 
 def _profiled_step(fn: Callable[..., Any], module: torch.nn.Module, built: RealModel) -> tuple[torch.Tensor, dict[str, int]]:
-    from torch.profiler import ProfilerActivity, profile, record_function
+    """One step under the profiler (:func:`fxcut.tools.measure.profile_step`):
+    its loss and its memory figures, as :class:`Measurement` fields."""
+    from fxcut.tools.measure import profile_step
 
     module.zero_grad(set_to_none=True)
-    gc.collect()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        with record_function(_FORWARD):
-            loss = fn(**built.inputs)
-        with record_function(_BACKWARD):
-            loss.backward()
-    return loss.detach(), step_memory(prof)
-
-
-def step_memory(prof: Any) -> dict[str, int]:
-    """Peaks of the live bytes a profiled step allocated beyond its start
-    (``peak_bytes``, and within the forward / backward ranges), what was
-    live when the forward range closed, and the number of allocations."""
-    from torch._C._profiler import _EventType
-
-    events: list[tuple[int, int]] = []
-    ranges: dict[str, tuple[int, int]] = {}
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.tag == _EventType.TorchOp and node.name in (_FORWARD, _BACKWARD):
-            ranges[node.name] = (node.start_time_ns, node.end_time_ns)
-        elif node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
-            events.append((node.start_time_ns, int(node.extra_fields.alloc_size)))
-        stack.extend(node.children)
-    events.sort(key=lambda e: e[0])
-    fw_end = ranges.get(_FORWARD, (0, 0))[1]
-    bw_start = ranges.get(_BACKWARD, (fw_end, fw_end))[0]
-    live = peak = fw_peak = bw_peak = 0
-    after_forward = None
-    for t, delta in events:
-        if after_forward is None and t > fw_end:
-            after_forward = live
-        live += delta
-        peak = max(peak, live)
-        if t <= fw_end:
-            fw_peak = max(fw_peak, live)
-        elif t >= bw_start:
-            bw_peak = max(bw_peak, live)
-    return {"peak_bytes": peak, "forward_peak_bytes": fw_peak, "backward_peak_bytes": bw_peak,
-            "after_forward_bytes": live if after_forward is None else after_forward,
-            "allocations": sum(1 for _, d in events if d > 0)}
+    loss, memory = profile_step(lambda: fn(**built.inputs))
+    return loss, asdict(memory)
 
 
 def _first_lines(e: BaseException, n: int = 6) -> str:
@@ -382,9 +342,15 @@ def measure_in_process(model: str, backends: Sequence[Backend], *, warmup: int =
     """Measure ``backends`` on ``model`` in this process (module docstring).
     Call it in a fresh process (:func:`measure` does) for a fresh inductor
     cache; a build failure is recorded for every backend."""
-    _instrument()
-    torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
-    torch._dynamo.config.accumulated_cache_size_limit = max(512, torch._dynamo.config.accumulated_cache_size_limit)
+    limits = torch._dynamo.config.patch(cache_size_limit=max(64, torch._dynamo.config.cache_size_limit),
+                                         accumulated_cache_size_limit=max(
+                                             512, torch._dynamo.config.accumulated_cache_size_limit))
+    with _instrumented(), limits:
+        return _measure_all(model, backends, warmup, steps, rounds, built_fn)
+
+
+def _measure_all(model: str, backends: Sequence[Backend], warmup: int, steps: int, rounds: int,
+                 built_fn: Callable[[str], RealModel]) -> list[Measurement]:
     try:
         built = built_fn(model)
         initial = WithLoss(built)
