@@ -166,7 +166,8 @@ def markdown(data: dict[str, Any], regime: str) -> str:
         "request on both sides). step fxcut/stock: median of per-round ratios of the two sides' median step "
         "times, rounds interleaved in one process. grads: the largest per-parameter max |compiled - eager| / "
         "max |eager| of either side. Partition: the partition function's seconds summed over the graphs "
-        "(plan: the planner's part of fxcut's). \"step failed\": the compiled step raised (at b < 1 torch's "
+        "(plan: the planner's part of fxcut's). The plan's memory model: its own figures for the graphs it "
+        "planned (MiB, summed over graphs), the unfused program's, which inductor does not run. \"step failed\": the compiled step raised (at b < 1 torch's "
         "budget path recomputes batch norm and autograd's version check fails: issue 24).",
         "",
     ]
@@ -206,8 +207,9 @@ def markdown(data: dict[str, Any], regime: str) -> str:
             extra.append(f"torch's default (stock b=1): peak {_mib(ref.peak_bytes)} MiB, step "
                          f"{_s(ref.step_s, 1e3, '.1f')} ms; parameters {_mib(ref.param_bytes)} MiB, gradients "
                          f"{_mib(ref.grad_bytes)} MiB")
-        lines += [head, "", "; ".join(extra) + ("." if extra else ""), "",
-                  "| b | stock peak | fxcut peak | fxcut / stock | plan's model: plan / torch peak | stock step ms | "
+        lines += [head, ""] + (["; ".join(extra) + ".", ""] if extra else []) + [
+                  "| b | stock peak | fxcut peak | fxcut / stock | plan's memory model (unfused): plan / torch default | "
+                  "stock step ms | "
                   "fxcut step ms | step fxcut/stock | grads stock / fxcut | partition s stock / fxcut (plan) | "
                   "graphs |",
                   "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|"]
