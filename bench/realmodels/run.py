@@ -172,19 +172,19 @@ def markdown(data: dict[str, Any], regime: str) -> str:
         "",
     ]
     summary = summarize(points, regime)
-    lines += ["| model | b=0: peak fxcut vs stock | b=1: fxcut / stock default | fxcut peak monotonic in b | "
-              "stock points dominated (peak <=, step <= 1.05x) | worst grad rel. err | stock failed at b |",
+    lines += ["| model | b=0: peak fxcut vs stock | b=1: peak fxcut vs stock default | fxcut peak monotonic in b | "
+              "stock points dominated (peak <=, step <= 1.05x) | worst grad rel. err | failed at b: stock / fxcut |",
               "|---|---:|---:|---|---|---:|---|"]
     for model in models:
         r = summary[model]
         gain = "-" if r["b0_gain"] is None else f"{-100 * r['b0_gain']:+.1f}%"
-        b1 = "-" if r["b1_vs_default"] is None else f"{r['b1_vs_default']:.3f}"
+        b1 = "-" if r["b1_vs_default"] is None else f"{100 * (r['b1_vs_default'] - 1):+.2f}%"
         mono = "-" if r["monotonic"] is None else ("yes" if r["monotonic"] else "**no**")
         dom = r["dominated"]
         domtext = f"{sum(dom.values())}/{len(dom)}" + (
             "" if all(dom.values()) else " (not: " + ", ".join(f"{b:g}" for b, v in sorted(dom.items()) if not v) + ")")
         err = "-" if r["max_grad_rel_err"] is None else f"{r['max_grad_rel_err']:.0e}"
-        failed = ", ".join(f"{b:g}" for b in r["stock_failed"]) or "none"
+        failed = " / ".join(", ".join(f"{b:g}" for b in r[k]) or "none" for k in ("stock_failed", "fxcut_failed"))
         lines.append(f"| {model} | {gain} | {b1} | {mono} | {domtext} | {err} | {failed} |")
     with_b0 = [r for r in summary.values() if r["b0_gain"] is not None]
     met20 = sum(1 for r in with_b0 if r["b0_gain"] >= 0.20)
