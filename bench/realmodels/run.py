@@ -265,11 +265,12 @@ def save(path: Path | None, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def publish(md_path: str, data: dict[str, Any], regime: str) -> None:
+def publish(md_path: str, data: dict[str, Any], regime: str, note: str | None = None) -> None:
     sys.path.insert(0, str(HERE.parent))
     from docs_sections import replace_section  # bench/, next to this package
 
-    replace_section(md_path, SECTION[regime], f"## {TITLE[regime]}\n\n" + markdown(data, regime))
+    head = f"## {TITLE[regime]}\n\n" + (f"{note}\n\n" if note else "")
+    replace_section(md_path, SECTION[regime], head + markdown(data, regime))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redo", action="store_true", help="measure points the --json file already holds again")
     ap.add_argument("--md", help="write the section into this Markdown file (e.g. docs/plan.md)")
     ap.add_argument("--from-json", action="store_true", help="measure nothing: write --md from --json")
+    ap.add_argument("--note", help="a paragraph printed under the section's title (e.g. how the run was split)")
     a = ap.parse_args(argv)
     data = load(a.json)
     if not a.from_json:
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {model} b={b:g}: {point['seconds']:.0f} s, step fxcut/stock {point['step_ratio']}, "
                       f"load {point['load']}", flush=True)
     if a.md:
-        publish(a.md, data, a.regime)
+        publish(a.md, data, a.regime, a.note)
     return 0
 
 
