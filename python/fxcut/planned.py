@@ -9,6 +9,15 @@ The planner seeds the search with torch's own decisions at several budgets
 Everything else -- validation, DCE/CSE, tags, module building, fallback and
 restore on failure -- is the default route's.  Verify mode does not apply:
 the plan is meant to differ from torch's decision.
+
+The memory model is the backend's (``memory_model``): ``"inductor"`` when
+inductor compiles the modules (kernels, inlined pointwise chains, in-place
+buffers: :mod:`fxcut.solve.memory`), ``"unfused"`` when they run op by op
+(AOT Autograd's no-op compilers).  The recompute cost (``cost``) is torch's
+FLOPs or a modelled time (:mod:`fxcut.solve.cost`: bytes moved for
+memory-bound ops, FLOPs for compute-bound ones, an inlined recomputation
+nearly free under inductor); ``"time"`` is the default under inductor,
+``"flops"`` under the unfused model (the figures docs/plan.md publishes).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from .partition import min_cut_rematerialization_partition
 from .route.plan import Plan
 from .solve import memory
 from .solve.budget import BudgetDecision, RuntimeEstimates, check_budget, decide_with_budget
+from .solve.cost import MachineModel, machine_for, node_costs
 from .solve.planner import (DEFAULT_MAX_WORK, DEFAULT_SEED_BUDGETS, DEFAULT_TIME_LIMIT, Frontier, PlanProblem,
                             pick, region_groups, roles_for, saved_mask)
 from .solve.roles import plan_roles
@@ -51,6 +61,21 @@ class PlanChoice:
     torch_points: dict[float, tuple[int, int]] = field(default_factory=dict)
     #: the wall-clock safety net stopped a search (the plan may then differ between calls)
     timed_out: bool = False
+    #: the memory model ("unfused" or "inductor") and the recompute cost's unit
+    #: ("flops": torch's FLOPs; "time": modelled picoseconds) the plan used
+    memory_model: str = "unfused"
+    cost: str = "flops"
+
+
+COSTS: tuple[str, ...] = ("flops", "time")
+
+
+def _check_cost(cost: object, memory_model: str) -> str:
+    if cost is None:
+        return "time" if memory_model == "inductor" else "flops"
+    if cost not in COSTS:
+        raise ValueError(f"cost must be None or one of {', '.join(map(repr, COSTS))}, got {cost!r}")
+    return str(cost)
 
 
 def _check_number(name: str, value: object, lo: float, hi: float, *, integer: bool = False) -> None:
@@ -76,11 +101,22 @@ class PeakPlanner:
     Region budgets (``torch.autograd.graph.region_activation_memory_budget``)
     override ``memory_budget`` for the values of their region: each region
     is planned with its own limit, in graph order, the others held fixed.
+    ``memory_model``: ``"unfused"`` (the modules run op by op) or
+    ``"inductor"`` (inductor compiles them); the backend decides (module
+    docstring).  ``cost``: ``"flops"``, ``"time"``, or None (``"time"``
+    under inductor, ``"flops"`` unfused).  ``machine``: the rates of the
+    time model (None: :func:`fxcut.solve.cost.machine_for` the graph's device).
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
                  max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
-                 seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS) -> None:
+                 seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, memory_model: str = "unfused",
+                 cost: str | None = None, machine: MachineModel | None = None) -> None:
+        self.memory_model = memory.check_memory_model(memory_model)
+        self.cost = _check_cost(cost, self.memory_model)
+        if machine is not None and not isinstance(machine, MachineModel):
+            raise ValueError(f"machine must be None or a fxcut.solve.cost.MachineModel, got {machine!r}")
+        self.machine = machine
         _check_number("memory_budget", memory_budget, 0.0, 1.0)
         _check_number("exact_max_candidates", exact_max_candidates, 0, 24, integer=True)
         _check_number("max_work", max_work, 1, 2**62, integer=True)
@@ -100,7 +136,8 @@ class PeakPlanner:
 
     def __repr__(self) -> str:
         return (f"PeakPlanner(memory_budget={self.memory_budget!r}, exact_max_candidates="
-                f"{self.exact_max_candidates!r}, max_work={self.max_work!r}, time_limit={self.time_limit!r})")
+                f"{self.exact_max_candidates!r}, max_work={self.max_work!r}, time_limit={self.time_limit!r}, "
+                f"memory_model={self.memory_model!r}, cost={self.cost!r})")
 
     def choose_saved(self, plan: Plan, decision: BudgetDecision) -> list[int]:
         """The saved node indices (into ``decision.decision.arrays``) for
@@ -115,9 +152,16 @@ class PeakPlanner:
         arrays = chosen.decision.arrays
         marks = memory.extraction_marks(arrays)
         roles = plan_roles(chosen.decision, marks)
-        # the memory model's own facts: its storages, its op costs (torch's knapsack estimator), its marks
-        return PlanProblem(arrays, num_fwd_outputs, roles, memory.storage_of(arrays),
-                           memory.node_flops(arrays, estimates), marks=marks)
+        storage = memory.storage_of(arrays)
+        flops = memory.node_flops(arrays, estimates)
+        fused = self.memory_model == "inductor"
+        inlined = None
+        if self.cost == "time":
+            machine = self.machine or machine_for(memory.graph_device(arrays))
+            flops, inlined = node_costs(arrays, flops, storage, machine, fused=fused)
+        inductor = memory.inductor_model(arrays, inlined) if fused else None
+        # the memory model's own facts: its storages, its op costs, its marks, the backend's model
+        return PlanProblem(arrays, num_fwd_outputs, roles, storage, flops, marks=marks, inductor=inductor)
 
     def torch_seeds(self, graph: fx.Graph, chosen: BudgetDecision, num_fwd_outputs: int,
                     static_lifetime_input_indices: list[int] | None,
@@ -173,10 +217,11 @@ class PeakPlanner:
         saved = [i for i in range(n) if current[i]]
         self.last = PlanChoice(saved, final.peak_bytes, final.recompute_flops, torch_sim.peak_bytes,
                                torch_sim.recompute_flops, lowest, points, exact, time.perf_counter() - t0,
-                               per_region, torch_points, timed_out)
-        log.info("plan: budget %g, peak %d (torch %d, lowest %d), recompute %d flops (torch %d), %d points, %.1f ms",
-                 self.memory_budget, final.peak_bytes, torch_sim.peak_bytes, lowest, final.recompute_flops,
-                 torch_sim.recompute_flops, points, self.last.seconds * 1e3)
+                               per_region, torch_points, timed_out, self.memory_model, self.cost)
+        log.info("plan: budget %g, %s model, peak %d (torch %d, lowest %d), recompute %d %s (torch %d), %d points, "
+                 "%.1f ms", self.memory_budget, self.memory_model, final.peak_bytes, torch_sim.peak_bytes, lowest,
+                 final.recompute_flops, "ps" if self.cost == "time" else "flops", torch_sim.recompute_flops, points,
+                 self.last.seconds * 1e3)
         return self.last
 
 
@@ -186,13 +231,18 @@ class PeakPlanner:
 
 def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
                         max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
-                        seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS) -> Any:
+                        seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, memory_model: str = "unfused",
+                        cost: str | None = None, machine: MachineModel | None = None) -> Any:
     """A partition_fn with torch's signature ``(joint_module, joint_inputs,
     compiler="inductor", *, num_fwd_outputs, static_lifetime_input_indices=None)``
     whose saved set is :class:`PeakPlanner`'s (options as there; a bad one
-    raises ValueError naming it).  The default path does the rest."""
+    raises ValueError naming it).  ``memory_model``: ``"inductor"`` when
+    inductor compiles the modules this partition_fn builds, ``"unfused"``
+    when they run op by op (``fxcut.inductor_backend`` and
+    ``fxcut.aot_backend`` choose for you).  The default path does the rest."""
     planner = PeakPlanner(memory_budget, exact_max_candidates=exact_max_candidates, max_work=max_work,
-                          time_limit=time_limit, seed_budgets=seed_budgets)
+                          time_limit=time_limit, seed_budgets=seed_budgets, memory_model=memory_model, cost=cost,
+                          machine=machine)
 
     def planned_partition(joint_module: fx.GraphModule, joint_inputs: Any, compiler: str = "inductor", *,
                           num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,
@@ -204,4 +254,4 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
     planned_partition.planner = planner  # type: ignore[attr-defined]
     return planned_partition
 
-__all__ = ["PeakPlanner", "PlanChoice", "planned_partitioner"]
+__all__ = ["COSTS", "PeakPlanner", "PlanChoice", "planned_partitioner"]

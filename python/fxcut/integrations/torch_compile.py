@@ -96,10 +96,10 @@ DECISION_FILES: tuple[str, ...] = (
     "_paths.py", "explain.py", "pareto.py", "partition.py", "planned.py", "zero3.py",
     *(os.path.join(layer, name) for layer, names in (
         ("route", ("__init__.py", "build.py", "decide.py", "guard.py", "lower.py", "plan.py")),
-        ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "knapsack.py", "maxflow.py",
-                   "memory.py", "planner.py", "roles.py")),
-        ("torchrules", ("__init__.py", "codegen.py", "extract.py", "ops.py", "prepare.py", "snapshot.py",
-                        "versions.py")),
+        ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "cost.py", "knapsack.py",
+                   "maxflow.py", "memory.py", "planner.py", "roles.py")),
+        ("torchrules", ("__init__.py", "codegen.py", "extract.py", "fusion.py", "ops.py", "prepare.py",
+                        "snapshot.py", "versions.py")),
     ) for name in names),
     os.path.join("integrations", "torch_compile.py"),
 )
@@ -124,34 +124,41 @@ class InductorPartitioner(CustomPartitionerFn):
     """
 
     def __init__(self, param_indices: Iterable[ParamIndex] = (), verify: Any = None,
-                 memory_budget: float | None = None) -> None:
+                 memory_budget: float | None = None, memory_model: str = "inductor") -> None:
         # Only plain data here: inductor pickles its config, this object
         # included, into its cache key.
         self.param_indices: list[ParamIndex] = [(int(e[0]), int(e[1]), e[2]) for e in param_indices]
         # "raise", "warn", "off" (explicitly off), or None (FXCUT_VERIFY decides)
         self.verify = (verify_mode(verify) or "off") if verify is not None else None
-        _check_plan_options(memory_budget, self.verify)
+        _check_plan_options(memory_budget, self.verify, memory_model)
         # None: torch's decision; a number: fxcut.planned_partitioner's budget on the peak
         self.memory_budget = None if memory_budget is None else float(memory_budget)
+        # the plan's memory model: inductor compiles what this partitioner builds
+        self.memory_model = memory_model
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
                  ) -> tuple[fx.GraphModule, fx.GraphModule]:
         partition = get_wrapped_partitioner(bool(self.param_indices), self.param_indices,
-                                            _fxcut_partition(self.verify, self.memory_budget))
+                                            _fxcut_partition(self.verify, self.memory_budget, self.memory_model))
         return partition(gm, joint_inputs, **kwargs)
 
     def uuid(self) -> Any:
         # verify mode re-decides with torch: a graph cached without it is
         # not a verified one.
-        return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify), self.memory_budget)
+        return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify), self.memory_budget,
+                self.memory_model)
 
     def __repr__(self) -> str:
         return (f"InductorPartitioner(param_indices={self.param_indices!r}, verify={self.verify!r}, "
-                f"memory_budget={self.memory_budget!r})")
+                f"memory_budget={self.memory_budget!r}, memory_model={self.memory_model!r})")
 
 
-def _check_plan_options(memory_budget: Any, verify: Any) -> None:
-    """``memory_budget`` in [0, 1] or None; verify mode is the default path's only."""
+def _check_plan_options(memory_budget: Any, verify: Any, memory_model: Any = "unfused") -> None:
+    """``memory_budget`` in [0, 1] or None; verify mode is the default path's
+    only; ``memory_model`` one of the memory models."""
+    from ..solve.memory import check_memory_model
+
+    check_memory_model(memory_model)
     if memory_budget is None:
         return
     if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, float)) or not 0 <= memory_budget <= 1:
@@ -161,16 +168,16 @@ def _check_plan_options(memory_budget: Any, verify: Any) -> None:
                          "not with memory_budget (a plan differs from torch's decision by design)")
 
 
-def _fxcut_partition(verify: Any, memory_budget: float | None = None) -> Any:
+def _fxcut_partition(verify: Any, memory_budget: float | None = None, memory_model: str = "unfused") -> Any:
     """fxcut's public partition function, with ``verify`` when given (else
-    ``FXCUT_VERIFY`` decides at call time), or the planned partitioner when
-    ``memory_budget`` is given."""
+    ``FXCUT_VERIFY`` decides at call time), or the planned partitioner on
+    ``memory_model`` when ``memory_budget`` is given."""
     from .. import partition
 
     if memory_budget is not None:
         from ..planned import planned_partitioner
 
-        return planned_partitioner(memory_budget)
+        return planned_partitioner(memory_budget, memory_model=memory_model)
     if verify is None:
         return None  # get_wrapped_partitioner's default: fxcut's partition
     return functools.partial(partition.min_cut_rematerialization_partition, verify=verify)
@@ -186,7 +193,7 @@ def _check_inductor_options(options: dict[str, Any]) -> None:
 
 
 def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget: float | None = None,
-                     **inductor_options: Any) -> Backend:
+                     memory_model: str = "inductor", **inductor_options: Any) -> Backend:
     """A ``torch.compile`` backend: inductor, with fxcut's partitioner.
 
     ``inductor_options`` are inductor config options, as ``torch.compile``'s
@@ -195,17 +202,19 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     ``"warn"`` decides every graph with torch's partitioner too and compares
     (:mod:`fxcut.route.guard`); None leaves it to ``FXCUT_VERIFY``.
     ``memory_budget``: partition with :func:`fxcut.planned_partitioner`
-    (the budget on the simulated peak) instead of torch's decision.
+    (the budget on the simulated peak) instead of torch's decision, on the
+    inductor memory model (``memory_model``: what inductor runs; ``"unfused"``
+    plans as if the modules ran op by op).
     """
     options = {k.replace("-", "_"): v for k, v in inductor_options.items()}
     _check_inductor_options(options)
     if verify is not None:
         verify = verify_mode(verify) or "off"
-    _check_plan_options(memory_budget, verify)
+    _check_plan_options(memory_budget, verify, memory_model)
 
     def fxcut_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params), verify,
-                                          memory_budget)
+                                          memory_budget, memory_model)
         return compile_fx(gm, example_inputs, config_patches={**options, "custom_partitioner_fn": partitioner})
 
     return fxcut_inductor
@@ -213,26 +222,29 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
 
 def aot_backend(fw_compiler: Callable[..., Any] | None = None, bw_compiler: Callable[..., Any] | None = None,
                 zero3_params: Any = None, verify: Any = None, memory_budget: float | None = None,
-                **aot_kwargs: Any) -> Backend:
+                memory_model: str = "unfused", **aot_kwargs: Any) -> Backend:
     """A ``torch.compile`` backend: AOT Autograd with fxcut's partitioner.
 
     ``fw_compiler`` defaults to torch's no-op compiler (eager kernels),
     ``bw_compiler`` to ``fw_compiler``; ``aot_kwargs`` go to
     ``torch._dynamo.backends.common.aot_autograd`` (e.g. ``decompositions``).
     See the module docstring for ``zero3_params``; ``verify`` as for
-    :func:`inductor_backend`; ``memory_budget`` as for :func:`inductor_backend`.
+    :func:`inductor_backend`; ``memory_budget`` as for :func:`inductor_backend`,
+    on the unfused memory model (the modules run op by op); pass
+    ``memory_model="inductor"`` when the compilers given run inductor.
     """
     if "partition_fn" in aot_kwargs:
         raise ValueError("aot_backend sets partition_fn itself")
     if verify is not None:
         verify = verify_mode(verify) or "off"
-    _check_plan_options(memory_budget, verify)
+    _check_plan_options(memory_budget, verify, memory_model)
 
     def fxcut_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         indices = zero3_param_indices(gm, example_inputs, zero3_params)
         fw = fw_compiler if fw_compiler is not None else nop
         bw = bw_compiler if bw_compiler is not None else fw
-        partition_fn = get_wrapped_partitioner(bool(indices), indices, _fxcut_partition(verify, memory_budget))
+        partition_fn = get_wrapped_partitioner(bool(indices), indices,
+                                               _fxcut_partition(verify, memory_budget, memory_model))
         return aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition_fn, **aot_kwargs)(gm, example_inputs)
 
     return fxcut_aot
