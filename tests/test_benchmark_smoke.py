@@ -1,4 +1,6 @@
-"""bench/partition_benchmark.py runs end to end at a tiny size and reports what it should.
+"""The benchmarks run end to end at a tiny size and report what they should:
+bench/partition_benchmark.py, bench_releases.py, bench_compile.py, and the
+real-model harness (bench/realmodels: a measured peak, gradients compared).
 
 A smoke test of the benchmark's plumbing, not a measurement: no timing is
 asserted, only the result's structure and that fxcut's saved values equal
@@ -9,8 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
+import torch
 
 pytest.importorskip("networkx")
 pytest.importorskip("scipy")
@@ -195,3 +199,138 @@ def test_bench_compile_aot_noop_round_in_fresh_processes(tmp_path) -> None:
     text = md.read_text()
     assert f"| {torch.__version__} | aot-noop | 1 |" in text and "Command: `cmd`" in text and "**smoke**" in text
     assert "aot-noop" in readme.read_text() and "docs/bench_compile.md" in readme.read_text()
+
+
+# --------------------------------------------------------------------------- the real-model harness (bench/realmodels)
+
+from realmodels import measure as realmeasure  # noqa: E402
+from realmodels import models as realmodels  # noqa: E402
+from realmodels import run as realrun  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def inductor_point() -> list:
+    """One real measurement, as the benchmark makes it: a fresh process with
+    a fresh inductor cache, the torch-only MLP, stock and fxcut under inductor
+    at budget 0, and eager (~1 min on a loaded 2-core machine)."""
+    return realmeasure.measure("plain_mlp", ["stock@0", "fxcut@0", "eager"], warmup=1, steps=1, rounds=2,
+                               timeout=600)
+
+
+def test_harness_measures_a_peak_the_step_really_holds(inductor_point) -> None:
+    for m in inductor_point:
+        assert m.ok, (m.backend, m.status, m.error)
+        # the gradients are allocated inside the step: a peak below them measured nothing
+        assert m.grad_bytes == m.param_bytes == realmodels.build("plain_mlp").parameter_bytes() > 0
+        assert m.peak_bytes >= m.grad_bytes, m
+        assert m.allocations > 0
+        assert 0 <= m.forward_peak_bytes <= m.peak_bytes and m.backward_peak_bytes <= m.peak_bytes
+        assert m.after_forward_bytes <= m.forward_peak_bytes
+
+
+def test_harness_compares_every_gradient_with_eager(inductor_point) -> None:
+    n_params = len(list(realmodels.build("plain_mlp").model.parameters()))
+    for m in inductor_point:
+        assert m.grads_compared == n_params and m.grads_missing == []
+        assert m.grad_max_rel_err is not None and m.grad_max_rel_err < 1e-4, m.backend
+        assert math.isclose(m.loss, m.eager_loss, rel_tol=1e-5)
+    eager = inductor_point[2]
+    assert eager.grad_max_abs_err == 0.0  # eager against its own reference: the same computation
+
+
+def test_harness_times_partitioners_and_steps_in_rounds(inductor_point) -> None:
+    stock, fx, eager = inductor_point
+    assert (stock.backend, fx.backend, eager.backend) == ("stock@0", "fxcut@0", "eager")
+    for m in (stock, fx):
+        assert m.partition_calls >= 1 and m.partition_s > 0 and m.compile_s > m.partition_s
+    assert fx.plan_s is not None and 0 < fx.plan_s <= fx.partition_s
+    assert len(fx.model_peaks) == fx.partition_calls and all(p["plan"] > 0 for p in fx.model_peaks)
+    assert stock.plan_s is None and stock.model_peaks == []
+    assert eager.partition_calls == 0
+    for m in inductor_point:
+        assert len(m.round_step_s) == 2 and all(s > 0 for s in m.round_step_s)
+        assert m.step_s == statistics.median(m.round_step_s)
+    assert realrun.step_ratio(stock, fx) == statistics.median(
+        f / s for s, f in zip(stock.round_step_s, fx.round_step_s))
+
+
+def test_benchmark_report_shows_the_measured_figures(inductor_point, tmp_path) -> None:
+    point = {"model": "plain_mlp", "budget": 0.0, "regime": "inductor", "seconds": 1.0, "load": [1.0, 2.0],
+             "measurements": [m.as_dict() for m in inductor_point],
+             "step_ratio": realrun.step_ratio(inductor_point[0], inductor_point[1])}
+    data = {"points": [point], "command": "cmd", "machine": "here", "torch": "t", "threads": 2}
+    text = realrun.markdown(data, "inductor")
+    stock, fx = inductor_point[0], inductor_point[1]
+    row = next(line for line in text.splitlines() if line.startswith("| 0 |"))
+    assert f"| {stock.peak_bytes / 2**20:.2f} | {fx.peak_bytes / 2**20:.2f} | {fx.peak_bytes / stock.peak_bytes:.3f} |" in row
+    gain = 1 - fx.peak_bytes / stock.peak_bytes
+    assert f"| plain_mlp | {-100 * gain:+.1f}% |" in text
+    md = tmp_path / "plan.md"
+    md.write_text("# plan\n\nhand-written\n")
+    realrun.publish(str(md), data, "inductor")
+    assert "hand-written" in md.read_text() and "## Under inductor, measured" in md.read_text()
+
+
+def test_compare_grads_reports_the_worst_relative_error_and_missing_ones() -> None:
+    want = {"a": torch.tensor([1.0, -4.0]), "b": torch.tensor([2.0]), "c": None, "d": torch.ones(2)}
+    got = {"a": torch.tensor([1.0, -3.0]), "b": torch.tensor([2.0]), "c": None, "d": None}
+    abs_err, rel_err, compared, missing = realmeasure.compare_grads(got, want)
+    assert (abs_err, rel_err, compared, missing) == (1.0, 0.25, 2, ["d"])
+
+
+def test_backend_specs_parse_and_bad_ones_name_the_problem() -> None:
+    b = realmeasure.Backend.parse("fxcut-unfused@0.3")
+    assert (b.kind, b.regime, b.budget, b.label) == ("fxcut", "unfused", 0.3, "fxcut-unfused@0.3")
+    assert realmeasure.Backend.parse("stock").label == "stock" and realmeasure.Backend.parse("eager").budget is None
+    for text, word in (("torch@0", "kind"), ("stock-fused@0", "regime"), ("stock@2", "budget"), ("stock@x", "budget"),
+                       ("eager@0", "eager")):
+        with pytest.raises(ValueError, match=word):
+            realmeasure.Backend.parse(text)
+
+
+def test_profile_step_counts_what_the_step_allocates() -> None:
+    from fxcut.tools.measure import profile_step
+
+    n = 1 << 16
+    x = torch.randn(n, requires_grad=True)
+    loss, mem = profile_step(lambda: (x * 3.0).exp().sum())
+    # the forward keeps exp's output (4n bytes) for the backward; the backward makes x's gradient (4n)
+    assert mem.after_forward_bytes >= 4 * n and mem.peak_bytes >= 8 * n
+    assert mem.peak_bytes < 16 * n + 4096 and mem.allocations >= 3
+    assert x.grad is not None and torch.allclose(x.grad, 3 * (x.detach() * 3).exp())
+
+
+def test_a_failed_build_or_child_is_recorded_not_raised() -> None:
+    assert [m.status for m in realmeasure.measure("no_such_model", ["eager"])] == ["build_failed"]
+    crashed = realmeasure.measure("plain_mlp", ["eager", "stock@1"], python="/bin/false")
+    assert [m.status for m in crashed] == ["crashed", "crashed"] and "exit status 1" in crashed[0].error
+
+
+
+def test_a_failing_compile_is_recorded_and_the_other_backends_measured(monkeypatch) -> None:
+    import fxcut
+
+    def exploding_backend(**options):
+        def backend(gm, example_inputs):
+            raise RuntimeError("the backend exploded")
+        return backend
+
+    monkeypatch.setattr(fxcut, "aot_backend", exploding_backend)
+    got = realmeasure.measure_in_process("plain_mlp", [realmeasure.Backend("fxcut", "unfused", 0.0),
+                                                       realmeasure.Backend("stock", "unfused", 1.0)],
+                                         warmup=0, steps=1, rounds=1)
+    assert got[0].status == "compile_failed" and "the backend exploded" in got[0].error
+    assert got[0].peak_bytes is None and got[0].step_s is None
+    assert got[1].ok and got[1].peak_bytes >= got[1].grad_bytes > 0 and got[1].partition_calls == 1
+    assert len(got[1].round_step_s) == 1
+
+
+def test_models_are_deterministic_and_torch_only_ones_need_no_extra() -> None:
+    assert realmodels.available("plain_mlp") and realmodels.available("plain_convnet")
+    assert len([n for n in realmodels.BUILDERS if not n.startswith("plain_")]) >= 12
+    a, b = realmodels.build("plain_convnet"), realmodels.build("plain_convnet")
+    for (na, pa), (nb, pb) in zip(a.model.named_parameters(), b.model.named_parameters()):
+        assert na == nb and torch.equal(pa, pb)
+    assert all(torch.equal(a.inputs[k], b.inputs[k]) for k in a.inputs)
+    with pytest.raises(ValueError, match="unknown model"):
+        realmodels.build("nope")

@@ -251,12 +251,13 @@ def test_the_main_job_prints_no_numpy_warning(tmp_path):
     torch's NumPy warning is absent from stderr.  The control run, with
     numpy hidden, shows the check looks for the warning torch does print."""
     small = ["partition", "--model", "llama", "--layers", "1", "--hidden", "64", "--heads", "4", "--seq", "16",
-             "--dtype", "bfloat16", "--zero3"]
+             "--dtype", "bfloat16", "--zero3", "--peaks"]
     assert [a for a in cli.DEFAULT_ARGS if a.startswith("--")] == [a for a in small if a.startswith("--")]
     proc = subprocess.run([sys.executable, "-m", "fxcut", *small], capture_output=True, text=True,
                           env=_env(), timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "fxcut vs torch" in proc.stdout
+    assert "the memory plan against torch" in proc.stdout and "plan / torch" in proc.stdout
     assert NUMPY_WARNING not in proc.stderr, proc.stderr
     hidden = tmp_path / "hidden" / "numpy"
     hidden.mkdir(parents=True)
@@ -383,3 +384,89 @@ def test_bench_without_a_source_checkout_is_one_line_and_writes_nothing(capsys, 
 def test_bench_runs_the_checkouts_benchmark():
     assert cli.BENCH_SCRIPT.resolve() == (ROOT / "bench" / "partition_benchmark.py").resolve()
     assert cli.BENCH_SCRIPT.is_file()
+
+
+# --------------------------------------------------------------------------- --peaks: the plan against torch (issue 23, item 6)
+
+
+def _library_peaks(model: str, *, zero3: bool = False, dtype: torch.dtype | None = None, real: bool = False,
+                   **cfg) -> dict[str, dict[str, int]]:
+    """The memory model's peaks the CLI should print: the library's planner on the same capture."""
+    cap = capture_model(model, autocast_dtype=dtype, fake=not real, **cfg)
+    out: dict[str, dict[str, int]] = {"torch": {}, "plan": {}}
+    for b in (0.0, 1.0):
+        partition = fxcut.planned_partitioner(b)
+        gm = cap.fresh()
+        if zero3:
+            fxcut.recompute_param_aliases(gm.graph, cap.param_indices)
+        partition(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+        out["plan"][f"{b:g}"] = partition.planner.last.peak_bytes
+        out["torch"][f"{b:g}"] = partition.planner.last.torch_points[b][0]
+    return out
+
+
+def _peak_rows(out: str, block: str) -> dict[str, list[str]]:
+    """The rows (torch, fxcut plan, plan / torch) of the --peaks block whose heading starts with ``block``."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(block))
+    assert lines[start + 1].split() == ["budget", "0", "budget", "1"], lines[start + 1]
+    rows = {}
+    for line in lines[start + 2:start + 5]:
+        label = line[:16].strip()
+        rows[label] = line[16:].split()
+    assert set(rows) == {"torch", "fxcut plan", "plan / torch"}, lines[start:start + 5]
+    return rows
+
+
+def _assert_peak_block(rows: dict[str, list[str]], figures: dict[str, dict[str, int]]) -> None:
+    for label, side in (("torch", "torch"), ("fxcut plan", "plan")):
+        assert rows[label] == [x for b in ("0", "1") for x in (f"{figures[side][b] / 2**20:,.2f}", "MiB")]
+    assert rows["plan / torch"] == [f"{figures['plan'][b] / figures['torch'][b]:.3f}" for b in ("0", "1")]
+
+
+def test_peaks_print_the_memory_models_figures_for_that_graph(capsys):
+    argv = ["partition", "--model", "gpt2", "--layers", "1", "--hidden", "64", "--seq", "32", "--zero3", "--peaks"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    want = _library_peaks("gpt2", zero3=True, layers=1, hidden=64, seq=32)
+    _assert_peak_block(_peak_rows(out, "memory model"), want)
+    assert "measured" not in out  # fake tensors: nothing to measure
+    assert cli.main(argv + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["peaks"] == {"model": want}  # to the byte
+    # the model's own claim on this graph: the plan's budget-0 peak is the lowest it found, below torch's
+    assert want["plan"]["0"] < want["torch"]["0"] and want["plan"]["1"] <= want["torch"]["1"]
+
+
+def test_peaks_real_prints_one_measured_step_of_each_side(capsys):
+    from fxcut.tools.capture import CaptureOptions
+    from fxcut.tools.measure import measured_peaks
+    from fxcut.tools.models import build_model
+
+    argv = ["partition", "--model", "mlp", "--real", "--peaks", "--json"]
+    assert cli.main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    peaks = data["peaks"]
+    assert peaks["measured_backend"] == "aot"
+    assert peaks["model"] == _library_peaks("mlp", real=True)
+    # CPU allocation is deterministic: the same model measured again by the library gives the same bytes
+    built = build_model("mlp")
+    again = measured_peaks(built.model, built.make_inputs(), built.loss_fn, options=CaptureOptions())
+    assert peaks["measured"] == {side: {f"{b:g}": m.peak_bytes for b, m in d.items()} for side, d in again.items()}
+    grads = sum(p.numel() * p.element_size() for p in built.model.parameters())
+    for side in ("torch", "plan"):
+        for b in ("0", "1"):
+            assert peaks["measured"][side][b] >= grads  # the step makes every gradient
+    assert cli.main(argv[:-1]) == 0
+    out = capsys.readouterr().out
+    _assert_peak_block(_peak_rows(out, "memory model"), peaks["model"])
+    _assert_peak_block(_peak_rows(out, "measured"), peaks["measured"])
+    assert "backend aot: AOT Autograd with no-op compilers" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--real-backend", "inductor", "--zero3"], ["--real-backend inductor", "--zero3"]),
+    (["--real-backend", "tvm"], ["--real-backend", "tvm"]),
+])
+def test_bad_peaks_options_are_one_line(capsys, argv, words):
+    _one_line_error(capsys, ["partition", "--model", "mlp", "--real", "--peaks", *argv], *words)

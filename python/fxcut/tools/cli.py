@@ -29,9 +29,14 @@ from typing import Any, NoReturn
 import torch
 
 #: ``python -m fxcut`` with no arguments: a Llama-style model under bf16
-#: autocast, its parameters treated as ZeRO-3 parameters.
+#: autocast, its parameters treated as ZeRO-3 parameters, the memory plan's
+#: peak against torch's beside the exact-torch comparison.
 DEFAULT_ARGS = ["partition", "--model", "llama", "--layers", "4", "--hidden", "1024", "--heads", "16",
-                "--seq", "512", "--dtype", "bfloat16", "--zero3"]
+                "--seq", "512", "--dtype", "bfloat16", "--zero3", "--peaks"]
+
+#: --real-backend's choices (fxcut.tools.measure.MEASURE_BACKENDS; not
+#: imported here: the parser is built before torch's heavier modules load).
+MEASURE_BACKEND_CHOICES = ("aot", "inductor")
 
 DTYPES = {
     "float32": torch.float32,
@@ -105,15 +110,26 @@ def _model_config(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
-def _capture(args: argparse.Namespace) -> Any:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
+def _capture(args: argparse.Namespace, built: tuple[Any, Any, Any] | None = None) -> Any:
+    """Trace the model of ``args`` (``built``: the built-in model's
+    ``(model, inputs, loss_fn)`` from :func:`_build_builtin`, built here when None)."""
     from . import capture as cap
-    from .models import MODELS, BlockStack
 
     autocast = _dtype(args.dtype)
     if args.module:
         return _capture_user_module(args, autocast)
+    model, inputs, loss_fn = built if built is not None else _build_builtin(args)
+    return cap.capture(model, inputs, loss_fn, autocast_dtype=autocast, checkpoint=args.checkpoint,
+                       fake=not args.real)
+
+
+def _build_builtin(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The built-in model of ``args``, checked: ``(model, inputs, loss_fn)``,
+    with fake tensors unless ``--real``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .models import MODELS, BlockStack
+
     if args.input:
         raise UsageError("--input describes the inputs of --module; built-in models make their own")
     if args.model not in MODELS:
@@ -132,8 +148,7 @@ def _capture(args: argparse.Namespace) -> Any:
         inputs = make_inputs()
     if args.checkpoint and not isinstance(model, BlockStack):
         raise UsageError(f"--checkpoint: model {args.model!r} is not made of blocks")
-    return cap.capture(model, inputs, loss_fn, autocast_dtype=autocast, checkpoint=args.checkpoint,
-                       fake=not args.real)
+    return model, inputs, loss_fn
 
 
 def _max_elements(real: bool) -> int:
@@ -279,8 +294,18 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
         from ..planned import planned_partitioner
 
         fxcut_partition = planned_partitioner(plan_budget)
+    peaks = getattr(args, "peaks", False)
+    real_backend = getattr(args, "real_backend", "aot")
+    built = None
+    if peaks and args.real:
+        if args.module:
+            raise UsageError("--peaks --real measures built-in models only (--module: drop --real)")
+        if real_backend == "inductor" and args.zero3:
+            raise UsageError("--real-backend inductor does not take --zero3: torch's inductor backend has no "
+                             "ZeRO-3 walk to measure against (use --real-backend aot)")
+        built = _build_builtin(args)
     if captured is None:
-        captured = _capture(args)
+        captured = _capture(args, built)
     budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
 
     def run(fn: Any, walk: bool) -> tuple[Any, Any, float, list[Any]]:
@@ -325,6 +350,14 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
             saved_bytes_without_walk=plain.saved_bytes,
             saved_bytes_with_walk=ours.saved_bytes,
         )
+    extra: dict[str, Any] = {"model": args.module or args.model, "parameters": len(captured.param_indices)}
+    if plan_budget is not None:
+        extra["plan_budget"] = plan_budget
+    if peaks:
+        extra["peaks"] = {"model": model_peaks(captured, args.zero3)}
+        if built is not None:
+            extra["peaks"]["measured"] = measured_step_peaks(args, built, real_backend)
+            extra["peaks"]["measured_backend"] = real_backend
     return Comparison(
         fxcut=ours,
         torch=theirs,
@@ -332,9 +365,80 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
         same_graphs=same_graphs,
         zero3=zero3,
         joint_nodes=captured.num_nodes,
-        extra={"model": args.module or args.model, "parameters": len(captured.param_indices),
-               **({"plan_budget": plan_budget} if plan_budget is not None else {})},
+        extra=extra,
     )
+
+
+#: --peaks: the budgets at which the plan's peak is set against torch's.
+PEAK_BUDGETS = (0.0, 1.0)
+
+
+def model_peaks(captured: Any, zero3: bool) -> dict[str, dict[str, int]]:
+    """The memory model's peak bytes of the partitions of ``captured``'s
+    joint graph: ``"torch"``, torch's decision at
+    ``activation_memory_budget=b``; ``"plan"``, ``fxcut.planned_partitioner(b)``'s;
+    both after DeepCompile's walk with ``zero3``.  Keys: the budgets as text."""
+    from ..planned import planned_partitioner
+    from ..zero3 import recompute_param_aliases
+
+    out: dict[str, dict[str, int]] = {"torch": {}, "plan": {}}
+    for b in PEAK_BUDGETS:
+        partition = planned_partitioner(b)
+        gm = captured.fresh()
+        if zero3:
+            recompute_param_aliases(gm.graph, captured.param_indices)
+        partition(gm, captured.joint_inputs, num_fwd_outputs=captured.num_fwd_outputs, **captured.partition_kwargs)
+        choice = partition.planner.last
+        if choice is None:
+            raise UsageError("--peaks: the plan did not run on this graph (fxcut handed it to torch's "
+                             "partitioner; run with -v for the reason)")
+        out["plan"][f"{b:g}"] = choice.peak_bytes
+        out["torch"][f"{b:g}"] = choice.torch_points[b][0]
+    return out
+
+
+def measured_step_peaks(args: argparse.Namespace, built: tuple[Any, Any, Any], backend: str
+                        ) -> dict[str, dict[str, int]]:
+    """--peaks --real: one profiled training step of the built model per side
+    and budget (:func:`fxcut.tools.measure.measured_peaks`): peak bytes."""
+    from .capture import CaptureOptions
+    from .measure import measured_peaks
+
+    model, inputs, loss_fn = built
+    options = CaptureOptions(autocast_dtype=_dtype(args.dtype), checkpoint=args.checkpoint)
+    found = measured_peaks(model, inputs, loss_fn, budgets=PEAK_BUDGETS, backend=backend, zero3=args.zero3,
+                           options=options)
+    return {side: {f"{b:g}": m.peak_bytes for b, m in by_budget.items()} for side, by_budget in found.items()}
+
+
+#: What each --real-backend runs, for the printed heading.
+MEASURED_BACKEND_TEXT = {
+    "aot": "AOT Autograd with no-op compilers (the FX modules run op by op: the program the memory model describes)",
+    "inductor": "torch.compile's inductor backend (fused kernels: not the program the memory model describes)",
+}
+
+
+def print_peaks(peaks: dict[str, Any], out: Any = None) -> None:
+    """--peaks: the plan's peak against torch's at budgets 0 and 1."""
+    w = (out if out is not None else sys.stdout).write
+    blocks = [("memory model (fxcut.solve.memory: the forward and backward modules run op by op, activations "
+               "only)", peaks["model"])]
+    if "measured" in peaks:
+        backend = peaks["measured_backend"]
+        blocks.append((f"measured: one training step on CPU, real tensors, backend {backend}: "
+                       f"{MEASURED_BACKEND_TEXT[backend]}; torch profiler allocation events, bytes beyond the "
+                       "step's start (gradients included)", peaks["measured"]))
+    budgets = [f"{b:g}" for b in PEAK_BUDGETS]
+    w("\nthe memory plan against torch: peak bytes (torch: activation_memory_budget=b; fxcut plan: "
+      "fxcut.planned_partitioner(memory_budget=b))\n")
+    for title, figures in blocks:
+        w(f"{title}:\n")
+        w(f"  {'':14s}" + "".join(f"{'budget ' + b:>16s}" for b in budgets) + "\n")
+        for label, side in (("torch", "torch"), ("fxcut plan", "plan")):
+            w(f"  {label:14s}" + "".join(f"{_mib(figures[side][b]):>16s}" for b in budgets) + "\n")
+        w(f"  {'plan / torch':14s}" + "".join(
+            f"{figures['plan'][b] / figures['torch'][b]:>16.3f}" if figures["torch"][b] else f"{'-':>16s}"
+            for b in budgets) + "\n")
 
 
 def _mib(n: int) -> str:
@@ -511,6 +615,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-budget", type=float, default=None, metavar="B",
                    help="partition with fxcut.planned_partitioner(memory_budget=B): B on the simulated peak")
     p.add_argument("--no-torch", action="store_true", help="skip torch's partitioner")
+    p.add_argument("--peaks", action="store_true",
+                   help="also set the memory plan's peak against torch's at budgets 0 and 1: the memory model's "
+                        "figures, and (with --real) one measured training step of each")
+    p.add_argument("--real-backend", choices=MEASURE_BACKEND_CHOICES, default="aot",
+                   help="--peaks --real: measure under AOT Autograd's no-op compilers (aot, the program the "
+                        "memory model describes; default) or inductor")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.add_argument("--html", metavar="FILE", help="also write an HTML page drawing fxcut's decision")
     p.add_argument("--force", action="store_true", help="overwrite an existing --html file")
@@ -627,6 +737,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 sys.stdout.write("\n")
             else:
                 print_comparison(cmp)
+                if "peaks" in cmp.extra:
+                    print_peaks(cmp.extra["peaks"])
             if args.html:
                 write_html(args, captured, args.html)
             return 0 if cmp.same_saved in (None, True) else 1
