@@ -145,8 +145,8 @@ class InductorPartitioner(CustomPartitionerFn):
     def uuid(self) -> Any:
         # verify mode re-decides with torch: a graph cached without it is
         # not a verified one.
-        return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify), self.memory_budget,
-                self.memory_model)
+        return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify), self.memory_model,
+                self.memory_budget)
 
     def __repr__(self) -> str:
         return (f"InductorPartitioner(param_indices={self.param_indices!r}, verify={self.verify!r}, "

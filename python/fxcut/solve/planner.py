@@ -109,6 +109,20 @@ class PlanProblem:
                               marks=self.marks, model=self.inductor if self.inductor is not None else "unfused")
         return est.peak_bytes, est.recompute_flops
 
+    def step_cost(self, saved: Sequence[int]) -> int:
+        """The modelled cost of the whole step (forward and backward) of the
+        decision saving exactly ``saved``, in ``flops``' unit: every op or
+        kernel the memory model runs costs ``flops[node]``, a recomputed node
+        inlined into a reader (inductor model) its ``fused_cost``."""
+        r = core.memory_simulate(self.arrays, saved, num_fwd_outputs=self.num_fwd_outputs, storage_of=self.storage,
+                                 flops=self.flops, marks=self.marks, timeline=True, **self._model())
+        kernels = set(r.schedule)
+        total = sum(int(self.flops[v]) for v in r.schedule)
+        inlined = self.inductor.fused_cost if self.inductor is not None else None
+        if inlined is not None:
+            total += sum(int(inlined[i]) for i, m in enumerate(r.recomputed) if m and i not in kernels)
+        return total
+
     def frontier(self, seeds: Sequence[bytes], *, roles: bytes | None = None, exact_max_free: int = 16,
                  max_work: int = DEFAULT_MAX_WORK, time_limit: float = 60.0, max_points: int = 1024) -> Frontier:
         n = len(self.arrays)

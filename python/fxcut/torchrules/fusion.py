@@ -56,11 +56,13 @@ _REDUCTIONS = frozenset({
 #: Pointwise-looking ops whose lowering realizes its result (lowering.py:
 #: ``result.realize()`` / a Scatter buffer).
 _ALWAYS_REALIZED = frozenset({
-    torch.ops.prims.inductor_random, torch.ops.prims.inductor_randint, aten.index_put, aten.index_put_,
-    aten._unsafe_masked_index_put_accumulate, aten._unsafe_index_put, aten.scatter, aten.scatter_add,
-    aten.scatter_reduce, aten.index_add, aten.index_reduce, aten.embedding_dense_backward, aten.masked_scatter,
-    aten.rand, aten.randn, aten.randint, aten.rand_like, aten.randn_like, aten.bernoulli,
+    aten.index_put, aten.index_put_, aten._unsafe_masked_index_put_accumulate, aten._unsafe_index_put,
+    aten.scatter, aten.scatter_add, aten.scatter_reduce, aten.index_add, aten.index_reduce,
+    aten.embedding_dense_backward, aten.masked_scatter, aten.rand, aten.randn, aten.randint, aten.rand_like,
+    aten.randn_like, aten.bernoulli,
 })
+#: inductor's own random prims (registered when inductor is imported), realized too
+_INDUCTOR_RANDOM = ("inductor_random", "inductor_randint")
 #: Extern kernels inductor feeds with layout-converted copies on CPU.
 _COPIES_INPUTS = frozenset({aten.convolution, aten.convolution_backward})
 #: Ops whose lowering chooses an extern kernel (or a template) on CPU without
@@ -75,11 +77,14 @@ _HEAVY = frozenset({aten.exp, aten.log, aten.log10, aten.log1p, aten.log2, aten.
 
 
 @functools.cache
-def _inductor_tables() -> tuple[frozenset[Any], frozenset[Any]]:
-    """(every op with a lowering, ops whose inputs are realized), from inductor."""
-    from torch._inductor import lowering
+def _inductor_tables() -> tuple[frozenset[Any], frozenset[Any], frozenset[Any]]:
+    """(every op with a lowering, ops whose inputs are realized, ops whose
+    result is always realized), from inductor."""
+    from torch._inductor import inductor_prims, lowering  # noqa: F401  (registers inductor's prims)
 
-    return frozenset(lowering.lowerings), frozenset(lowering.needs_realized_inputs)
+    prims = torch.ops.prims
+    randoms = {getattr(prims, name) for name in _INDUCTOR_RANDOM if hasattr(prims, name)}
+    return frozenset(lowering.lowerings), frozenset(lowering.needs_realized_inputs), _ALWAYS_REALIZED | randoms
 
 
 def op_kind(target: Any) -> int:
@@ -89,9 +94,9 @@ def op_kind(target: Any) -> int:
     packet = getattr(target, "overloadpacket", None)
     if packet is aten.cat:
         return _C.FUSE_CAT
-    if packet in _REDUCTIONS or packet in _ALWAYS_REALIZED:
+    lowered, realized_inputs, always_realized = _inductor_tables()
+    if packet in _REDUCTIONS or packet in always_realized:
         return _C.FUSE_REDUCTION
-    lowered, realized_inputs = _inductor_tables()
     if packet in _EXTERN_LOWERINGS or target in realized_inputs:
         return _C.FUSE_EXTERN
     if isinstance(target, torch._ops.OpOverload) and target not in lowered and packet not in lowered:

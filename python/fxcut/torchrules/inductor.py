@@ -142,8 +142,9 @@ def ask_inductor(module: fx.GraphModule, *, is_backward: bool, donated: Sequence
     :class:`InductorMemory`.  ``donated``: the backward's donated
     placeholder positions (:func:`donated_indices`).  ``module`` is not
     modified."""
-    from torch._inductor.compile_fx import _recursive_post_grad_passes, view_to_reshape
+    from torch._inductor.compile_fx import _recursive_post_grad_passes
     from torch._inductor.debug import DebugContext
+    from torch._inductor.fx_passes.post_grad import view_to_reshape
     from torch._inductor.graph import GraphLowering
     from torch._inductor.virtualized import V
 
@@ -156,7 +157,7 @@ def ask_inductor(module: fx.GraphModule, *, is_backward: bool, donated: Sequence
     if fake_mode is None:
         raise ValueError("the module's placeholders must carry fake tensors in meta['val']")
     with V.set_fake_mode(fake_mode), DebugContext():
-        view_to_reshape(gm)
+        view_to_reshape(gm)  # type: ignore[no-untyped-call]  # unannotated in torch
         _recursive_post_grad_passes(gm, is_inference=False)
         graph = GraphLowering(gm, example_inputs=inputs, shape_env=fake_mode.shape_env, is_inference=False,
                               is_backward=is_backward)
@@ -170,10 +171,11 @@ def ask_inductor(module: fx.GraphModule, *, is_backward: bool, donated: Sequence
             sizes = _buffer_bytes(graph)
             code = ""
             if wrapper:
-                graph.wrapper_code.push_codegened_graph(graph)
+                wrapper_code: Any = graph.wrapper_code  # its methods are unannotated in torch
+                wrapper_code.push_codegened_graph(graph)
                 graph.scheduler.codegen()
-                generated = graph.wrapper_code.generate(graph.is_inference)
-                graph.wrapper_code.pop_codegened_graph()
+                generated = wrapper_code.generate(graph.is_inference)
+                wrapper_code.pop_codegened_graph()
                 code = generated[0].value
     result = InductorMemory(buffers, kernels, scheduler_peak, -1, wrapper_code=code)
     if wrapper:
