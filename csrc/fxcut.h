@@ -459,10 +459,18 @@ enum fxcut_extract_mark {
  *    realize_acc_reads buffers or has more than realize_opcount ops.
  *    Otherwise it is inlined into every kernel that reads it: no memory.
  *    A COPIES_INPUTS kernel also holds, while it runs, a copy of each of its
- *    tensor inputs (nbytes of the input node, parameters included).
+ *    tensor inputs (nbytes of the input node, parameters included).  An
+ *    ABSORBED node whose one reader in the module is EXTERN is no buffer:
+ *    that reader's kernel computes it (and reads its inputs).
  *  - Kernels: the buffers in module order (an item is not a kernel of its
  *    own).  A kernel reads the buffers and module inputs its inlined
- *    expression reaches (through non-buffer nodes and aliases).
+ *    expression reaches (through non-buffer nodes and aliases).  Fused
+ *    kernels (iteration non-NULL): a pointwise or reduction kernel joins the
+ *    group of kernels before it when both have the same iteration space and
+ *    it reads a buffer the group makes or a value the group reads (inductor
+ *    fuses such neighbours into one kernel); a group allocates its buffers
+ *    before it runs and frees what it read last after it; a buffer read
+ *    only inside its group is a local of the fused kernel: no memory.
  *  - Memory: a kernel allocates its buffer (a multi-output node: its items
  *    in the module too) before it runs; a buffer is freed after the last
  *    kernel reading it, a module output lives to the module's end; the
@@ -472,13 +480,13 @@ enum fxcut_extract_mark {
  *    not an output, holds between 1 and 1/0.95 times its bytes, and was
  *    allocated in this module or is a donated saved value (a saved value
  *    whose storage no forward output or gradient shares): no allocation.
- *  - live_bytes[s] is the bytes live while kernel s runs; schedule[s] its
- *    node.  recompute_flops sums, over recomputed nodes, flops[i] when the
+ *  - live_bytes[s] is the bytes live while kernel s runs (its fused
+ *    group); schedule[s] its node.  recompute_flops sums, over recomputed nodes, flops[i] when the
  *    backward makes the node a buffer (a kernel of its own) and
  *    fused_cost[i] when it is inlined or an alias.
- * Not modelled: inductor's post-grad rewrites, its kernel fusion beyond
- * inlining (two buffers computed by one kernel), reorder_for_peak_memory
- * (kernels run in module order), buffers inductor removes as kernel-local.
+ * Not modelled: inductor's post-grad rewrites other than addmm, its fusion
+ * of kernels that are not neighbours in module order, and
+ * reorder_for_peak_memory (kernels run in module order).
  */
 enum fxcut_fusion_kind {
     FXCUT_FUSE_POINTWISE = 0,  /* inlined into its readers unless realized */
@@ -491,10 +499,15 @@ enum fxcut_fusion_kind {
     FXCUT_FUSE_KIND_MASK = 7,
     FXCUT_FUSE_HEAVY = 1u << 3, /* a POINTWISE op costly to inline twice (exp,
                                    log, sigmoid, tanh, ...) */
-    FXCUT_FUSE_COPIES_INPUTS = 1u << 4 /* an EXTERN kernel that reads copies
+    FXCUT_FUSE_COPIES_INPUTS = 1u << 4, /* an EXTERN kernel that reads copies
                                   of its tensor inputs in another layout (CPU
                                   convolutions): each input's bytes are
                                   allocated before it and freed after it */
+    FXCUT_FUSE_ABSORBED = 1u << 5 /* an EXTERN matmul whose one reader, an
+                                  add marked EXTERN, becomes one addmm with it
+                                  (inductor's post-grad addmm pattern): run
+                                  and allocated by that reader when both are
+                                  in the module */
 };
 
 typedef struct {
@@ -516,6 +529,11 @@ typedef struct {
     /* n entries, or NULL (all 0): under the inductor model, the cost of
      * recomputing node i inlined into its readers; >= 0. */
     const int64_t *fused_cost;
+    /* n entries, or NULL (no kernel fusion beyond inlining): under the
+     * inductor model, the iteration space (elements) of node i's kernel when
+     * inductor may fuse it with its neighbours (a pointwise or reduction
+     * kernel; 0: never); >= 0. */
+    const int64_t *iteration;
     /* the inductor model's realization thresholds (>= 0; inductor's
      * realize_reads_threshold, realize_cpu_acc_reads_threshold,
      * realize_cpu_opcount_threshold on CPU) */
@@ -604,10 +622,12 @@ typedef struct {
      * picks its toggles from the model's schedule. */
     const uint8_t *marks;
     /* the memory model's inductor mode (fxcut_memory_options: fusion,
-     * fused_cost, the realization thresholds), handed to it as they are;
+     * fused_cost, iteration, the realization thresholds), handed to it as
+     * they are;
      * fusion NULL: the unfused model */
     const uint8_t *fusion;
     const int64_t *fused_cost;
+    const int64_t *iteration;
     int32_t realize_reuse_reads, realize_acc_reads, realize_opcount;
 } fxcut_plan_options;
 

@@ -44,7 +44,8 @@ void fxcut_memsim_free(fxcut_memsim *s)
                     s->user_idx, s->mark, s->body, s->order, s->stack,
                     s->found, s->last, s->charge, s->realized, s->donated,
                     s->inlined_reads, s->inlined_ops, s->inlined_heavy,
-                    s->visit, s->kernels};
+                    s->visit, s->kernels, s->group_of, s->made_in,
+                    s->read_in, s->group_reads};
     fxcut_free_each(ptrs, sizeof ptrs / sizeof ptrs[0]);
     free(s);
 }
@@ -87,10 +88,17 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
         s->inlined_heavy = malloc(m);
         s->visit = malloc(m * sizeof *s->visit);
         s->kernels = malloc(m * sizeof *s->kernels);
+        s->group_of = malloc(m * sizeof *s->group_of);
+        s->made_in = malloc(m * sizeof *s->made_in);
+        s->read_in = malloc(m * sizeof *s->read_in);
+        s->group_reads = malloc(m * sizeof *s->group_reads);
+        s->iteration = opt->iteration;
         fused_ok = s->realized != NULL && s->donated != NULL &&
                    s->inlined_reads != NULL && s->inlined_ops != NULL &&
                    s->inlined_heavy != NULL && s->visit != NULL &&
-                   s->kernels != NULL;
+                   s->kernels != NULL && s->group_of != NULL &&
+                   s->made_in != NULL && s->read_in != NULL &&
+                   s->group_reads != NULL;
     }
     if (s->root == NULL || s->cost == NULL || s->tangent_dep == NULL ||
         s->mark == NULL || s->body == NULL || s->order == NULL ||
@@ -620,7 +628,7 @@ int fxcut_memory_simulate(const fxcut_graph *g, const fxcut_memory_options *opt,
                 return fxcut_fail(err, FXCUT_E_INVALID, i,
                                   "flops[%d] = %lld is negative", (int)i,
                                   (long long)opt->flops[i]);
-    rc = fxcut_check_fusion(g, opt->fusion, opt->fused_cost,
+    rc = fxcut_check_fusion(g, opt->fusion, opt->fused_cost, opt->iteration,
                             opt->realize_reuse_reads, opt->realize_acc_reads,
                             opt->realize_opcount, err);
     if (rc != FXCUT_OK)
@@ -655,14 +663,15 @@ int fxcut_memory_simulate(const fxcut_graph *g, const fxcut_memory_options *opt,
 }
 
 int fxcut_check_fusion(const fxcut_graph *g, const uint8_t *fusion,
-                       const int64_t *fused_cost, int32_t reuse_reads,
-                       int32_t acc_reads, int32_t opcount, fxcut_error *err)
+                       const int64_t *fused_cost, const int64_t *iteration,
+                       int32_t reuse_reads, int32_t acc_reads,
+                       int32_t opcount, fxcut_error *err)
 {
     if (fusion == NULL) {
-        if (fused_cost != NULL)
+        if (fused_cost != NULL || iteration != NULL)
             return fxcut_fail(err, FXCUT_E_INVALID, -1,
-                              "fused_cost applies to the inductor model "
-                              "only (fusion is NULL)");
+                              "fused_cost and iteration apply to the "
+                              "inductor model only (fusion is NULL)");
         return FXCUT_OK;
     }
     if (reuse_reads < 0 || acc_reads < 0 || opcount < 0)
@@ -671,17 +680,22 @@ int fxcut_check_fusion(const fxcut_graph *g, const uint8_t *fusion,
                           "%d, %d, %d", (int)reuse_reads, (int)acc_reads,
                           (int)opcount);
     const unsigned known = FXCUT_FUSE_KIND_MASK | FXCUT_FUSE_HEAVY |
-                           FXCUT_FUSE_COPIES_INPUTS;
+                           FXCUT_FUSE_COPIES_INPUTS | FXCUT_FUSE_ABSORBED;
     for (int32_t i = 0; i < g->n; i++) {
         unsigned f = fusion[i];
         if ((f & ~known) != 0 || (f & FXCUT_FUSE_KIND_MASK) > FXCUT_FUSE_CAT)
             return fxcut_fail(err, FXCUT_E_INVALID, i,
                               "fusion[%d] = %u is not a FUSE_* kind (0..3, "
-                              "| FUSE_HEAVY | FUSE_COPIES_INPUTS)", (int)i, f);
+                              "| FUSE_HEAVY | FUSE_COPIES_INPUTS | "
+                              "FUSE_ABSORBED)", (int)i, f);
         if (fused_cost != NULL && fused_cost[i] < 0)
             return fxcut_fail(err, FXCUT_E_INVALID, i,
                               "fused_cost[%d] = %lld is negative", (int)i,
                               (long long)fused_cost[i]);
+        if (iteration != NULL && iteration[i] < 0)
+            return fxcut_fail(err, FXCUT_E_INVALID, i,
+                              "iteration[%d] = %lld is negative", (int)i,
+                              (long long)iteration[i]);
     }
     return FXCUT_OK;
 }

@@ -58,6 +58,24 @@ static int inlinable(const fxcut_memsim *s, int32_t r, uint8_t kept)
     return (s->mark[r] & kept) != 0 && !s->realized[r];
 }
 
+/* An ABSORBED node whose one reader in the module is an EXTERN node (an
+ * add inductor's post-grad pass turns into an addmm with it): that
+ * reader's kernel computes it.  Not when it is a module output. */
+static int absorbed_here(const fxcut_memsim *s, int32_t v, uint8_t kept)
+{
+    if ((s->fusion[v] & FXCUT_FUSE_ABSORBED) == 0 || s->last[v] == INT32_MAX)
+        return 0;
+    int32_t reader = -1, n = 0;
+    for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+        int32_t u = s->user_idx[e];
+        if ((s->mark[u] & kept) != 0) {
+            reader = u;
+            n++;
+        }
+    }
+    return n == 1 && kind_of(s, reader) == FXCUT_FUSE_EXTERN;
+}
+
 /* Which computed nodes of the module are buffers (s->realized), in module
  * order.  s->last must already hold END for the module's outputs. */
 static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
@@ -83,6 +101,8 @@ static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
                 continue;
             }
         }
+        if (absorbed_here(s, v, kept))
+            continue; /* its reader's kernel computes it */
         if (kind == FXCUT_FUSE_EXTERN || kind == FXCUT_FUSE_REDUCTION ||
             kind == FXCUT_FUSE_CAT) {
             s->realized[v] = 1;
@@ -90,7 +110,7 @@ static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
                 continue;
             for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
                 int32_t r = s->root[g->in_idx[e]];
-                if (inlinable(s, r, kept))
+                if (inlinable(s, r, kept) && !absorbed_here(s, r, kept))
                     s->realized[r] = 1;
             }
             continue;
@@ -183,15 +203,21 @@ typedef struct {
     uint8_t kept;
     int64_t want;     /* bytes the kernel's buffer needs */
     int32_t taken;    /* a dying buffer it can take over (-1: none) */
+    int32_t group;    /* the group being walked */
+    int32_t kernel;   /* the kernel being walked */
+    int32_t found;    /* a read made in / read by the group (grouping) */
     int64_t live;
 } step_ctx;
 
-/* In-place candidates: a dying buffer of the right size, allocated in this
- * module or donated. */
+/* In-place candidates: a buffer whose last reader is this kernel and that
+ * no other kernel of its fused group reads (inductor updates in place only
+ * a buffer read at one index in the fused kernel), of the right size,
+ * allocated in an earlier group of this module or donated. */
 static void find_inplace(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
 {
     step_ctx *c = ctx;
-    if (c->taken >= 0 || s->last[r] != k || s->charge[r] <= 0)
+    if (c->taken >= 0 || s->last[r] != k || s->charge[r] <= 0 ||
+        s->group_reads[r] != 1)
         return;
     int64_t have = s->cost[r];
     if (have < c->want || (double)c->want < 0.95 * (double)have)
@@ -207,11 +233,82 @@ static void find_inplace(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
 static void free_dead(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
 {
     step_ctx *c = ctx;
-    if (s->last[r] != k)
+    (void)k;
+    if (s->last[r] < 0 || s->last[r] == INT32_MAX ||
+        s->group_of[s->last[r]] != c->group)
         return;
     if (s->charge[r] > 0)
         c->live -= s->charge[r];
     s->last[r] = -2;
+}
+
+/* The in-place candidates among kernel v's reads: the buffers it reads at
+ * the index it writes -- through whole-storage views and inlined nodes over
+ * its own iteration space only (a slice, a broadcast or a reduction in
+ * between reads another index: inductor does not update those in place). */
+static void same_index_reads(fxcut_memsim *s, int32_t v, int32_t k,
+                             uint8_t kept, step_ctx *c)
+{
+    const fxcut_graph *g = s->g;
+    int64_t space = s->iteration != NULL ? s->iteration[v] : 0;
+    if (s->epoch == INT32_MAX) {
+        for (int32_t i = 0; i < g->n; i++)
+            s->visit[i] = -1;
+        s->epoch = 0;
+    }
+    int32_t ep = s->epoch++;
+    int32_t sp = 0;
+    s->visit[v] = ep;
+    for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
+        s->stack[sp++] = g->in_idx[e];
+    while (sp > 0) {
+        int32_t u = s->stack[--sp];
+        int32_t r = s->root[u];
+        if (u != r && g->nbytes[u] != s->cost[r])
+            continue; /* a partial view */
+        if (s->visit[r] == ep)
+            continue;
+        s->visit[r] = ep;
+        if (!inlinable(s, r, kept)) {
+            find_inplace(s, r, k, c);
+            continue;
+        }
+        if (kind_of(s, r) != FXCUT_FUSE_POINTWISE ||
+            (space > 0 && s->iteration != NULL && s->iteration[r] != space))
+            continue;
+        for (int32_t e = g->in_ptr[r]; e < g->in_ptr[r + 1]; e++)
+            if (s->visit[s->root[g->in_idx[e]]] != ep)
+                s->stack[sp++] = g->in_idx[e];
+    }
+}
+
+/* Grouping: does kernel k read what the group made or reads? */
+static void shares_with_group(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    step_ctx *c = ctx;
+    (void)k;
+    if (s->made_in[r] == c->group || s->read_in[r] == c->group)
+        c->found = 1;
+}
+
+static void note_group_read(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    step_ctx *c = ctx;
+    (void)k;
+    s->read_in[r] = c->group;
+}
+
+/* How many kernels of the group being walked read each root: stamps past
+ * every group id (c->found), counts in s->group_reads. */
+static void count_group_read(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    step_ctx *c = ctx;
+    (void)k;
+    if (s->read_in[r] != c->found) {
+        s->read_in[r] = c->found;
+        s->group_reads[r] = 0;
+    }
+    s->group_reads[r]++;
 }
 
 /* Bytes kernel v allocates: its own storage (a multi-output node: less what
@@ -253,6 +350,58 @@ static int64_t input_copies(const fxcut_memsim *s, int32_t v)
     return b;
 }
 
+/* A kernel inductor may fuse with its neighbours: pointwise or reduction
+ * work over a known iteration space. */
+static int64_t fusable_space(const fxcut_memsim *s, int32_t v)
+{
+    int kind = kind_of(s, v);
+    if (s->iteration == NULL ||
+        (kind != FXCUT_FUSE_POINTWISE && kind != FXCUT_FUSE_REDUCTION))
+        return 0;
+    return s->iteration[v] > 0 ? s->iteration[v] : 0;
+}
+
+/* Iteration spaces inductor's CPU backend fuses: equal ones, or ones
+ * within a factor of FUSE_SPACE_RATIO (loops over a slice and over the
+ * whole, a reduction's rows and its broadcast). */
+#define FUSE_SPACE_RATIO 2
+static int compatible_spaces(int64_t a, int64_t b)
+{
+    int64_t lo = a < b ? a : b, hi = a < b ? b : a;
+    return hi / FUSE_SPACE_RATIO <= lo;
+}
+
+/* Groups of consecutive kernels inductor fuses into one: a fusable kernel
+ * joins the group before it when both iterate over the same space and it
+ * reads a buffer the group makes or a value the group reads.  Sets
+ * s->group_of[k] and returns the number of groups. */
+static int32_t group_kernels(fxcut_memsim *s, int32_t nk, uint8_t kept)
+{
+    int32_t ng = 0;
+    int64_t space = 0;
+    step_ctx c = {kept, 0, -1, -1, -1, 0, 0};
+    for (int32_t k = 0; k < nk; k++) {
+        int32_t v = s->kernels[k];
+        int64_t here = fusable_space(s, v);
+        int join = 0;
+        if (ng > 0 && here > 0 && space > 0 && compatible_spaces(here, space)) {
+            c.group = ng - 1;
+            c.found = 0;
+            kernel_reads(s, v, k, kept, shares_with_group, &c);
+            join = c.found;
+        }
+        if (!join) {
+            ng++;
+            space = here;
+        }
+        c.group = ng - 1;
+        s->group_of[k] = ng - 1;
+        s->made_in[v] = ng - 1;
+        kernel_reads(s, v, k, kept, note_group_read, &c);
+    }
+    return ng;
+}
+
 int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
                                 uint8_t held, uint8_t pinned,
                                 int32_t first_out, int32_t end_out,
@@ -267,6 +416,8 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
         s->last[i] = -1;
         s->charge[i] = -1;
         s->visit[i] = -1;
+        s->made_in[i] = -1;
+        s->read_in[i] = -1;
     }
     s->epoch = 0;
     for (int32_t k = first_out; k < end_out; k++)
@@ -277,7 +428,7 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
             s->last[s->root[i]] = END;
     realize(s, n_body, kept);
 
-    /* the kernels, and the last kernel reading each storage */
+    /* the kernels, their groups, and the last kernel reading each storage */
     int32_t nk = 0;
     for (int32_t k = 0; k < n_body; k++) {
         int32_t v = s->body[k];
@@ -287,6 +438,7 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
             continue; /* allocated by its producer's kernel */
         s->kernels[nk++] = v;
     }
+    int32_t ng = group_kernels(s, nk, kept);
     for (int32_t k = 0; k < nk; k++) {
         int32_t v = s->kernels[k];
         if (s->last[v] != END && s->last[v] < k)
@@ -300,7 +452,7 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
         kernel_reads(s, v, k, kept, note_last_read, NULL);
     }
 
-    step_ctx c = {kept, 0, -1, 0};
+    step_ctx c = {kept, 0, -1, -1, -1, 0, 0};
     for (int32_t i = 0; i < g->n; i++) {
         int32_t r = s->root[i];
         if ((s->mark[i] & held) != 0 && s->charge[r] < 0) {
@@ -315,47 +467,74 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
             c.live -= s->charge[i];
             s->charge[i] = 0;
         }
-    for (int32_t k = 0; k < nk; k++) {
-        int32_t v = s->kernels[k];
-        int64_t items = 0;
-        int64_t own = kernel_alloc(s, v, kept, &items);
-        c.want = own;
-        c.taken = -1;
-        if (own > 0 && kind_of(s, v) == FXCUT_FUSE_POINTWISE &&
-            (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0)
-            kernel_reads(s, v, k, kept, find_inplace, &c);
-        if (c.taken >= 0) {
-            s->charge[v] = s->charge[c.taken];
-            s->charge[c.taken] = 0;
-            c.live += items;
-        } else {
-            s->charge[v] = own;
-            c.live += own + items;
+    int32_t k0 = 0;
+    for (int32_t grp = 0; grp < ng; grp++) {
+        int32_t k1 = k0;
+        while (k1 < nk && s->group_of[k1] == grp)
+            k1++;
+        c.group = grp;
+        c.found = ng + grp; /* the counting stamp: past every group id */
+        for (int32_t k = k0; k < k1; k++)
+            kernel_reads(s, s->kernels[k], k, kept, count_group_read, &c);
+        int64_t copies = 0;
+        for (int32_t k = k0; k < k1; k++) {
+            int32_t v = s->kernels[k];
+            int64_t items = 0;
+            int64_t own = kernel_alloc(s, v, kept, &items);
+            if (k1 - k0 > 1 && s->last[v] != END && s->last[v] >= 0 &&
+                s->group_of[s->last[v]] == grp &&
+                (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0) {
+                /* read only inside its fused kernel: a local, no buffer */
+                s->charge[v] = 0;
+                c.live += items;
+                continue;
+            }
+            c.want = own;
+            c.taken = -1;
+            if (own > 0 && kind_of(s, v) == FXCUT_FUSE_POINTWISE &&
+                (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0)
+                same_index_reads(s, v, k, kept, &c);
+            if (c.taken >= 0) {
+                s->charge[v] = s->charge[c.taken];
+                s->charge[c.taken] = 0;
+                c.live += items;
+            } else {
+                s->charge[v] = own;
+                c.live += own + items;
+            }
+            copies += input_copies(s, v);
         }
-        int64_t copies = input_copies(s, v);
         c.live += copies;
-        if (res->schedule != NULL)
-            res->schedule[step0 + k] = v;
-        if (res->live_bytes != NULL)
-            res->live_bytes[step0 + k] = c.live;
+        for (int32_t k = k0; k < k1; k++) {
+            if (res->schedule != NULL)
+                res->schedule[step0 + k] = s->kernels[k];
+            if (res->live_bytes != NULL)
+                res->live_bytes[step0 + k] = c.live;
+        }
         if (*peak_step < 0 || c.live > peak) {
             peak = c.live;
-            *peak_step = step0 + k;
+            *peak_step = step0 + k0;
         }
         c.live -= copies;
-        kernel_reads(s, v, k, kept, free_dead, &c);
-        /* its own buffer and items, when nothing reads them later */
-        if (s->last[v] == k) {
-            c.live -= s->charge[v] > 0 ? s->charge[v] : 0;
-            s->last[v] = -2;
-        }
-        for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
-            int32_t u = s->user_idx[e];
-            if (is_item(g, u) && s->root[u] == u && s->last[u] == k) {
-                c.live -= s->charge[u] > 0 ? s->charge[u] : 0;
-                s->last[u] = -2;
+        for (int32_t k = k0; k < k1; k++) {
+            int32_t v = s->kernels[k];
+            kernel_reads(s, v, k, kept, free_dead, &c);
+            /* its own buffer and items, when nothing reads them later */
+            if (s->last[v] >= 0 && s->last[v] != END &&
+                s->group_of[s->last[v]] == grp) {
+                c.live -= s->charge[v] > 0 ? s->charge[v] : 0;
+                s->last[v] = -2;
+            }
+            for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+                int32_t u = s->user_idx[e];
+                if (is_item(g, u) && s->root[u] == u && s->last[u] >= 0 &&
+                    s->last[u] != END && s->group_of[s->last[u]] == grp) {
+                    c.live -= s->charge[u] > 0 ? s->charge[u] : 0;
+                    s->last[u] = -2;
+                }
             }
         }
+        k0 = k1;
     }
     *n_steps = nk;
     return peak;

@@ -54,6 +54,14 @@ struct fxcut_memsim {
     int32_t *visit;         /* per node: the visit epoch that last saw it */
     int32_t epoch;
     int32_t *kernels;       /* a module's kernels (nodes) in order */
+    const int64_t *iteration; /* per node: the iteration space of a kernel
+                               inductor may fuse with its neighbours (0:
+                               none); NULL: no fusion beyond inlining */
+    int32_t *group_of;      /* per kernel: its fused group */
+    int32_t *made_in;       /* per node: the group that made its buffer */
+    int32_t *read_in;       /* per root: the last group that read it */
+    int32_t *group_reads;   /* per root: kernels of the walked group
+                               reading it */
 };
 
 typedef struct fxcut_memsim fxcut_memsim;
@@ -79,8 +87,9 @@ void fxcut_memsim_free(fxcut_memsim *s);
  * kinds, fused_cost >= 0, thresholds >= 0); FXCUT_E_INVALID naming the
  * node otherwise.  fusion NULL (the unfused model) needs fused_cost NULL. */
 int fxcut_check_fusion(const fxcut_graph *g, const uint8_t *fusion,
-                       const int64_t *fused_cost, int32_t reuse_reads,
-                       int32_t acc_reads, int32_t opcount, fxcut_error *err);
+                       const int64_t *fused_cost, const int64_t *iteration,
+                       int32_t reuse_reads, int32_t acc_reads,
+                       int32_t opcount, fxcut_error *err);
 
 /* The walk of one module under the inductor model (memory_fused.c): the
  * module's nodes are s->body[0 .. n_body) in order, marked `kept`; values

@@ -97,7 +97,7 @@ static int check_options(const fxcut_graph *g, const fxcut_plan_options *opt,
                               (long long)opt->flops[i]);
     }
     int rc = fxcut_check_fusion(g, opt->fusion, opt->fused_cost,
-                                opt->realize_reuse_reads,
+                                opt->iteration, opt->realize_reuse_reads,
                                 opt->realize_acc_reads, opt->realize_opcount,
                                 err);
     if (rc != FXCUT_OK)
@@ -156,6 +156,7 @@ static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
     s->mopt.marks = opt->marks;
     s->mopt.fusion = opt->fusion;
     s->mopt.fused_cost = opt->fused_cost;
+    s->mopt.iteration = opt->iteration;
     s->mopt.realize_reuse_reads = opt->realize_reuse_reads;
     s->mopt.realize_acc_reads = opt->realize_acc_reads;
     s->mopt.realize_opcount = opt->realize_opcount;

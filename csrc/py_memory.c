@@ -10,7 +10,8 @@
 const char fxcut_py_memory_simulate_doc[] =
 "memory_simulate($module, graph, /, *, num_fwd_outputs, saved,\n"
 "                storage_of=None, flops=None, marks=None, timeline=False,\n"
-"                fusion=None, fused_cost=None, realize=None)\n"
+"                fusion=None, fused_cost=None, iteration=None,\n"
+"                realize=None)\n"
 "--\n\n"
 "The live activation bytes of the forward and backward modules the\n"
 "decision `saved` produces (the semantics: csrc/fxcut.h, above\n"
@@ -24,7 +25,9 @@ const char fxcut_py_memory_simulate_doc[] =
 "fusion: None (the unfused model: the modules run op by op) or n bytes of\n"
 "FUSE_* kinds (the inductor model: kernels, buffers, in-place updates).\n"
 "fused_cost: None or n int64, a recomputed node's cost when inlined\n"
-"(inductor model).  realize: None or (reuse_reads, acc_reads, opcount),\n"
+"(inductor model).  iteration: None or n int64, the iteration space of\n"
+"a kernel inductor may fuse with its neighbours (0: never).  realize:\n"
+"None or (reuse_reads, acc_reads, opcount),\n"
 "inductor's realization thresholds (default 4, 8, 30).\n"
 "Returns a MemoryResult: peak_bytes, peak_step, fw_peak_bytes,\n"
 "bw_peak_bytes, saved_bytes, recompute_flops, recompute_bytes,\n"
@@ -100,18 +103,19 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
 {
     static char *keywords[] = {"", "num_fwd_outputs", "saved", "storage_of",
                                "flops", "marks", "timeline", "fusion",
-                               "fused_cost", "realize", NULL};
+                               "fused_cost", "iteration", "realize", NULL};
     PyObject *graph = NULL, *num_fwd = NULL, *saved_obj = NULL;
     PyObject *storage_obj = Py_None, *flops_obj = Py_None;
     PyObject *marks_obj = Py_None, *fusion_obj = Py_None;
     PyObject *fused_cost_obj = Py_None, *realize_obj = Py_None;
+    PyObject *iteration_obj = Py_None;
     int timeline = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOpOOO:memory_simulate", keywords,
-                                     &graph, &num_fwd, &saved_obj,
+                                     "O|$OOOOOpOOOO:memory_simulate",
+                                     keywords, &graph, &num_fwd, &saved_obj,
                                      &storage_obj, &flops_obj, &marks_obj,
                                      &timeline, &fusion_obj, &fused_cost_obj,
-                                     &realize_obj))
+                                     &iteration_obj, &realize_obj))
         return NULL;
     if (num_fwd == NULL || saved_obj == NULL) {
         PyErr_Format(PyExc_TypeError,
@@ -137,7 +141,7 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     PyObject *result = NULL;
     void *saved = NULL, *storage = NULL, *flops = NULL, *marks = NULL;
     void *block = NULL;
-    fxcut_fusion_args fa = {NULL, NULL, 0, 0, 0};
+    fxcut_fusion_args fa = {NULL, NULL, NULL, 0, 0, 0};
     Py_ssize_t n_saved = 0, len = 0;
     if (fxcut_copy_buffer(saved_obj, "saved", 4, -1, 0, &saved,
                           &n_saved) < 0 ||
@@ -148,7 +152,8 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
          fxcut_copy_buffer(flops_obj, "flops", 8, n, 0, &flops, &len) < 0) ||
         (marks_obj != Py_None &&
          fxcut_copy_buffer(marks_obj, "marks", 1, n, 0, &marks, &len) < 0) ||
-        fxcut_fusion_load(fusion_obj, fused_cost_obj, realize_obj, n, &fa) < 0)
+        fxcut_fusion_load(fusion_obj, fused_cost_obj, iteration_obj,
+                          realize_obj, n, &fa) < 0)
         goto out;
     if (n_saved > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError,
@@ -170,7 +175,8 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     fxcut_memory_options opt = {
         .num_fwd_outputs = (int32_t)nfwd, .storage_of = storage,
         .flops = flops, .marks = marks, .fusion = fa.fusion,
-        .fused_cost = fa.fused_cost, .realize_reuse_reads = fa.reuse_reads,
+        .fused_cost = fa.fused_cost, .iteration = fa.iteration,
+        .realize_reuse_reads = fa.reuse_reads,
         .realize_acc_reads = fa.acc_reads, .realize_opcount = fa.opcount};
     fxcut_error err = {0, -1, {0}};
     int rc;
@@ -195,21 +201,25 @@ out:
 
 /* fxcut_fusion_load: py_binding.h. */
 int fxcut_fusion_load(PyObject *fusion, PyObject *fused_cost,
-                      PyObject *realize, Py_ssize_t n, fxcut_fusion_args *out)
+                      PyObject *iteration, PyObject *realize, Py_ssize_t n,
+                      fxcut_fusion_args *out)
 {
-    out->fusion = out->fused_cost = NULL;
+    out->fusion = out->fused_cost = out->iteration = NULL;
     out->reuse_reads = 4;
     out->acc_reads = 8;
     out->opcount = 30;
-    if (fusion == Py_None && (fused_cost != Py_None || realize != Py_None)) {
+    if (fusion == Py_None && (fused_cost != Py_None ||
+                              iteration != Py_None || realize != Py_None)) {
         PyErr_SetString(PyExc_ValueError,
-                        "fused_cost and realize apply to the inductor model "
-                        "only: pass fusion too");
+                        "fused_cost, iteration and realize apply to the "
+                        "inductor model only: pass fusion too");
         return -1;
     }
     if (fxcut_copy_optional(fusion, "fusion", 1, n, &out->fusion) < 0 ||
         fxcut_copy_optional(fused_cost, "fused_cost", 8, n,
-                            &out->fused_cost) < 0) {
+                            &out->fused_cost) < 0 ||
+        fxcut_copy_optional(iteration, "iteration", 8, n,
+                            &out->iteration) < 0) {
         fxcut_fusion_release(out);
         return -1;
     }
@@ -243,5 +253,6 @@ void fxcut_fusion_release(fxcut_fusion_args *a)
 {
     free(a->fusion);
     free(a->fused_cost);
-    a->fusion = a->fused_cost = NULL;
+    free(a->iteration);
+    a->fusion = a->fused_cost = a->iteration = NULL;
 }

@@ -225,7 +225,7 @@ def test_plan_on_the_inductor_model_is_monotonic_and_b1_not_above_torch(name: st
     cap = zoo.capture_inductor(name)
     peaks = []
     for b in (0.0, 0.5, 1.0):
-        fn = planned_partitioner(b, memory_model="inductor", max_work=4_000_000)
+        fn = planned_partitioner(b, memory_model="inductor", max_work=4_000_000, check=None)
         cap.partition(fn)
         choice = fn.planner.last
         assert choice.memory_model == "inductor" and choice.cost == "time"
@@ -237,6 +237,56 @@ def test_plan_on_the_inductor_model_is_monotonic_and_b1_not_above_torch(name: st
         assert (choice.peak_bytes, choice.recompute_flops) == fn.planner.last_problem.model_point(choice.saved)
     assert peaks == sorted(peaks), peaks
     assert peaks[0] < peaks[-1]
+
+
+def _frontier(peaks: list[int], costs: list[int]) -> Any:
+    from fxcut.solve.planner import Frontier
+
+    return Frontier(peaks, costs, [bytes([k]) for k in range(len(peaks))], 0, 0, False, False, 0, False)
+
+
+def test_checked_pick_follows_inductors_peaks() -> None:
+    """The pick on inductor's own peaks: the same candidates asked whatever
+    the budget (torch's default decision, index 3; the lowest-model point;
+    the cheapest points the model puts near torch's peak), the limit from
+    inductor's peaks, the cheapest candidate within it."""
+    from fxcut.planned_check import checked_pick
+
+    front = _frontier([100, 120, 150, 400], [30, 20, 10, 1])   # the model's frontier
+    truth = {0: 130, 1: 125, 2: 170, 3: 999, 4: 160}            # inductor's peaks; 4 is torch's (cost 12)
+    asked: list[int] = []
+
+    def peak_of(j: int) -> int:
+        asked.append(j)
+        return truth[j]
+
+    j, report = checked_pick(front, 12, 1.0, peak_of)
+    # torch's first, the lowest-model point 0, then cheapest first: 3 is skipped (400 > 1.3 * 160), 2, 1
+    assert asked == [4, 0, 2, 1]
+    # b=1: limit 160 (torch's); within: 0, 1, torch's; cheapest: torch's (12)
+    assert (j, report.limit, report.lowest_peak) == (4, 160, 125)
+    picks = {b: checked_pick(front, 12, b, lambda k: truth[k]) for b in (0.0, 0.2, 0.5, 0.9, 1.0)}
+    assert {b: (j, r.limit) for b, (j, r) in picks.items()} == {
+        0.0: (1, 125), 0.2: (1, 132), 0.5: (1, 142), 0.9: (1, 156), 1.0: (4, 160)}
+    peaks = [truth[j] for j, _ in picks.values()]
+    assert peaks == sorted(peaks)
+    assert len(checked_pick(front, 12, 1.0, lambda k: truth[k], max_asks=1)[1].asked) == 2
+
+
+def test_inductor_check_in_the_plan_keeps_b1_at_or_below_torch(chain: Any) -> None:
+    from fxcut.planned import planned_partitioner
+
+    picked = []
+    for b in (0.0, 1.0):
+        fn = planned_partitioner(b, memory_model="inductor")
+        chain.partition(fn)
+        report = fn.planner.last.check
+        assert report is not None and not report.failed and report.asked, report
+        picked.append(report.asked[report.picked])
+        assert report.asked[report.picked] <= report.limit
+        if b == 1.0:
+            assert report.limit == report.torch_peak
+    assert picked[0] <= picked[1]
 
 
 def test_time_cost_prices_an_inlined_recompute_below_a_kernel(chain: Any) -> None:
@@ -281,6 +331,8 @@ def test_step_through_inductor_backend_with_memory_budget_matches_eager() -> Non
     (dict(memory_model="xla"), "memory_model"),
     (dict(cost="watts"), "cost"),
     (dict(machine="fast"), "machine"),
+    (dict(check="tvm"), "check"),
+    (dict(max_checks=0), "max_checks"),
 ])
 def test_bad_plan_options_name_them(kwargs: dict[str, Any], name: str) -> None:
     with pytest.raises(ValueError, match=name):

@@ -115,6 +115,8 @@ FUSE_EXTERN: int
 FUSE_CAT: int
 FUSE_HEAVY: int
 FUSE_COPIES_INPUTS: int
+FUSE_ABSORBED: int
+FUSE_KIND_MASK: int
 
 class Decision(tuple[Any, ...]):
     """What partition_decide decided, by node index (a struct sequence)."""
@@ -213,6 +215,7 @@ def memory_simulate(
     timeline: bool = False,
     fusion: Buffer | None = None,
     fused_cost: Buffer | None = None,
+    iteration: Buffer | None = None,
     realize: tuple[int, int, int] | None = None,
 ) -> MemoryResult: ...
 def partition_decide(
@@ -261,6 +264,7 @@ def plan_simulate(
     marks: Buffer | None = None,
     fusion: Buffer | None = None,
     fused_cost: Buffer | None = None,
+    iteration: Buffer | None = None,
     realize: tuple[int, int, int] | None = None,
 ) -> tuple[int, int, int, int, int, int, int, int, bytes, memoryview, memoryview]: ...
 def plan_frontier(
@@ -279,6 +283,7 @@ def plan_frontier(
     marks: Buffer | None = None,
     fusion: Buffer | None = None,
     fused_cost: Buffer | None = None,
+    iteration: Buffer | None = None,
     realize: tuple[int, int, int] | None = None,
 ) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool]: ...
 def cse_key(

@@ -65,6 +65,8 @@ class PlanChoice:
     #: ("flops": torch's FLOPs; "time": modelled picoseconds) the plan used
     memory_model: str = "unfused"
     cost: str = "flops"
+    #: with check="inductor": what inductor said (fxcut.planned_check.CheckReport; None: no check)
+    check: Any = None
 
 
 COSTS: tuple[str, ...] = ("flops", "time")
@@ -106,14 +108,26 @@ class PeakPlanner:
     docstring).  ``cost``: ``"flops"``, ``"time"``, or None (``"time"``
     under inductor, ``"flops"`` unfused).  ``machine``: the rates of the
     time model (None: :func:`fxcut.solve.cost.machine_for` the graph's device).
+    ``check``: ``"inductor"`` (the default under the inductor model) asks
+    inductor itself for the peaks of at most ``max_checks`` candidates and
+    picks on those (:mod:`fxcut.planned_check`: b=1 never above torch's
+    default decision as inductor runs it); None picks on the model alone.
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
                  max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
                  seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, memory_model: str = "unfused",
-                 cost: str | None = None, machine: MachineModel | None = None) -> None:
+                 cost: str | None = None, machine: MachineModel | None = None, check: str | None = "default",
+                 max_checks: int = 4) -> None:
         self.memory_model = memory.check_memory_model(memory_model)
         self.cost = _check_cost(cost, self.memory_model)
+        if check == "default":
+            check = "inductor" if self.memory_model == "inductor" else None
+        if check not in (None, "inductor"):
+            raise ValueError(f"check must be None or 'inductor', got {check!r}")
+        _check_number("max_checks", max_checks, 1, 1000, integer=True)
+        self.check = check
+        self.max_checks = int(max_checks)
         if machine is not None and not isinstance(machine, MachineModel):
             raise ValueError(f"machine must be None or a fxcut.solve.cost.MachineModel, got {machine!r}")
         self.machine = machine
@@ -131,20 +145,25 @@ class PeakPlanner:
         self.time_limit = float(time_limit)
         self.seed_budgets = sorted(set(seeds) | {1.0})
         self.last: PlanChoice | None = None
+        self._route_plan: Plan | None = None
         self.last_problem: PlanProblem | None = None
         self.last_frontier: Frontier | None = None
 
     def __repr__(self) -> str:
         return (f"PeakPlanner(memory_budget={self.memory_budget!r}, exact_max_candidates="
                 f"{self.exact_max_candidates!r}, max_work={self.max_work!r}, time_limit={self.time_limit!r}, "
-                f"memory_model={self.memory_model!r}, cost={self.cost!r})")
+                f"memory_model={self.memory_model!r}, cost={self.cost!r}, check={self.check!r})")
 
     def choose_saved(self, plan: Plan, decision: BudgetDecision) -> list[int]:
         """The saved node indices (into ``decision.decision.arrays``) for
         the planned call ``plan`` whose default (budget 1) decision is
         ``decision``: :class:`fxcut.route.plan.Objective`'s hook."""
-        choice = self.plan(plan.joint_module, decision, num_fwd_outputs=plan.num_fwd_outputs,
-                           static_lifetime_input_indices=plan.static_indices)
+        self._route_plan = plan  # its planned DCE/CSE: what inductor's check builds the modules on
+        try:
+            choice = self.plan(plan.joint_module, decision, num_fwd_outputs=plan.num_fwd_outputs,
+                               static_lifetime_input_indices=plan.static_indices)
+        finally:
+            self._route_plan = None
         return choice.saved
 
     def problem(self, chosen: BudgetDecision, num_fwd_outputs: int,
@@ -200,6 +219,7 @@ class PeakPlanner:
         per_region: dict[float, int] = {}
         limit_each = self.time_limit / max(1, len(groups))
         work_each = max(1, self.max_work // max(1, len(groups)))
+        report = None
         for budget, members in groups:
             roles = roles_for(prob.roles, members, current)
             front = prob.frontier(seed_masks + [current], roles=roles, exact_max_free=self.exact_max_candidates,
@@ -207,22 +227,52 @@ class PeakPlanner:
             timed_out = timed_out or front.timed_out
             base = prob.simulate(current, roles).peak_bytes
             k = pick(front, budget, base)
-            current = front.masks[k]
+            mask = front.masks[k]
+            if self.check == "inductor" and len(groups) == 1:
+                mask, report = self._checked(joint_module, prob, front, seed_masks[0], torch_sim.recompute_flops,
+                                             budget, num_fwd_outputs, mask)
+            current = mask
             lowest = min(lowest, front.peak_bytes[0])
             points += len(front.peak_bytes)
             exact = exact and front.exact
-            per_region[budget] = front.peak_bytes[k]
+            per_region[budget] = front.peak_bytes[k] if mask is front.masks[k] else prob.simulate(mask, roles).peak_bytes
             self.last_frontier = front
         final = prob.simulate(current)
         saved = [i for i in range(n) if current[i]]
         self.last = PlanChoice(saved, final.peak_bytes, final.recompute_flops, torch_sim.peak_bytes,
                                torch_sim.recompute_flops, lowest, points, exact, time.perf_counter() - t0,
-                               per_region, torch_points, timed_out, self.memory_model, self.cost)
+                               per_region, torch_points, timed_out, self.memory_model, self.cost, report)
         log.info("plan: budget %g, %s model, peak %d (torch %d, lowest %d), recompute %d %s (torch %d), %d points, "
                  "%.1f ms", self.memory_budget, self.memory_model, final.peak_bytes, torch_sim.peak_bytes, lowest,
                  final.recompute_flops, "ps" if self.cost == "time" else "flops", torch_sim.recompute_flops, points,
                  self.last.seconds * 1e3)
         return self.last
+
+    def _checked(self, joint_module: fx.GraphModule, prob: PlanProblem, front: Frontier, torch_mask: bytes,
+                 torch_cost: int, budget: float, num_fwd_outputs: int, fallback: bytes) -> tuple[bytes, Any]:
+        """The saved mask :func:`fxcut.planned_check.checked_pick` picks on
+        inductor's own peaks (``fallback``, the model's pick, when inductor
+        cannot be asked: logged)."""
+        from .planned_check import CheckReport, checked_pick, inductor_peak, prepared_copy
+
+        nodes = prob.arrays.nodes
+        candidates = list(front.masks) + [torch_mask]
+        route_plan = self._route_plan
+
+        def peak_of(j: int) -> int:
+            copy, by_name = prepared_copy(joint_module, route_plan.prep if route_plan is not None else None, nodes)
+            saved = [by_name[nodes[i].name] for i in range(len(nodes)) if candidates[j][i]]
+            return inductor_peak(copy, saved, num_fwd_outputs)
+
+        try:
+            j, report = checked_pick(front, torch_cost, budget, peak_of, max_asks=self.max_checks)
+        except Exception as e:  # inductor could not lower a candidate: the model's pick stands
+            log.warning("plan: inductor could not be asked (%s: %s); the memory model's pick stands",
+                        type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            return fallback, CheckReport(failed=f"{type(e).__name__}: {e}")
+        log.info("plan: inductor's peaks of %d candidates %s, limit %d, picked %d", len(report.asked),
+                 report.asked, report.limit, j)
+        return candidates[j], report
 
 
 
@@ -232,7 +282,8 @@ class PeakPlanner:
 def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
                         max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
                         seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, memory_model: str = "unfused",
-                        cost: str | None = None, machine: MachineModel | None = None) -> Any:
+                        cost: str | None = None, machine: MachineModel | None = None, check: str | None = "default",
+                        max_checks: int = 4) -> Any:
     """A partition_fn with torch's signature ``(joint_module, joint_inputs,
     compiler="inductor", *, num_fwd_outputs, static_lifetime_input_indices=None)``
     whose saved set is :class:`PeakPlanner`'s (options as there; a bad one
@@ -242,7 +293,7 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
     ``fxcut.aot_backend`` choose for you).  The default path does the rest."""
     planner = PeakPlanner(memory_budget, exact_max_candidates=exact_max_candidates, max_work=max_work,
                           time_limit=time_limit, seed_budgets=seed_budgets, memory_model=memory_model, cost=cost,
-                          machine=machine)
+                          machine=machine, check=check, max_checks=max_checks)
 
     def planned_partition(joint_module: fx.GraphModule, joint_inputs: Any, compiler: str = "inductor", *,
                           num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,

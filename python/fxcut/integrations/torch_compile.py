@@ -93,7 +93,7 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
 #: entry (every module of ``route/``, ``solve/``, ``torchrules/``), the entry
 #: modules a partition runs, and this integration.
 DECISION_FILES: tuple[str, ...] = (
-    "_paths.py", "explain.py", "pareto.py", "partition.py", "planned.py", "zero3.py",
+    "_paths.py", "explain.py", "pareto.py", "partition.py", "planned.py", "planned_check.py", "zero3.py",
     *(os.path.join(layer, name) for layer, names in (
         ("route", ("__init__.py", "build.py", "decide.py", "guard.py", "lower.py", "plan.py")),
         ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "cost.py", "knapsack.py",

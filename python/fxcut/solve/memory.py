@@ -125,16 +125,20 @@ MEMORY_MODELS: tuple[str, ...] = ("unfused", "inductor")
 class InductorModel:
     """What the inductor model reads besides the graph array: per node its
     ``_C.FUSE_*`` kind (:func:`fxcut.torchrules.fusion.fusion_kinds`), the
-    cost of a recomputed node inlined into its readers (None: 0), and
-    inductor's realization thresholds."""
+    cost of a recomputed node inlined into its readers (None: 0), its
+    kernel's iteration space (:func:`fxcut.torchrules.fusion.iteration_spaces`;
+    None: no kernel fusion beyond inlining), and inductor's realization
+    thresholds."""
 
     fusion: bytes
     fused_cost: array[int] | None
     realize: tuple[int, int, int]
+    iteration: array[int] | None = None
 
     def core_options(self) -> dict[str, Any]:
         """The keyword arguments of the C entry points that select this model."""
-        return {"fusion": self.fusion, "fused_cost": self.fused_cost, "realize": self.realize}
+        return {"fusion": self.fusion, "fused_cost": self.fused_cost, "iteration": self.iteration,
+                "realize": self.realize}
 
 
 def check_memory_model(name: object) -> str:
@@ -154,10 +158,11 @@ def graph_device(arrays: GraphArrays) -> str:
 
 def inductor_model(arrays: GraphArrays, fused_cost: array[int] | None = None) -> InductorModel:
     """The inductor model's inputs for ``arrays`` on the installed torch."""
-    from ..torchrules.fusion import fusion_kinds, realize_thresholds
+    from ..torchrules.fusion import fusion_kinds, iteration_spaces, realize_thresholds
 
     device = graph_device(arrays)
-    return InductorModel(fusion_kinds(arrays.nodes, device), fused_cost, realize_thresholds(device))
+    kinds = fusion_kinds(arrays.nodes, device)
+    return InductorModel(kinds, fused_cost, realize_thresholds(device), iteration_spaces(arrays.nodes, kinds))
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,9 @@ class PlanProblem:
         inlined into a reader (inductor model) its ``fused_cost``."""
         r = core.memory_simulate(self.arrays, saved, num_fwd_outputs=self.num_fwd_outputs, storage_of=self.storage,
                                  flops=self.flops, marks=self.marks, timeline=True, **self._model())
-        kernels = set(r.schedule)
-        total = sum(int(self.flops[v]) for v in r.schedule)
+        schedule = list(r.schedule) if r.schedule is not None else []
+        kernels = set(schedule)
+        total = sum(int(self.flops[v]) for v in schedule)
         inlined = self.inductor.fused_cost if self.inductor is not None else None
         if inlined is not None:
             total += sum(int(inlined[i]) for i, m in enumerate(r.recomputed) if m and i not in kernels)

@@ -21,7 +21,14 @@ its kind, read here from inductor's own tables on the installed torch:
   recompute per reader on CPU (``exp``, ``log``, ``sigmoid``, ``tanh``, ...:
   ``StorageBox.should_realize_on_reuse``).  COPIES_INPUTS marks a CPU
   convolution: inductor's layout optimisation hands it channels-last copies
-  of its input and weight.
+  of its input and weight.  ABSORBED marks an ``mm`` whose one user is an
+  ``add`` of a tensor of its dtype and an expandable shape: inductor's
+  post-grad pass rewrites the pair into one ``addmm``, so the add becomes
+  the EXTERN kernel (:func:`_absorbing_add`).
+
+Which neighbouring kernels inductor fuses into one needs their iteration
+spaces (:func:`iteration_spaces`): kernels over the same number of elements
+that share a read fuse.
 
 Views are not a kind: a value sharing its storage with an earlier one
 (:func:`fxcut.solve.memory.storage_of`) is an alias of it in both models.
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from array import array
 from collections.abc import Iterable
 from typing import Any
 
@@ -106,12 +114,47 @@ def op_kind(target: Any) -> int:
     return _C.FUSE_POINTWISE
 
 
+def _absorbing_add(mm: fx.Node) -> fx.Node | None:
+    """The add inductor's post-grad ``addmm`` pattern folds ``mm`` into:
+    its one user, ``aten.add.Tensor(mm, inp)`` or ``(inp, mm)``, with
+    ``inp`` a tensor of the same dtype whose shape expands to the mm's
+    (``torch/_inductor/fx_passes/post_grad.py``: ``addmm``,
+    ``is_valid_addmm_fusion``; on CPU ``should_prefer_unfused_addmm`` never
+    holds)."""
+    if mm.target is not aten.mm.default or len(mm.users) != 1:
+        return None
+    (add,) = mm.users
+    if add.op != "call_function" or add.target is not aten.add.Tensor or len(add.args) != 2 or add.kwargs:
+        return None
+    others = [a for a in add.args if a is not mm]
+    if len(others) != 1 or not isinstance(others[0], fx.Node):
+        return None
+    inp, out = others[0].meta.get("val"), mm.meta.get("val")
+    if not isinstance(inp, torch.Tensor) or not isinstance(out, torch.Tensor) or inp.dtype != out.dtype:
+        return None
+    try:
+        from torch._prims_common import is_expandable_to
+
+        return add if is_expandable_to(tuple(inp.shape), tuple(out.shape)) else None
+    except (TypeError, RuntimeError):  # a symbolic shape it cannot decide
+        return None
+
+
 def fusion_kinds(nodes: Iterable[fx.Node], device: str = "cpu") -> bytes:
-    """Per node, its ``_C.FUSE_*`` kind with ``_C.FUSE_HEAVY`` and (``device``
-    "cpu") ``_C.FUSE_COPIES_INPUTS`` where they apply (placeholders,
-    get_attr and the output: POINTWISE, unused)."""
+    """Per node, its ``_C.FUSE_*`` kind with ``_C.FUSE_HEAVY``,
+    ``_C.FUSE_ABSORBED`` and (``device`` "cpu") ``_C.FUSE_COPIES_INPUTS``
+    where they apply (placeholders, get_attr and the output: POINTWISE,
+    unused)."""
+    nodes = list(nodes)
     cache: dict[Any, int] = {}
     out = bytearray()
+    absorbing: dict[fx.Node, fx.Node] = {}
+    for node in nodes:
+        if node.op == "call_function" and node.target is aten.mm.default:
+            add = _absorbing_add(node)
+            if add is not None:
+                absorbing[node] = add
+    absorbers = set(absorbing.values())
     for node in nodes:
         if node.op != "call_function":
             out.append(_C.FUSE_POINTWISE)
@@ -126,8 +169,39 @@ def fusion_kinds(nodes: Iterable[fx.Node], device: str = "cpu") -> bytes:
             if packet in _COPIES_INPUTS and device == "cpu":
                 kind |= _C.FUSE_COPIES_INPUTS
             cache[target] = kind
+        if node in absorbing:
+            kind |= _C.FUSE_ABSORBED
+        elif node in absorbers:
+            kind = _C.FUSE_EXTERN
         out.append(kind)
     return bytes(out)
+
+
+def _elements(val: Any) -> int:
+    if not isinstance(val, torch.Tensor):
+        return 0
+    from .ops import tensor_nbytes
+
+    return tensor_nbytes(val) // max(1, val.dtype.itemsize)
+
+
+def iteration_spaces(nodes: Iterable[fx.Node], kinds: bytes) -> array[int]:
+    """Per node, the elements its kernel iterates over when inductor may
+    fuse it with a neighbour: a pointwise op's output, a true reduction's
+    input (a multi-output reduction: its first input); 0 for everything
+    else (extern kernels, concatenations, always-realized ops, views)."""
+    out = array("q", bytes(8 * len(kinds)))
+    for i, node in enumerate(nodes):
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        kind = kinds[i] & _C.FUSE_KIND_MASK
+        packet = getattr(node.target, "overloadpacket", None)
+        if kind == _C.FUSE_POINTWISE:
+            out[i] = _elements(node.meta.get("val"))
+        elif kind == _C.FUSE_REDUCTION and packet in _REDUCTIONS:
+            first = next((a for a in node.args if isinstance(a, fx.Node)), None)
+            out[i] = _elements(first.meta.get("val")) if first is not None else 0
+    return out
 
 
 def realize_thresholds(device: str = "cpu") -> tuple[int, int, int]:
@@ -157,4 +231,4 @@ def realize_thresholds(device: str = "cpu") -> tuple[int, int, int]:
     return reuse_reads, acc, ops
 
 
-__all__ = ["fusion_kinds", "op_kind", "realize_thresholds"]
+__all__ = ["fusion_kinds", "iteration_spaces", "op_kind", "realize_thresholds"]
