@@ -16,10 +16,11 @@ compiled) and the wrapper's own allocations and frees give the peaks::
 
 ``measured`` -- the model against measured training-step peaks and the time
 model against measured step times, on the real-model benchmark's models
-(``bench/realmodels``): one fresh process per model with a fresh inductor
-cache (the harness's :func:`realmodels.measure.measure_in_process`), stock
-``torch.compile`` at ``activation_memory_budget`` 1, 0.5 and 0 and
-``fxcut.inductor_backend(memory_budget=b)`` at 1 and 0.  The figures paired:
+(``bench/realmodels``): fresh processes with fresh inductor caches (the
+harness's :func:`realmodels.measure.measure_in_process`; stock at b=1 and
+fxcut at b=1 in one, stock and fxcut at b=0 in another, stock at 0.5 in a
+third), stock ``torch.compile`` at ``activation_memory_budget`` 1, 0.5 and 0
+and ``fxcut.inductor_backend(memory_budget=b)`` at 1 and 0.  The figures paired:
 the measured peak of each backend's step and the inductor model's peak of
 the same decision (torch's decision at b as the planner's seeds compute it,
 the plan's own pick), summed over the step's graphs; the measured step time
@@ -177,10 +178,15 @@ def run_inductor(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- model vs measured steps
 
 
-def _child_measured(model: str, steps: int, rounds: int) -> list[dict[str, Any]]:
-    """In a fresh process: the harness's measurements of every backend, and
-    per fxcut backend what its planner modelled (per graph: the plan's and
-    torch's seeds' peaks and step costs)."""
+#: The backends measured together in one fresh process: stock's budget is
+#: read when it compiles, so each stock budget needs a process of its own.
+PROCESSES: tuple[tuple[str, ...], ...] = (("stock@1", "fxcut@1"), ("stock@0", "fxcut@0"), ("stock@0.5",))
+
+
+def _child_measured(model: str, labels: list[str], steps: int, rounds: int) -> list[dict[str, Any]]:
+    """In a fresh process: the harness's measurements of ``labels``, and per
+    fxcut backend what its planner modelled (per graph: the plan's and
+    torch's seeds' peaks and step costs, and what inductor's check said)."""
     import fxcut.planned as planned
     from realmodels import measure as harness
 
@@ -193,15 +199,18 @@ def _child_measured(model: str, steps: int, rounds: int) -> list[dict[str, Any]]
         label = harness._CURRENT[-1] if harness._CURRENT else "?"
         seeds = self.torch_seeds(joint_module.graph, chosen, kwargs["num_fwd_outputs"],
                                  kwargs.get("static_lifetime_input_indices"), planned.RuntimeEstimates())
+        check = choice.check
         graph = {"plan_peak": choice.peak_bytes, "plan_cost": prob.step_cost(choice.saved),
                  "torch": {f"{b:g}": {"peak": prob.model_point(s)[0], "cost": prob.step_cost(s)}
                            for b, s in seeds.items() if any(abs(b - x) < 1e-9 for x in STOCK_BUDGETS)},
-                 "nodes": len(prob.arrays), "model": choice.memory_model, "cost_unit": choice.cost}
+                 "nodes": len(prob.arrays), "model": choice.memory_model, "cost_unit": choice.cost,
+                 "check": None if check is None else {"asked": {str(k): v for k, v in check.asked.items()},
+                                                      "picked": check.picked, "limit": check.limit,
+                                                      "torch_peak": check.torch_peak, "failed": check.failed}}
         recorded.setdefault(label, []).append(graph)
         return choice
 
     planned.PeakPlanner.plan = plan  # type: ignore[method-assign]
-    labels = [f"stock@{b:g}" for b in STOCK_BUDGETS] + [f"fxcut@{b:g}" for b in PLAN_BUDGETS]
     backends = [harness.Backend.parse(label) for label in labels]
     measured = harness.measure_in_process(model, backends, warmup=1, steps=steps, rounds=rounds)
     out = []
@@ -213,19 +222,30 @@ def _child_measured(model: str, steps: int, rounds: int) -> list[dict[str, Any]]
 
 
 def measured_model(model: str, steps: int, rounds: int, timeout: float) -> list[dict[str, Any]]:
+    """Every backend of :data:`PROCESSES`, one fresh process (and inductor
+    cache) per group."""
     from realmodels.measure import fresh_cache_env
 
-    with tempfile.TemporaryDirectory(prefix="indmodel-") as cache:
-        env = fresh_cache_env(cache)
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT / "bench"), env.get("PYTHONPATH", "")])
-        out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "child", model, str(steps),
-                              str(rounds)], env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        tail = "\n".join(out.stderr.strip().splitlines()[-6:])
-        return [{"model": model, "status": "crashed", "error": tail}]
-    result: list[dict[str, Any]] = json.loads(lines[-1])
-    return result
+    rows: list[dict[str, Any]] = []
+    for labels in PROCESSES:
+        with tempfile.TemporaryDirectory(prefix="indmodel-") as cache:
+            env = fresh_cache_env(cache)
+            env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT / "bench"),
+                                                 env.get("PYTHONPATH", "")])
+            try:
+                out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "child", model, ",".join(labels),
+                                      str(steps), str(rounds)], env=env, capture_output=True, text=True,
+                                     timeout=timeout, check=False)
+            except subprocess.TimeoutExpired:
+                rows += [{"model": model, "backend": b, "status": "timeout"} for b in labels]
+                continue
+        lines = out.stdout.strip().splitlines()
+        if out.returncode != 0 or not lines:
+            tail = "\n".join(out.stderr.strip().splitlines()[-6:])
+            rows += [{"model": model, "backend": b, "status": "crashed", "error": tail} for b in labels]
+            continue
+        rows += json.loads(lines[-1])
+    return rows
 
 
 def pairs(model_rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -233,6 +253,7 @@ def pairs(model_rows: list[dict[str, Any]]) -> dict[str, Any]:
     step times per decision."""
     by = {r.get("backend"): r for r in model_rows}
     plans = {b: by.get(f"fxcut@{b:g}") for b in PLAN_BUDGETS}
+    # torch's decisions as the planner modelled them (the same in every fxcut process)
     graphs = next((p["modelled"] for p in plans.values() if p and p.get("modelled")), None)
     out: dict[str, Any] = {"decisions": {}}
     if not graphs:
@@ -249,9 +270,16 @@ def pairs(model_rows: list[dict[str, Any]]) -> dict[str, Any]:
     for b, m in plans.items():
         if m is None or m.get("status") != "ok" or not m.get("modelled"):
             continue
-        out["decisions"][f"plan@{b:g}"] = {
-            "model_peak": sum(g["plan_peak"] for g in m["modelled"]), "measured_peak": m["peak_bytes"],
-            "model_cost": sum(g["plan_cost"] for g in m["modelled"]), "step_s": m.get("step_s")}
+        x = {"model_peak": sum(g["plan_peak"] for g in m["modelled"]), "measured_peak": m["peak_bytes"],
+             "model_cost": sum(g["plan_cost"] for g in m["modelled"]), "step_s": m.get("step_s")}
+        checks = [g.get("check") for g in m["modelled"]]
+        if checks and all(c and not c.get("failed") and c.get("asked") for c in checks):
+            # inductor's own answer (its generated code's peak) for the plan's pick and torch's default
+            x["inductor_peak"] = sum(c["asked"][str(c["picked"])] for c in checks)
+            d = out["decisions"].get("torch@1")
+            if d is not None and "inductor_peak" not in d:
+                d["inductor_peak"] = sum(c["torch_peak"] for c in checks)
+        out["decisions"][f"plan@{b:g}"] = x
     return out
 
 
@@ -298,15 +326,39 @@ def measured_markdown(data: dict[str, Any], command: str) -> str:
     lines.append(f"Model within 10% of the measured peak: {within} of {total} (model, decision) pairs.  "
                  f"{data.get('load', '')}.  Command: `{command}`")
     lines.append("")
+    lines.append("**Inductor's own answer against the measurement** (the plan's check: the peak of the code "
+                 "inductor generates for the decision, on fake tensors, nothing compiled), in bytes:")
+    lines.append("")
+    lines.append("| model | decision | inductor's code | measured | difference |")
+    lines.append("|---|---|---:|---:|---:|")
+    for name, rows in data["models"].items():
+        for d, x in pairs(rows)["decisions"].items():
+            if "inductor_peak" in x:
+                lines.append(f"| {name} | {d} | {x['inductor_peak']:,} | {x['measured_peak']:,} | "
+                             f"{x['measured_peak'] - x['inductor_peak']:+,} |")
+    lines.append("")
     lines.append("**The time model against measured step times** (same runs): per model, Pearson's r between "
                  "the modelled step cost and the measured step time (median of interleaved rounds) over the "
                  "decisions above.")
     lines.append("")
     lines.append("| model | decisions | r | modelled step (ms) | measured step (ms) |")
     lines.append("|---|---:|---:|---|---|")
+    pooled_x: list[float] = []
+    pooled_y: list[float] = []
     for name, r, xs, ys in corr_rows:
         lines.append(f"| {name} | {len(xs)} | {r:.2f} | " + ", ".join(f"{x / 1e9:.1f}" for x in xs) + " | "
-                     + ", ".join(f"{y * 1e3:.1f}" for y in ys) + " |")
+                     + ", ".join(f"{y * 1e3:.0f}" for y in ys) + " |")
+        # each model's decisions relative to its first (torch's default): the model's scale and the
+        # machine's speed drop out
+        pooled_x += [x / xs[0] for x in xs]
+        pooled_y += [y / ys[0] for y in ys]
+    if len(pooled_x) >= 3:
+        lines.append("")
+        lines.append(f"Pooled over the models, each decision's modelled cost and measured time relative to torch's "
+                     f"default decision of the same model: Pearson's r = {_pearson(pooled_x, pooled_y):.2f} "
+                     f"({len(pooled_x)} points).  The modelled times are the default CPU rates' "
+                     f"(`fxcut.solve.cost.CPU`); the machine measured on is slower, so only relative "
+                     f"figures compare.")
     return "\n".join(lines) + "\n"
 
 
@@ -341,7 +393,7 @@ def run_measured(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["child"]:
-        print(json.dumps(_child_measured(argv[1], int(argv[2]), int(argv[3]))))
+        print(json.dumps(_child_measured(argv[1], argv[2].split(","), int(argv[3]), int(argv[4]))))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="check", required=True)
@@ -350,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--budgets", type=lambda v: [float(x) for x in v.split(",")], default=[1.0, 0.0])
     m = sub.add_parser("measured", help="the model against measured steps (real models)")
     m.add_argument("models", nargs="*")
-    m.add_argument("--steps", type=int, default=3)
+    m.add_argument("--steps", type=int, default=2)
     m.add_argument("--rounds", type=int, default=3)
     m.add_argument("--timeout", type=float, default=3600.0)
     m.add_argument("--again", action="store_true", help="measure models already in the JSON again")
