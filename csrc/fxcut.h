@@ -437,18 +437,107 @@ enum fxcut_extract_mark {
     FXCUT_X_COPY = 1u << 1
 };
 
+/*
+ * The inductor model (fxcut_memory_options.fusion non-NULL): the same
+ * extraction and module orders, then each module walked as inductor runs it
+ * (csrc/memory_fused.c), kernel by kernel instead of op by op.  The rules,
+ * stated once (their source: torch/_inductor/graph.py run_node, ir.py
+ * StorageBox, scheduler.py decide_inplace_update, codegen/wrapper.py):
+ *
+ *  - Which values are buffers ("realized"), in module order: a node that
+ *    shares an earlier node's storage (storage_of) is an alias of it, never
+ *    a buffer; EXTERN, REDUCTION and CAT nodes are buffers; an EXTERN
+ *    node's inputs are made buffers (inductor realizes an extern kernel's
+ *    inputs); an item (getitem) of a buffer-producing multi-output node is a
+ *    buffer allocated with its producer; a module output (forward outputs
+ *    and saved values in the forward, gradients in the backward) is a
+ *    buffer.  A POINTWISE node is a buffer when read by two or more nodes
+ *    of the module (an output counts as a reader) and one of them is EXTERN
+ *    or it is HEAVY (after inlining) or its inlined expression reads more
+ *    than realize_reuse_reads buffers or has more than realize_opcount ops;
+ *    or, whatever its readers, when its expression reads more than
+ *    realize_acc_reads buffers or has more than realize_opcount ops.
+ *    Otherwise it is inlined into every kernel that reads it: no memory.
+ *    A COPIES_INPUTS kernel also holds, while it runs, a copy of each of its
+ *    tensor inputs (nbytes of the input node, parameters included).  An
+ *    ABSORBED node whose one reader in the module is EXTERN is no buffer:
+ *    that reader's kernel computes it (and reads its inputs).
+ *  - Kernels: the buffers in module order (an item is not a kernel of its
+ *    own).  A kernel reads the buffers and module inputs its inlined
+ *    expression reaches (through non-buffer nodes and aliases).  Fused
+ *    kernels (iteration non-NULL): a pointwise or reduction kernel joins the
+ *    group of kernels before it when both have the same iteration space and
+ *    it reads a buffer the group makes or a value the group reads (inductor
+ *    fuses such neighbours into one kernel); a group allocates its buffers
+ *    before it runs and frees what it read last after it; a buffer read
+ *    only inside its group is a local of the fused kernel: no memory.
+ *  - Memory: a kernel allocates its buffer (a multi-output node: its items
+ *    in the module too) before it runs; a buffer is freed after the last
+ *    kernel reading it, a module output lives to the module's end; the
+ *    backward starts with the saved storages live, freed after their last
+ *    reader.  In-place: a POINTWISE kernel's buffer takes over the storage
+ *    of a buffer it reads whose last reader it is, when that storage is
+ *    not an output, holds between 1 and 1/0.95 times its bytes, and was
+ *    allocated in this module or is a donated saved value (a saved value
+ *    whose storage no forward output or gradient shares): no allocation.
+ *  - live_bytes[s] is the bytes live while kernel s runs (its fused
+ *    group); schedule[s] its node.  recompute_flops sums, over recomputed nodes, flops[i] when the
+ *    backward makes the node a buffer (a kernel of its own) and
+ *    fused_cost[i] when it is inlined or an alias.
+ * Not modelled: inductor's post-grad rewrites other than addmm, its fusion
+ * of kernels that are not neighbours in module order, and
+ * reorder_for_peak_memory (kernels run in module order).
+ */
+enum fxcut_fusion_kind {
+    FXCUT_FUSE_POINTWISE = 0,  /* inlined into its readers unless realized */
+    FXCUT_FUSE_REDUCTION = 1,  /* a kernel and a buffer of its own: a
+                                  reduction or scan, or an op whose lowering
+                                  always realizes (scatters, random values) */
+    FXCUT_FUSE_EXTERN = 2,     /* an extern / fallback kernel: its inputs are
+                                  made buffers */
+    FXCUT_FUSE_CAT = 3,        /* a buffer its inputs are written into */
+    FXCUT_FUSE_KIND_MASK = 7,
+    FXCUT_FUSE_HEAVY = 1u << 3, /* a POINTWISE op costly to inline twice (exp,
+                                   log, sigmoid, tanh, ...) */
+    FXCUT_FUSE_COPIES_INPUTS = 1u << 4, /* an EXTERN kernel that reads copies
+                                  of its tensor inputs in another layout (CPU
+                                  convolutions): each input's bytes are
+                                  allocated before it and freed after it */
+    FXCUT_FUSE_ABSORBED = 1u << 5 /* an EXTERN matmul whose one reader, an
+                                  add marked EXTERN, becomes one addmm with it
+                                  (inductor's post-grad addmm pattern): run
+                                  and allocated by that reader when both are
+                                  in the module */
+};
+
 typedef struct {
     int32_t num_fwd_outputs;
     /* n entries, or NULL (every value its own storage): storage_of[i] is
      * the node whose storage node i's value shares; i itself for a value
      * with its own storage.  Must be in [0, i]. */
     const int32_t *storage_of;
-    /* n entries, or NULL (all 0): the cost of running node i once (torch's
-     * flop counter, as its knapsack's "flops" estimator); >= 0. */
+    /* n entries, or NULL (all 0): the cost of running node i once as an op
+     * or kernel of its own (the unit is the caller's: torch's flop counter,
+     * or fxcut's modelled time); >= 0. */
     const int64_t *flops;
     /* n entries, or NULL (all 0): enum fxcut_extract_mark bits, what torch's
      * extraction knows of a node beyond the graph array. */
     const uint8_t *marks;
+    /* n entries, or NULL: the unfused model.  Else enum fxcut_fusion_kind
+     * per node: the inductor model (above). */
+    const uint8_t *fusion;
+    /* n entries, or NULL (all 0): under the inductor model, the cost of
+     * recomputing node i inlined into its readers; >= 0. */
+    const int64_t *fused_cost;
+    /* n entries, or NULL (no kernel fusion beyond inlining): under the
+     * inductor model, the iteration space (elements) of node i's kernel when
+     * inductor may fuse it with its neighbours (a pointwise or reduction
+     * kernel; 0: never); >= 0. */
+    const int64_t *iteration;
+    /* the inductor model's realization thresholds (>= 0; inductor's
+     * realize_reads_threshold, realize_cpu_acc_reads_threshold,
+     * realize_cpu_opcount_threshold on CPU) */
+    int32_t realize_reuse_reads, realize_acc_reads, realize_opcount;
 } fxcut_memory_options;
 
 typedef struct {
@@ -532,6 +621,14 @@ typedef struct {
      * is simulated by the memory model (fxcut_memsim_eval); the search
      * picks its toggles from the model's schedule. */
     const uint8_t *marks;
+    /* the memory model's inductor mode (fxcut_memory_options: fusion,
+     * fused_cost, iteration, the realization thresholds), handed to it as
+     * they are;
+     * fusion NULL: the unfused model */
+    const uint8_t *fusion;
+    const int64_t *fused_cost;
+    const int64_t *iteration;
+    int32_t realize_reuse_reads, realize_acc_reads, realize_opcount;
 } fxcut_plan_options;
 
 /* One simulated decision. */

@@ -7,37 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Per-node marks of one evaluation (bits of fxcut_memsim.mark). */
-enum {
-    M_SAVED = 1u << 0,      /* a backward input (after the unused are dropped) */
-    M_BW_VALID = 1u << 1,   /* computable in the backward (inputs included) */
-    M_BW_KEPT = 1u << 2,    /* a computed node of the backward module */
-    M_FW_VALID = 1u << 3,
-    M_FW_KEPT = 1u << 4,
-    M_NEEDED = 1u << 5,     /* scratch of the dead-code passes */
-    M_EMITTED = 1u << 6,    /* scratch of the backward reordering */
-    M_FOUND = 1u << 7
-};
 
-struct fxcut_memsim {
-    const fxcut_graph *g;
-    int32_t num_fwd_outputs;
-    const int64_t *flops;
-    const uint8_t *marks;
-    int32_t *root;          /* storage root of every node */
-    int64_t *cost;          /* bytes a root's storage costs (0: not counted) */
-    uint8_t *tangent_dep;   /* depends on a tangent / backward seed */
-    int32_t *user_ptr;      /* users CSR */
-    int32_t *user_idx;
-    /* scratch, n entries each */
-    uint8_t *mark;
-    int32_t *body;          /* a module's nodes in order */
-    int32_t *order;         /* the same after reordering / raising getitems */
-    int32_t *stack;
-    int32_t *found;
-    int32_t *last;          /* per root: last step reading it (INT32_MAX: end) */
-    int64_t *charge;        /* per root: bytes its birth added (-1: unborn) */
-};
 
 static int is_source(const fxcut_graph *g, int32_t i)
 {
@@ -72,7 +42,10 @@ void fxcut_memsim_free(fxcut_memsim *s)
         return;
     void *ptrs[] = {s->root, s->cost, s->tangent_dep, s->user_ptr,
                     s->user_idx, s->mark, s->body, s->order, s->stack,
-                    s->found, s->last, s->charge};
+                    s->found, s->last, s->charge, s->realized, s->donated,
+                    s->inlined_reads, s->inlined_ops, s->inlined_heavy,
+                    s->visit, s->kernels, s->group_of, s->made_in,
+                    s->read_in, s->group_reads};
     fxcut_free_each(ptrs, sizeof ptrs / sizeof ptrs[0]);
     free(s);
 }
@@ -101,10 +74,36 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
     s->found = malloc(m * sizeof *s->found);
     s->last = malloc(m * sizeof *s->last);
     s->charge = malloc(m * sizeof *s->charge);
+    s->fusion = opt->fusion;
+    s->fused_cost = opt->fused_cost;
+    s->realize_reuse_reads = opt->realize_reuse_reads;
+    s->realize_acc_reads = opt->realize_acc_reads;
+    s->realize_opcount = opt->realize_opcount;
+    int fused_ok = 1;
+    if (opt->fusion != NULL) {
+        s->realized = calloc(m, 1);
+        s->donated = calloc(m, 1);
+        s->inlined_reads = malloc(m * sizeof *s->inlined_reads);
+        s->inlined_ops = malloc(m * sizeof *s->inlined_ops);
+        s->inlined_heavy = malloc(m);
+        s->visit = malloc(m * sizeof *s->visit);
+        s->kernels = malloc(m * sizeof *s->kernels);
+        s->group_of = malloc(m * sizeof *s->group_of);
+        s->made_in = malloc(m * sizeof *s->made_in);
+        s->read_in = malloc(m * sizeof *s->read_in);
+        s->group_reads = malloc(m * sizeof *s->group_reads);
+        s->iteration = opt->iteration;
+        fused_ok = s->realized != NULL && s->donated != NULL &&
+                   s->inlined_reads != NULL && s->inlined_ops != NULL &&
+                   s->inlined_heavy != NULL && s->visit != NULL &&
+                   s->kernels != NULL && s->group_of != NULL &&
+                   s->made_in != NULL && s->read_in != NULL &&
+                   s->group_reads != NULL;
+    }
     if (s->root == NULL || s->cost == NULL || s->tangent_dep == NULL ||
         s->mark == NULL || s->body == NULL || s->order == NULL ||
         s->stack == NULL || s->found == NULL || s->last == NULL ||
-        s->charge == NULL) {
+        s->charge == NULL || !fused_ok) {
         fxcut_memsim_free(s);
         return fxcut_fail(err, FXCUT_E_NOMEM, -1,
                           "out of memory for the memory model of %d nodes",
@@ -135,6 +134,8 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
         bytes += s->cost[i];
         if (opt->flops != NULL)
             work += opt->flops[i];
+        if (opt->fused_cost != NULL)
+            work += opt->fused_cost[i];
     }
     if (bytes > (fxcut_wide)INT64_MAX || work > (fxcut_wide)INT64_MAX) {
         fxcut_memsim_free(s);
@@ -348,6 +349,25 @@ static int64_t walk_module(fxcut_memsim *s, int32_t n_body, uint8_t kept,
         }
     }
     return peak;
+}
+
+/* The saved storages the backward may update in place (AOT Autograd's
+ * donated buffers): computed by the forward, shared by no forward output
+ * and no gradient. */
+static void mark_donated(fxcut_memsim *s)
+{
+    const fxcut_graph *g = s->g;
+    for (int32_t i = 0; i < g->n; i++)
+        s->donated[i] = 0;
+    for (int32_t i = 0; i < g->n; i++)
+        if ((s->mark[i] & M_SAVED) != 0 && is_computed_kind(g, i))
+            s->donated[s->root[i]] = 1;
+    for (int32_t k = 0; k < g->n_outputs; k++)
+        if (g->outputs[k] >= 0)
+            s->donated[s->root[g->outputs[k]]] = 0;
+    for (int32_t i = 0; i < g->n; i++)
+        if (is_source(g, i))
+            s->donated[s->root[i]] = 0;
 }
 
 /* 1. The backward extraction: its inputs (the saved values, the backward's
@@ -587,8 +607,11 @@ static void count_saved_and_recomputed(fxcut_memsim *s,
         res->n_recomputed++;
         if (res->recomputed != NULL)
             res->recomputed[i] = 1;
-        if (s->flops != NULL)
-            res->recompute_flops += s->flops[i];
+        if (s->fusion == NULL || s->realized[i]) {
+            if (s->flops != NULL)
+                res->recompute_flops += s->flops[i];
+        } else if (s->fused_cost != NULL)
+            res->recompute_flops += s->fused_cost[i];
         if (s->root[i] == i)
             res->recompute_bytes += s->cost[i];
     }
@@ -603,13 +626,23 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
     if (rc != FXCUT_OK)
         return rc;
     int32_t fw_step = -1, bw_step = -1;
+    int32_t nfo = s->num_fwd_outputs, nout = s->g->n_outputs;
     int32_t n_fw = forward_order(s);
-    res->fw_peak_bytes = walk_module(s, n_fw, M_FW_KEPT, 0, M_SAVED, 0,
-                                     s->num_fwd_outputs, 0, res, &fw_step);
+    if (s->fusion != NULL)
+        res->fw_peak_bytes = fxcut_memsim_walk_fused(
+            s, n_fw, M_FW_KEPT, 0, M_SAVED, 0, nfo, 0, res, &fw_step, &n_fw);
+    else
+        res->fw_peak_bytes = walk_module(s, n_fw, M_FW_KEPT, 0, M_SAVED, 0,
+                                         nfo, 0, res, &fw_step);
     int32_t n_bw = backward_order(s);
-    res->bw_peak_bytes = walk_module(s, n_bw, M_BW_KEPT, M_SAVED, 0,
-                                     s->num_fwd_outputs, s->g->n_outputs,
-                                     n_fw, res, &bw_step);
+    if (s->fusion != NULL) {
+        mark_donated(s);
+        res->bw_peak_bytes = fxcut_memsim_walk_fused(
+            s, n_bw, M_BW_KEPT, M_SAVED, 0, nfo, nout, n_fw, res, &bw_step,
+            &n_bw);
+    } else
+        res->bw_peak_bytes = walk_module(s, n_bw, M_BW_KEPT, M_SAVED, 0, nfo,
+                                         nout, n_fw, res, &bw_step);
     res->n_fw_steps = n_fw;
     res->n_steps = n_fw + n_bw;
     set_peak(res, fw_step, bw_step);
@@ -649,6 +682,11 @@ int fxcut_memory_simulate(const fxcut_graph *g, const fxcut_memory_options *opt,
                 return fxcut_fail(err, FXCUT_E_INVALID, i,
                                   "flops[%d] = %lld is negative", (int)i,
                                   (long long)opt->flops[i]);
+    rc = fxcut_check_fusion(g, opt->fusion, opt->fused_cost, opt->iteration,
+                            opt->realize_reuse_reads, opt->realize_acc_reads,
+                            opt->realize_opcount, err);
+    if (rc != FXCUT_OK)
+        return rc;
     if (n_saved < 0)
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "saved count must be >= 0, got %d", (int)n_saved);
@@ -676,6 +714,44 @@ int fxcut_memory_simulate(const fxcut_graph *g, const fxcut_memory_options *opt,
     fxcut_memsim_free(s);
     free(mask);
     return rc;
+}
+
+int fxcut_check_fusion(const fxcut_graph *g, const uint8_t *fusion,
+                       const int64_t *fused_cost, const int64_t *iteration,
+                       int32_t reuse_reads, int32_t acc_reads,
+                       int32_t opcount, fxcut_error *err)
+{
+    if (fusion == NULL) {
+        if (fused_cost != NULL || iteration != NULL)
+            return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                              "fused_cost and iteration apply to the "
+                              "inductor model only (fusion is NULL)");
+        return FXCUT_OK;
+    }
+    if (reuse_reads < 0 || acc_reads < 0 || opcount < 0)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "the realization thresholds must be >= 0, got "
+                          "%d, %d, %d", (int)reuse_reads, (int)acc_reads,
+                          (int)opcount);
+    const unsigned known = FXCUT_FUSE_KIND_MASK | FXCUT_FUSE_HEAVY |
+                           FXCUT_FUSE_COPIES_INPUTS | FXCUT_FUSE_ABSORBED;
+    for (int32_t i = 0; i < g->n; i++) {
+        unsigned f = fusion[i];
+        if ((f & ~known) != 0 || (f & FXCUT_FUSE_KIND_MASK) > FXCUT_FUSE_CAT)
+            return fxcut_fail(err, FXCUT_E_INVALID, i,
+                              "fusion[%d] = %u is not a FUSE_* kind (0..3, "
+                              "| FUSE_HEAVY | FUSE_COPIES_INPUTS | "
+                              "FUSE_ABSORBED)", (int)i, f);
+        if (fused_cost != NULL && fused_cost[i] < 0)
+            return fxcut_fail(err, FXCUT_E_INVALID, i,
+                              "fused_cost[%d] = %lld is negative", (int)i,
+                              (long long)fused_cost[i]);
+        if (iteration != NULL && iteration[i] < 0)
+            return fxcut_fail(err, FXCUT_E_INVALID, i,
+                              "iteration[%d] = %lld is negative", (int)i,
+                              (long long)iteration[i]);
+    }
+    return FXCUT_OK;
 }
 
 /* ---- readers for the planner (memory_internal.h) ----------------------- */

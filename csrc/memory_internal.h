@@ -10,6 +10,60 @@
 
 #include "fxcut.h"
 
+/* Per-node marks of one evaluation (bits of fxcut_memsim.mark). */
+enum {
+    M_SAVED = 1u << 0,      /* a backward input (after the unused are dropped) */
+    M_BW_VALID = 1u << 1,   /* computable in the backward (inputs included) */
+    M_BW_KEPT = 1u << 2,    /* a computed node of the backward module */
+    M_FW_VALID = 1u << 3,
+    M_FW_KEPT = 1u << 4,
+    M_NEEDED = 1u << 5,     /* scratch of the dead-code passes */
+    M_EMITTED = 1u << 6,    /* scratch of the backward reordering */
+    M_FOUND = 1u << 7
+};
+
+struct fxcut_memsim {
+    const fxcut_graph *g;
+    int32_t num_fwd_outputs;
+    const int64_t *flops;
+    const uint8_t *marks;
+    int32_t *root;          /* storage root of every node */
+    int64_t *cost;          /* bytes a root's storage costs (0: not counted) */
+    uint8_t *tangent_dep;   /* depends on a tangent / backward seed */
+    int32_t *user_ptr;      /* users CSR */
+    int32_t *user_idx;
+    /* scratch, n entries each */
+    uint8_t *mark;
+    int32_t *body;          /* a module's nodes in order */
+    int32_t *order;         /* the same after reordering / raising getitems */
+    int32_t *stack;
+    int32_t *found;
+    int32_t *last;          /* per root: last step reading it (INT32_MAX: end) */
+    int64_t *charge;        /* per root: bytes its birth added (-1: unborn) */
+    /* the inductor model (fusion != NULL; memory_fused.c) */
+    const uint8_t *fusion;
+    const int64_t *fused_cost;
+    int32_t realize_reuse_reads, realize_acc_reads, realize_opcount;
+    uint8_t *realized;      /* per node: a buffer of its own in the module
+                               walked last (the backward after an eval) */
+    uint8_t *donated;       /* per root: a saved storage the backward may
+                               update in place */
+    int32_t *inlined_reads; /* per node: reads of its inlined expression */
+    int32_t *inlined_ops;   /* per node: ops of its inlined expression */
+    uint8_t *inlined_heavy; /* per node: a HEAVY op in it */
+    int32_t *visit;         /* per node: the visit epoch that last saw it */
+    int32_t epoch;
+    int32_t *kernels;       /* a module's kernels (nodes) in order */
+    const int64_t *iteration; /* per node: the iteration space of a kernel
+                               inductor may fuse with its neighbours (0:
+                               none); NULL: no fusion beyond inlining */
+    int32_t *group_of;      /* per kernel: its fused group */
+    int32_t *made_in;       /* per node: the group that made its buffer */
+    int32_t *read_in;       /* per root: the last group that read it */
+    int32_t *group_reads;   /* per root: kernels of the walked group
+                               reading it */
+};
+
 typedef struct fxcut_memsim fxcut_memsim;
 
 /* g validated by the caller (fxcut_graph_validate), opt->storage_of in
@@ -28,6 +82,27 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
                       fxcut_memory_result *res, fxcut_error *err);
 
 void fxcut_memsim_free(fxcut_memsim *s);
+
+/* Validates the inductor model's options (fxcut_memory_options: fusion
+ * kinds, fused_cost >= 0, thresholds >= 0); FXCUT_E_INVALID naming the
+ * node otherwise.  fusion NULL (the unfused model) needs fused_cost NULL. */
+int fxcut_check_fusion(const fxcut_graph *g, const uint8_t *fusion,
+                       const int64_t *fused_cost, const int64_t *iteration,
+                       int32_t reuse_reads, int32_t acc_reads,
+                       int32_t opcount, fxcut_error *err);
+
+/* The walk of one module under the inductor model (memory_fused.c): the
+ * module's nodes are s->body[0 .. n_body) in order, marked `kept`; values
+ * marked `held` are live at the start, outputs[first_out .. end_out) and
+ * values marked `pinned` live to the end.  Writes kernels step0 .. of the
+ * result's optional arrays, sets *n_steps, returns the module's peak (its
+ * step in *peak_step, -1 when there is no kernel) and leaves s->realized
+ * set for the module. */
+int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
+                                uint8_t held, uint8_t pinned,
+                                int32_t first_out, int32_t end_out,
+                                int32_t step0, fxcut_memory_result *res,
+                                int32_t *peak_step, int32_t *n_steps);
 
 /* Readers of the last fxcut_memsim_eval that returned FXCUT_OK (for the
  * planner, which picks its moves from the model's own schedule):

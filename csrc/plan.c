@@ -96,6 +96,12 @@ static int check_options(const fxcut_graph *g, const fxcut_plan_options *opt,
                               "flops[%d] = %lld is negative", (int)i,
                               (long long)opt->flops[i]);
     }
+    int rc = fxcut_check_fusion(g, opt->fusion, opt->fused_cost,
+                                opt->iteration, opt->realize_reuse_reads,
+                                opt->realize_acc_reads, opt->realize_opcount,
+                                err);
+    if (rc != FXCUT_OK)
+        return rc;
     if (!search)
         return FXCUT_OK;
     if (opt->n_seeds < 0 || (opt->n_seeds > 0 && opt->seeds == NULL))
@@ -148,6 +154,12 @@ static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
     s->mopt.storage_of = opt->storage_of;
     s->mopt.flops = opt->flops;
     s->mopt.marks = opt->marks;
+    s->mopt.fusion = opt->fusion;
+    s->mopt.fused_cost = opt->fused_cost;
+    s->mopt.iteration = opt->iteration;
+    s->mopt.realize_reuse_reads = opt->realize_reuse_reads;
+    s->mopt.realize_acc_reads = opt->realize_acc_reads;
+    s->mopt.realize_opcount = opt->realize_opcount;
     int rc = fxcut_memsim_new(g, &s->mopt, &s->memsim, err);
     if (rc != FXCUT_OK)
         sim_free(s);

@@ -91,6 +91,22 @@ int fxcut_copy_optional(PyObject *obj, const char *name, Py_ssize_t itemsize,
 int fxcut_int_arg(PyObject *obj, const char *name, long long lo,
                   long long hi, long long *out);
 
+/* The inductor model's arguments of memory_simulate / plan_simulate /
+ * plan_frontier: fusion (None: the unfused model, or n bytes of
+ * FUSE_* kinds), fused_cost and iteration (None or n int64), realize
+ * (None: inductor's defaults 4, 8, 30; or a 3-tuple of ints >= 0: reuse
+ * reads, accumulated reads, ops).  Copies the arrays
+ * (fxcut_fusion_release frees them). */
+typedef struct {
+    void *fusion, *fused_cost, *iteration;
+    int32_t reuse_reads, acc_reads, opcount;
+} fxcut_fusion_args;
+
+int fxcut_fusion_load(PyObject *fusion, PyObject *fused_cost,
+                      PyObject *iteration, PyObject *realize, Py_ssize_t n,
+                      fxcut_fusion_args *out);
+void fxcut_fusion_release(fxcut_fusion_args *a);
+
 /* hi * 2^64 + lo as a Python int. */
 PyObject *fxcut_pylong_from_u128(uint64_t hi, uint64_t lo);
 

@@ -9,7 +9,9 @@
 
 const char fxcut_py_memory_simulate_doc[] =
 "memory_simulate($module, graph, /, *, num_fwd_outputs, saved,\n"
-"                storage_of=None, flops=None, marks=None, timeline=False)\n"
+"                storage_of=None, flops=None, marks=None, timeline=False,\n"
+"                fusion=None, fused_cost=None, iteration=None,\n"
+"                realize=None)\n"
 "--\n\n"
 "The live activation bytes of the forward and backward modules the\n"
 "decision `saved` produces (the semantics: csrc/fxcut.h, above\n"
@@ -20,6 +22,13 @@ const char fxcut_py_memory_simulate_doc[] =
 "(<= i).  flops: None or n int64, the cost of running each node once.\n"
 "marks: None or n bytes of X_* bits (X_MUST_FW, X_COPY).\n"
 "timeline: also return the schedule and the live bytes at each step.\n"
+"fusion: None (the unfused model: the modules run op by op) or n bytes of\n"
+"FUSE_* kinds (the inductor model: kernels, buffers, in-place updates).\n"
+"fused_cost: None or n int64, a recomputed node's cost when inlined\n"
+"(inductor model).  iteration: None or n int64, the iteration space of\n"
+"a kernel inductor may fuse with its neighbours (0: never).  realize:\n"
+"None or (reuse_reads, acc_reads, opcount),\n"
+"inductor's realization thresholds (default 4, 8, 30).\n"
 "Returns a MemoryResult: peak_bytes, peak_step, fw_peak_bytes,\n"
 "bw_peak_bytes, saved_bytes, recompute_flops, recompute_bytes,\n"
 "n_recomputed, n_fw_steps, recomputed (memoryview 'B', n entries),\n"
@@ -93,15 +102,20 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
                                    PyObject *kwargs)
 {
     static char *keywords[] = {"", "num_fwd_outputs", "saved", "storage_of",
-                               "flops", "marks", "timeline", NULL};
+                               "flops", "marks", "timeline", "fusion",
+                               "fused_cost", "iteration", "realize", NULL};
     PyObject *graph = NULL, *num_fwd = NULL, *saved_obj = NULL;
     PyObject *storage_obj = Py_None, *flops_obj = Py_None;
-    PyObject *marks_obj = Py_None;
+    PyObject *marks_obj = Py_None, *fusion_obj = Py_None;
+    PyObject *fused_cost_obj = Py_None, *realize_obj = Py_None;
+    PyObject *iteration_obj = Py_None;
     int timeline = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOp:memory_simulate",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs,
+                                     "O|$OOOOOpOOOO:memory_simulate",
                                      keywords, &graph, &num_fwd, &saved_obj,
                                      &storage_obj, &flops_obj, &marks_obj,
-                                     &timeline))
+                                     &timeline, &fusion_obj, &fused_cost_obj,
+                                     &iteration_obj, &realize_obj))
         return NULL;
     if (num_fwd == NULL || saved_obj == NULL) {
         PyErr_Format(PyExc_TypeError,
@@ -127,6 +141,7 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     PyObject *result = NULL;
     void *saved = NULL, *storage = NULL, *flops = NULL, *marks = NULL;
     void *block = NULL;
+    fxcut_fusion_args fa = {NULL, NULL, NULL, 0, 0, 0};
     Py_ssize_t n_saved = 0, len = 0;
     if (fxcut_copy_buffer(saved_obj, "saved", 4, -1, 0, &saved,
                           &n_saved) < 0 ||
@@ -136,7 +151,9 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
         (flops_obj != Py_None &&
          fxcut_copy_buffer(flops_obj, "flops", 8, n, 0, &flops, &len) < 0) ||
         (marks_obj != Py_None &&
-         fxcut_copy_buffer(marks_obj, "marks", 1, n, 0, &marks, &len) < 0))
+         fxcut_copy_buffer(marks_obj, "marks", 1, n, 0, &marks, &len) < 0) ||
+        fxcut_fusion_load(fusion_obj, fused_cost_obj, iteration_obj,
+                          realize_obj, n, &fa) < 0)
         goto out;
     if (n_saved > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError,
@@ -155,7 +172,12 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     r.live_bytes = (int64_t *)block;
     r.schedule = (int32_t *)(r.live_bytes + 2 * m);
     r.recomputed = (uint8_t *)(r.schedule + 2 * m);
-    fxcut_memory_options opt = {(int32_t)nfwd, storage, flops, marks};
+    fxcut_memory_options opt = {
+        .num_fwd_outputs = (int32_t)nfwd, .storage_of = storage,
+        .flops = flops, .marks = marks, .fusion = fa.fusion,
+        .fused_cost = fa.fused_cost, .iteration = fa.iteration,
+        .realize_reuse_reads = fa.reuse_reads,
+        .realize_acc_reads = fa.acc_reads, .realize_opcount = fa.opcount};
     fxcut_error err = {0, -1, {0}};
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -172,6 +194,65 @@ out:
         void *const owned[] = {saved, storage, flops, marks, block};
         fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
     }
+    fxcut_fusion_release(&fa);
     fxcut_release_graph(&gb);
     return result;
+}
+
+/* fxcut_fusion_load: py_binding.h. */
+int fxcut_fusion_load(PyObject *fusion, PyObject *fused_cost,
+                      PyObject *iteration, PyObject *realize, Py_ssize_t n,
+                      fxcut_fusion_args *out)
+{
+    out->fusion = out->fused_cost = out->iteration = NULL;
+    out->reuse_reads = 4;
+    out->acc_reads = 8;
+    out->opcount = 30;
+    if (fusion == Py_None && (fused_cost != Py_None ||
+                              iteration != Py_None || realize != Py_None)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "fused_cost, iteration and realize apply to the "
+                        "inductor model only: pass fusion too");
+        return -1;
+    }
+    if (fxcut_copy_optional(fusion, "fusion", 1, n, &out->fusion) < 0 ||
+        fxcut_copy_optional(fused_cost, "fused_cost", 8, n,
+                            &out->fused_cost) < 0 ||
+        fxcut_copy_optional(iteration, "iteration", 8, n,
+                            &out->iteration) < 0) {
+        fxcut_fusion_release(out);
+        return -1;
+    }
+    if (realize == Py_None)
+        return 0;
+    if (!PyTuple_Check(realize) || PyTuple_GET_SIZE(realize) != 3) {
+        PyErr_Format(PyExc_TypeError,
+                     "realize must be None or a tuple (reuse_reads, "
+                     "acc_reads, opcount), got %.100s",
+                     Py_TYPE(realize)->tp_name);
+        fxcut_fusion_release(out);
+        return -1;
+    }
+    static const char *names[3] = {"realize[0] (reuse_reads)",
+                                   "realize[1] (acc_reads)",
+                                   "realize[2] (opcount)"};
+    int32_t *slots[3] = {&out->reuse_reads, &out->acc_reads, &out->opcount};
+    for (int k = 0; k < 3; k++) {
+        long long v;
+        if (fxcut_int_arg(PyTuple_GET_ITEM(realize, k), names[k], 0,
+                          INT32_MAX, &v) < 0) {
+            fxcut_fusion_release(out);
+            return -1;
+        }
+        *slots[k] = (int32_t)v;
+    }
+    return 0;
+}
+
+void fxcut_fusion_release(fxcut_fusion_args *a)
+{
+    free(a->fusion);
+    free(a->fused_cost);
+    free(a->iteration);
+    a->fusion = a->fused_cost = a->iteration = NULL;
 }

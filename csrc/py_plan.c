@@ -15,20 +15,24 @@
 
 const char fxcut_py_plan_simulate_doc[] =
 "plan_simulate($module, graph, /, *, num_fwd_outputs, role, saved,\n"
-"              storage_of=None, flops=None, marks=None)\n--\n\n"
+"              storage_of=None, flops=None, marks=None, fusion=None,\n"
+"              fused_cost=None, iteration=None, realize=None)\n--\n\n"
 "Simulates the forward then backward modules of the decision `saved` (n\n"
 "bytes, nonzero = saved; read at FREE nodes).  role: n bytes of\n"
 "PLAN_ROLE_*; storage_of: None or int32 (n), the node whose storage each\n"
 "value shares; flops: None or int64 (n).  Returns (peak_bytes,\n"
 "fw_peak_bytes, bw_peak_bytes, saved_bytes, recompute_flops, peak_step,\n"
 "n_fw_steps, n_recomputed, saved (bytes, n), schedule (memoryview 'i'),\n"
-"live_bytes (memoryview 'q')), all the memory model's (memory.c).";
+"live_bytes (memoryview 'q')), all the memory model's (memory.c).\n"
+"fusion, fused_cost, iteration, realize: the inductor model, as\n"
+"memory_simulate's.";
 
 const char fxcut_py_plan_frontier_doc[] =
 "plan_frontier($module, graph, /, *, num_fwd_outputs, role,\n"
 "              storage_of=None, flops=None, seeds=None, exact_max_free=16,\n"
 "              max_work=4000000000, time_limit=1.0, max_points=1024,\n"
-"              marks=None)\n"
+"              marks=None, fusion=None, fused_cost=None, iteration=None,\n"
+"              realize=None)\n"
 "--\n\n"
 "The Pareto frontier (peak, recompute flops) of the decisions the search\n"
 "finds from `seeds` (k * n bytes of saved masks), every decision when at\n"
@@ -45,6 +49,7 @@ typedef struct {
     int loaded;
     fxcut_plan_options opt;
     void *role, *storage, *flops, *seeds, *saved, *marks;
+    fxcut_fusion_args fusion;
 } plan_call;
 
 static void plan_call_free(plan_call *c)
@@ -52,6 +57,7 @@ static void plan_call_free(plan_call *c)
     void *p[] = {c->role, c->storage, c->flops, c->seeds, c->saved,
                  c->marks};
     fxcut_free_each(p, sizeof p / sizeof p[0]);
+    fxcut_fusion_release(&c->fusion);
     if (c->loaded)
         fxcut_release_graph(&c->gb);
 }
@@ -87,7 +93,8 @@ static int missing(const char *fn, PyObject *num_fwd, PyObject *role,
 
 static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
                 PyObject *role, PyObject *storage, PyObject *flops,
-                PyObject *marks)
+                PyObject *marks, PyObject *fusion, PyObject *fused_cost,
+                PyObject *iteration, PyObject *realize)
 {
     memset(c, 0, sizeof *c);
     if (fxcut_load_graph(graph, &c->gb) < 0)
@@ -100,8 +107,16 @@ static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
     if (fxcut_copy_buffer(role, "role", 1, n, 0, &c->role, &len) < 0 ||
         fxcut_copy_optional(storage, "storage_of", 4, n, &c->storage) < 0 ||
         fxcut_copy_optional(flops, "flops", 8, n, &c->flops) < 0 ||
-        fxcut_copy_optional(marks, "marks", 1, n, &c->marks) < 0)
+        fxcut_copy_optional(marks, "marks", 1, n, &c->marks) < 0 ||
+        fxcut_fusion_load(fusion, fused_cost, iteration, realize, n,
+                          &c->fusion) < 0)
         return -1;
+    c->opt.fusion = c->fusion.fusion;
+    c->opt.fused_cost = c->fusion.fused_cost;
+    c->opt.iteration = c->fusion.iteration;
+    c->opt.realize_reuse_reads = c->fusion.reuse_reads;
+    c->opt.realize_acc_reads = c->fusion.acc_reads;
+    c->opt.realize_opcount = c->fusion.opcount;
     c->opt.marks = c->marks;
     c->opt.storage_of = c->storage;
     c->opt.flops = c->flops;
@@ -113,13 +128,17 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
                                  PyObject *kwargs)
 {
     static char *keywords[] = {"", "num_fwd_outputs", "role", "saved",
-                               "storage_of", "flops", "marks", NULL};
-    PyObject *marks = Py_None;
+                               "storage_of", "flops", "marks", "fusion",
+                               "fused_cost", "iteration", "realize", NULL};
+    PyObject *marks = Py_None, *fusion = Py_None, *fused_cost = Py_None,
+             *realize = Py_None, *iteration = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *saved = NULL,
                      *storage = Py_None, *flops = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOO:plan_simulate",
-                                     keywords, &graph, &num_fwd, &role,
-                                     &saved, &storage, &flops, &marks))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs,
+                                     "O|$OOOOOOOOOO:plan_simulate", keywords,
+                                     &graph, &num_fwd, &role, &saved,
+                                     &storage, &flops, &marks, &fusion,
+                                     &fused_cost, &iteration, &realize))
         return NULL;
     if (missing("plan_simulate", num_fwd, role, saved) < 0)
         return NULL;
@@ -128,7 +147,8 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
     int32_t *sched = NULL;
     int64_t *live = NULL;
     PyObject *saved_out = NULL;
-    if (load(&c, graph, num_fwd, role, storage, flops, marks) < 0)
+    if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
+             fused_cost, iteration, realize) < 0)
         goto out;
     Py_ssize_t n = c.gb.graph.n, len;
     if (fxcut_copy_buffer(saved, "saved", 1, n, 0, &c.saved, &len) < 0)
@@ -274,24 +294,29 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     static char *keywords[] = {"", "num_fwd_outputs", "role", "storage_of",
                                "flops", "seeds", "exact_max_free",
                                "max_work", "time_limit", "max_points",
-                               "marks", NULL};
-    PyObject *marks = Py_None;
+                               "marks", "fusion", "fused_cost", "iteration",
+                               "realize", NULL};
+    PyObject *marks = Py_None, *fusion = Py_None, *fused_cost = Py_None,
+             *realize = Py_None, *iteration = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *storage = Py_None,
                      *flops = Py_None, *seeds = Py_None, *exact_obj = NULL,
                      *points_obj = NULL;
     long long max_work = 4000000000LL;
     double time_limit = 1.0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOOOOLdOO:plan_frontier",
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs,
+                                     "O|$OOOOOOLdOOOOOO:plan_frontier",
                                      keywords, &graph, &num_fwd, &role,
                                      &storage, &flops, &seeds, &exact_obj,
                                      &max_work, &time_limit, &points_obj,
-                                     &marks))
+                                     &marks, &fusion, &fused_cost, &iteration,
+                                     &realize))
         return NULL;
     if (missing("plan_frontier", num_fwd, role, Py_None) < 0)
         return NULL;
     plan_call c;
     PyObject *result = NULL;
-    if (load(&c, graph, num_fwd, role, storage, flops, marks) == 0 &&
+    if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
+             fused_cost, iteration, realize) == 0 &&
         search_limits(&c, exact_obj, points_obj, max_work, time_limit) == 0 &&
         load_seeds(&c, seeds) == 0)
         result = run_frontier(module, &c);

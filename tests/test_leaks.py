@@ -162,6 +162,10 @@ def _cases() -> list[Case]:
     n = len(roles)
     plan_ok = {"num_fwd_outputs": 1, "role": roles}
     plan_full = {**plan_ok, "storage_of": array("i", range(n)), "flops": array("q", [7] * n)}
+    # the inductor model: an extern kernel, a fused pointwise pair, every option array
+    kinds = bytes([_C.FUSE_EXTERN if k % 3 == 0 else _C.FUSE_POINTWISE for k in range(n)])
+    fused = {"fusion": kinds, "fused_cost": array("q", [1] * n), "iteration": array("q", [64] * n),
+             "realize": (4, 8, 30)}
     plan_cases: list[Case] = [
         ("plan_simulate", ps, (ok,), {**plan_ok, "saved": bytes(n)}, None),
         ("plan_simulate/all saved", ps, (ok,), {**plan_full, "saved": bytes([1] * n)}, None),
@@ -173,6 +177,9 @@ def _cases() -> list[Case]:
         ("plan_frontier", pf, (ok,), {**plan_full, "seeds": bytes(2 * n)}, None),
         ("plan_frontier/search", pf, (ok,), {**plan_full, "exact_max_free": 0, "max_work": 500}, None),
         ("plan_frontier/seeds length", pf, (ok,), {**plan_ok, "seeds": bytes(n + 1)}, ValueError),
+        ("plan_simulate/inductor model", ps, (ok,), {**plan_full, "saved": bytes(n), **fused}, None),
+        ("plan_frontier/inductor model", pf, (ok,), {**plan_full, "seeds": bytes(n), **fused}, None),
+        ("plan_frontier/bad fusion", pf, (ok,), {**plan_full, "fusion": bytes([0xC0] * n)}, ValueError),
         ("plan_frontier/time limit", pf, (ok,), {**plan_ok, "time_limit": 0.0}, ValueError),
         ("plan_frontier/max_work", pf, (ok,), {**plan_ok, "max_work": 0}, ValueError),
         ("plan_frontier/exact_max_free", pf, (ok,), {**plan_ok, "exact_max_free": 99}, ValueError),
@@ -223,6 +230,13 @@ def _cases() -> list[Case]:
         ("memory_simulate/not realisable", ms, (ok,), {**mem_ok, "saved": array("i", [])}, ValueError),
         ("memory_simulate/bad graph", ms, (bad_index,), mem_ok, IndexError),
         ("memory_simulate/missing saved", ms, (ok,), nfwd, TypeError),
+        ("memory_simulate/inductor model", ms, (ok,), {**mem_full, "fusion": bytes([_C.FUSE_EXTERN, 0] * 4),
+                                                       "fused_cost": array("q", [1] * 8),
+                                                       "iteration": array("q", [64] * 8), "realize": (4, 8, 30)},
+         None),
+        ("memory_simulate/bad realize", ms, (ok,), {**mem_ok, "fusion": bytes(8), "realize": (4, -1, 30)}, ValueError),
+        ("memory_simulate/fused_cost without fusion", ms, (ok,), {**mem_ok, "fused_cost": array("q", [1] * 8)},
+         ValueError),
         ("knapsack/dp", kn, (mem, rt, 0.5, "dp"), {}, None),
         ("knapsack/dp_lean", kn, (mem, rt, 0.5, "dp_lean"), {}, None),
         ("knapsack/greedy", kn, (mem, rt, 0.5, "greedy"), {}, None),

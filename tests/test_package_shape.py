@@ -86,7 +86,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("torchrules", ("fxcut.torchrules",)),  # what copies torch's behaviour, release by release
     ("solve", ("fxcut.solve",)),  # the solvers over the graph array, the bridge to C
     ("route", ("fxcut.route",)),  # guard -> plan -> lower -> decide -> build
-    ("entry", ("fxcut.partition", "fxcut.planned", "fxcut.zero3", "fxcut.explain", "fxcut.pareto")),
+    ("entry", ("fxcut.partition", "fxcut.planned", "fxcut.planned_check", "fxcut.zero3", "fxcut.explain",
+               "fxcut.pareto")),
     ("integrations", ("fxcut.integrations",)),
     ("api", ("fxcut",)),  # the package's __init__: the public names
     ("tools", ("fxcut.tools", "fxcut.__main__")),

@@ -211,8 +211,8 @@ def _instrumented() -> Iterator[None]:
     choose = tc._fxcut_partition
     plan = fxcut.planned.PeakPlanner.plan
 
-    def fxcut_partition(verify: Any, memory_budget: float | None = None) -> Any:
-        fn = choose(verify, memory_budget)
+    def fxcut_partition(verify: Any, memory_budget: float | None = None, *model: Any) -> Any:
+        fn = choose(verify, memory_budget, *model)  # model: the memory model the backend plans on
         return _record_partition(fn if fn is not None else fxcut.partition.min_cut_rematerialization_partition)
 
     def planned(self: Any, *args: Any, **kwargs: Any) -> Any:

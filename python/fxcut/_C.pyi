@@ -111,6 +111,14 @@ WEIGHT_INF: int
 WEIGHT_NONE: int
 X_COPY: int
 X_MUST_FW: int
+FUSE_POINTWISE: int
+FUSE_REDUCTION: int
+FUSE_EXTERN: int
+FUSE_CAT: int
+FUSE_HEAVY: int
+FUSE_COPIES_INPUTS: int
+FUSE_ABSORBED: int
+FUSE_KIND_MASK: int
 
 class Decision(tuple[Any, ...]):
     """What partition_decide decided, by node index (a struct sequence)."""
@@ -207,6 +215,10 @@ def memory_simulate(
     flops: Buffer | None = None,
     marks: Buffer | None = None,
     timeline: bool = False,
+    fusion: Buffer | None = None,
+    fused_cost: Buffer | None = None,
+    iteration: Buffer | None = None,
+    realize: tuple[int, int, int] | None = None,
 ) -> MemoryResult: ...
 def partition_decide(
     graph: GraphArrays,
@@ -252,6 +264,10 @@ def plan_simulate(
     storage_of: Buffer | None = None,
     flops: Buffer | None = None,
     marks: Buffer | None = None,
+    fusion: Buffer | None = None,
+    fused_cost: Buffer | None = None,
+    iteration: Buffer | None = None,
+    realize: tuple[int, int, int] | None = None,
 ) -> tuple[int, int, int, int, int, int, int, int, bytes, memoryview, memoryview]: ...
 def plan_frontier(
     graph: GraphArrays,
@@ -267,6 +283,10 @@ def plan_frontier(
     time_limit: float = 1.0,
     max_points: int = 1024,
     marks: Buffer | None = None,
+    fusion: Buffer | None = None,
+    fused_cost: Buffer | None = None,
+    iteration: Buffer | None = None,
+    realize: tuple[int, int, int] | None = None,
 ) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool]: ...
 def cse_key(
     args: Any, kwargs: Any, env: dict[Any, Any], config: CseKeyConfig

@@ -9,6 +9,15 @@ The planner seeds the search with torch's own decisions at several budgets
 Everything else -- validation, DCE/CSE, tags, module building, fallback and
 restore on failure -- is the default route's.  Verify mode does not apply:
 the plan is meant to differ from torch's decision.
+
+The memory model is the backend's (``memory_model``): ``"inductor"`` when
+inductor compiles the modules (kernels, inlined pointwise chains, in-place
+buffers: :mod:`fxcut.solve.memory`), ``"unfused"`` when they run op by op
+(AOT Autograd's no-op compilers).  The recompute cost (``cost``) is torch's
+FLOPs or a modelled time (:mod:`fxcut.solve.cost`: bytes moved for
+memory-bound ops, FLOPs for compute-bound ones, an inlined recomputation
+nearly free under inductor); ``"time"`` is the default under inductor,
+``"flops"`` under the unfused model (the figures docs/plan.md publishes).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from .route.plan import Plan
 from .solve import memory
 from .solve import exact as exact_solver
 from .solve.budget import BudgetDecision, RuntimeEstimates, check_budget
+from .solve.cost import MachineModel, machine_for, node_costs
 from .solve.planner import (DEFAULT_MAX_WORK, DEFAULT_SEED_BUDGETS, DEFAULT_TIME_LIMIT, Frontier, PlanProblem,
                             limit_of, pick, region_groups, roles_for, saved_mask)
 from .solve.hazards import recomputed_hazards
@@ -89,6 +99,24 @@ class PlanChoice:
     exact_seconds: float = 0.0
     #: the search's own plan (before the exact solver ran): (peak, recompute FLOPs)
     search_point: tuple[int, int] | None = None
+    #: the memory model ("unfused" or "inductor") and the recompute cost's unit
+    #: ("flops": torch's FLOPs; "time": modelled picoseconds) the plan used
+    memory_model: str = "unfused"
+    cost: str = "flops"
+    #: with check="inductor": what inductor said (fxcut.planned_check.CheckReport; None: no check)
+    check: Any = None
+
+
+COSTS: tuple[str, ...] = ("flops", "time")
+
+
+def _check_cost(cost: object, memory_model: str) -> str:
+    if cost is None:
+        return "time" if memory_model == "inductor" else "flops"
+    if cost not in COSTS:
+        raise ValueError(f"cost must be None or one of {', '.join(map(repr, COSTS))}, got {cost!r}")
+    return str(cost)
+
 
 
 class PeakPlanner:
@@ -114,12 +142,23 @@ class PeakPlanner:
     ``exact_time_limit`` seconds and ``last`` carries its proven bound and
     gap (docs/exact.md); one budget per graph (with region budgets the
     search's plan is kept, no bound).
+    ``memory_model``: ``"unfused"`` (the modules run op by op) or
+    ``"inductor"`` (inductor compiles them); the backend decides (module
+    docstring).  ``cost``: ``"flops"``, ``"time"``, or None (``"time"``
+    under inductor, ``"flops"`` unfused).  ``machine``: the rates of the
+    time model (None: :func:`fxcut.solve.cost.machine_for` the graph's device).
+    ``check``: ``"inductor"`` (the default under the inductor model) asks
+    inductor itself for the peaks of at most ``max_checks`` candidates and
+    picks on those (:mod:`fxcut.planned_check`: b=1 never above torch's
+    default decision as inductor runs it); None picks on the model alone.
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
                  max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
                  seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, solver: str = "search",
-                 exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT) -> None:
+                 exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT, memory_model: str = "unfused",
+                 cost: str | None = None, machine: MachineModel | None = None, check: str | None = "default",
+                 max_checks: int = 4) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}, got {solver!r}")
         self.exact_time_limit = check_number("exact_time_limit", exact_time_limit, 1e-3, MAX_TIME_LIMIT)
@@ -128,6 +167,20 @@ class PeakPlanner:
         self.max_work = check_int("max_work", max_work, 1, MAX_WORK)
         self.time_limit = check_number("time_limit", time_limit, 0.0, MAX_TIME_LIMIT, lo_open=True)
         self.seed_budgets = sorted(set(check_seed_budgets(seed_budgets)) | {1.0})
+        self.memory_model = memory.check_memory_model(memory_model)
+        self.cost = _check_cost(cost, self.memory_model)
+        if check == "default":
+            check = "inductor" if self.memory_model == "inductor" else None
+        if check not in (None, "inductor"):
+            raise ValueError(f"check must be None or 'inductor', got {check!r}")
+        self.check = check
+        self.max_checks = check_int("max_checks", max_checks, 1, 1000)
+        if machine is not None and not isinstance(machine, MachineModel):
+            raise ValueError(f"machine must be None or a fxcut.solve.cost.MachineModel, got {machine!r}")
+        self.machine = machine
+        if solver != "search" and self.memory_model != "unfused":
+            raise ValueError(f"solver={solver!r} proves bounds on the unfused memory model only; "
+                             f"memory_model={self.memory_model!r} plans with solver='search'")
         if solver != "search":
             exact_solver.require()  # a missing HiGHS is an ImportError naming the extra, before any graph
         self.solver = solver
@@ -138,7 +191,8 @@ class PeakPlanner:
     def __repr__(self) -> str:
         return (f"PeakPlanner(memory_budget={self.memory_budget!r}, exact_max_candidates="
                 f"{self.exact_max_candidates!r}, max_work={self.max_work!r}, time_limit={self.time_limit!r}, "
-                f"solver={self.solver!r}, exact_time_limit={self.exact_time_limit!r})")
+                f"solver={self.solver!r}, exact_time_limit={self.exact_time_limit!r}, "
+                f"memory_model={self.memory_model!r}, cost={self.cost!r}, check={self.check!r})")
 
     def choose_saved(self, plan: Plan, decision: BudgetDecision) -> list[int]:
         """The saved node indices (into ``decision.decision.arrays``) for
@@ -151,9 +205,16 @@ class PeakPlanner:
         arrays = chosen.decision.arrays
         marks = memory.extraction_marks(arrays)
         roles = plan_roles(chosen.decision, marks)
-        # the memory model's own facts: its storages, its op costs (torch's knapsack estimator), its marks
-        return PlanProblem(arrays, num_fwd_outputs, roles, memory.storage_of(arrays),
-                           memory.node_flops(arrays, estimates), marks=marks)
+        storage = memory.storage_of(arrays)
+        flops = memory.node_flops(arrays, estimates)
+        fused = self.memory_model == "inductor"
+        inlined = None
+        if self.cost == "time":
+            machine = self.machine or machine_for(memory.graph_device(arrays))
+            flops, inlined = node_costs(arrays, flops, storage, machine, fused=fused)
+        inductor = memory.inductor_model(arrays, inlined) if fused else None
+        # the memory model's own facts: its storages, its op costs, its marks, the backend's model
+        return PlanProblem(arrays, num_fwd_outputs, roles, storage, flops, marks=marks, inductor=inductor)
 
     def torch_seeds(self, plan: Plan, chosen: BudgetDecision, estimates: RuntimeEstimates) -> dict[float, list[int]]:
         """torch's saved sets at the seed budgets (1.0: ``chosen``'s), under
@@ -194,6 +255,7 @@ class PeakPlanner:
         limit_each = self.time_limit / max(1, len(groups))
         work_each = max(1, self.max_work // max(1, len(groups)))
         peak_limit = 0
+        report = None
         for budget, members in groups:
             roles = roles_for(prob.roles, members, current)
             front = prob.frontier(seed_masks + [current], roles=roles, exact_max_free=self.exact_max_candidates,
@@ -202,11 +264,15 @@ class PeakPlanner:
             base = prob.simulate(current, roles).peak_bytes
             k = pick(front, budget, base)
             peak_limit = limit_of(front, budget, base)
-            current = front.masks[k]
+            mask = front.masks[k]
+            if self.check == "inductor" and len(groups) == 1:
+                mask, report = self._checked(plan, prob, front, seed_masks[0], torch_sim.recompute_flops,
+                                             budget, num_fwd_outputs, mask)
+            current = mask
             lowest = min(lowest, front.peak_bytes[0])
             points += len(front.peak_bytes)
             exact = exact and front.exact
-            per_region[budget] = front.peak_bytes[k]
+            per_region[budget] = front.peak_bytes[k] if mask is front.masks[k] else prob.simulate(mask, roles).peak_bytes
             self.last_frontier = front
         cert = None
         searched = prob.simulate(current)
@@ -227,13 +293,41 @@ class PeakPlanner:
         self.last = PlanChoice(saved, final.peak_bytes, final.recompute_flops, torch_sim.peak_bytes,
                                torch_sim.recompute_flops, lowest, points, exact, time.perf_counter() - t0,
                                per_region, torch_points, timed_out, self.solver,
-                               search_point=(searched.peak_bytes, searched.recompute_flops))
+                               search_point=(searched.peak_bytes, searched.recompute_flops),
+                               memory_model=self.memory_model, cost=self.cost, check=report)
         if cert is not None:
             _record(self.last, cert, self.memory_budget)
-        log.info("plan: budget %g, peak %d (torch %d, lowest %d), recompute %d flops (torch %d), %d points, %.1f ms",
-                 self.memory_budget, final.peak_bytes, torch_sim.peak_bytes, lowest, final.recompute_flops,
-                 torch_sim.recompute_flops, points, self.last.seconds * 1e3)
+        log.info("plan: budget %g, %s model, peak %d (torch %d, lowest %d), recompute %d %s (torch %d), %d points, "
+                 "%.1f ms", self.memory_budget, self.memory_model, final.peak_bytes, torch_sim.peak_bytes, lowest,
+                 final.recompute_flops, "ps" if self.cost == "time" else "flops", torch_sim.recompute_flops, points,
+                 self.last.seconds * 1e3)
         return self.last
+
+    def _checked(self, plan: Plan, prob: PlanProblem, front: Frontier, torch_mask: bytes,
+                 torch_cost: int, budget: float, num_fwd_outputs: int, fallback: bytes) -> tuple[bytes, Any]:
+        """The saved mask :func:`fxcut.planned_check.checked_pick` picks on
+        inductor's own peaks (``fallback``, the model's pick, when inductor
+        cannot be asked: logged)."""
+        from .planned_check import CheckReport, checked_pick, inductor_peak, prepared_copy
+
+        nodes = prob.arrays.nodes
+        candidates = list(front.masks) + [torch_mask]
+
+        def peak_of(j: int) -> int:
+            # the modules inductor is asked about: the graph after the plan's DCE/CSE, as the build makes them
+            copy, by_name = prepared_copy(plan.joint_module, plan.prep, nodes)
+            saved = [by_name[nodes[i].name] for i in range(len(nodes)) if candidates[j][i]]
+            return inductor_peak(copy, saved, num_fwd_outputs, plan.rules)
+
+        try:
+            j, report = checked_pick(front, torch_cost, budget, peak_of, max_asks=self.max_checks)
+        except Exception as e:  # inductor could not lower a candidate: the model's pick stands
+            log.warning("plan: inductor could not be asked (%s: %s); the memory model's pick stands",
+                        type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+            return fallback, CheckReport(failed=f"{type(e).__name__}: {e}")
+        log.info("plan: inductor's peaks of %d candidates %s, limit %d, picked %d", len(report.asked),
+                 report.asked, report.limit, j)
+        return candidates[j], report
 
 
 
@@ -270,7 +364,9 @@ def _gap(value: int, bound: int | None) -> float | None:
 def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
                         max_work: int = DEFAULT_MAX_WORK, time_limit: float = DEFAULT_TIME_LIMIT,
                         seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, solver: str = "search",
-                        exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT) -> Any:
+                        exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT, memory_model: str = "unfused",
+                        cost: str | None = None, machine: MachineModel | None = None, check: str | None = "default",
+                        max_checks: int = 4) -> Any:
     """A partition_fn with torch's signature ``(joint_module, joint_inputs,
     compiler="inductor", *, num_fwd_outputs, static_lifetime_input_indices=None)``
     whose saved set is :class:`PeakPlanner`'s (options as there; a bad one
@@ -281,10 +377,15 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
     ``exact_time_limit`` seconds: its plan when better, proven or not) or
     "auto" (the exact plan only where it is proven optimal, else the
     search's).  Either way ``fn.planner.last`` carries the proven bound and
-    the gap.  "exact" and "auto" need HiGHS (``pip install 'fxcut[exact]'``)."""
+    the gap.  "exact" and "auto" need HiGHS (``pip install 'fxcut[exact]'``)
+    and the unfused memory model.  ``memory_model``: ``"inductor"`` when
+    inductor compiles the modules this partition_fn builds, ``"unfused"``
+    when they run op by op (``fxcut.inductor_backend`` and
+    ``fxcut.aot_backend`` choose for you)."""
     planner = PeakPlanner(memory_budget, exact_max_candidates=exact_max_candidates, max_work=max_work,
                           time_limit=time_limit, seed_budgets=seed_budgets, solver=solver,
-                          exact_time_limit=exact_time_limit)
+                          exact_time_limit=exact_time_limit, memory_model=memory_model, cost=cost,
+                          machine=machine, check=check, max_checks=max_checks)
 
     def planned_partition(joint_module: fx.GraphModule, joint_inputs: Any, compiler: str = "inductor", *,
                           num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,
@@ -296,4 +397,4 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
     planned_partition.planner = planner  # type: ignore[attr-defined]
     return planned_partition
 
-__all__ = ["PeakPlanner", "PlanChoice", "planned_partitioner"]
+__all__ = ["COSTS", "PeakPlanner", "PlanChoice", "planned_partitioner"]

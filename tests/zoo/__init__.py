@@ -39,7 +39,8 @@ import torch
 
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-from fxcut.tools.capture import CaptureOptions, Grads, JointCapture, PartitionFn, torch_min_cut_partition
+from fxcut.tools.capture import CaptureOptions, Grads, JointCapture, PartitionFn, capture as capture_model
+from fxcut.tools.capture import torch_min_cut_partition
 from fxcut.tools.models import BuiltModel, build_model
 from training import capture_step, eager_step, train_step
 
@@ -137,6 +138,16 @@ def capture(name: str) -> JointCapture:
     return _captured_step(name)[0]
 
 
+@functools.cache
+def capture_inductor(name: str) -> JointCapture:
+    """The case's joint graph as inductor partitions it (inductor's
+    decompositions and joint-graph passes applied; no kernel built), cached
+    per process (do not mutate ``.gm``)."""
+    case = _case_of(name)
+    model, make_inputs, loss_fn = case.build()
+    return capture_model(model, make_inputs(), loss_fn, compiler="inductor", **case.step_options())
+
+
 _TORCH_MIN_CUT = (torch_min_cut_partition, min_cut_rematerialization_partition)
 
 
@@ -177,4 +188,4 @@ def assert_same_step(a: tuple[torch.Tensor, Grads], b: tuple[torch.Tensor, Grads
             torch.testing.assert_close(ga, gb, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
 
 
-__all__ = ["CASES", "ZooCase", "assert_same_step", "capture", "eager", "tolerances", "train"]
+__all__ = ["CASES", "ZooCase", "assert_same_step", "capture", "capture_inductor", "eager", "tolerances", "train"]

@@ -96,13 +96,14 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
 #: entry (every module of ``route/``, ``solve/``, ``torchrules/``), the entry
 #: modules a partition runs, and this integration.
 DECISION_FILES: tuple[str, ...] = (
-    "_numbers.py", "_paths.py", "explain.py", "pareto.py", "partition.py", "planned.py", "zero3.py",
+    "_numbers.py", "_paths.py", "explain.py", "pareto.py", "partition.py", "planned.py", "planned_check.py",
+    "zero3.py",
     *(os.path.join(layer, name) for layer, names in (
         ("route", ("__init__.py", "build.py", "decide.py", "guard.py", "lower.py", "plan.py", "safety.py")),
-        ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "exact.py", "hazards.py", "knapsack.py",
-                   "liveness.py", "maxflow.py", "memory.py", "planner.py", "roles.py")),
-        ("torchrules", ("__init__.py", "codegen.py", "extract.py", "gate.py", "ops.py", "prepare.py", "snapshot.py",
-                        "versions.py")),
+        ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "cost.py", "exact.py",
+                   "hazards.py", "knapsack.py", "liveness.py", "maxflow.py", "memory.py", "planner.py", "roles.py")),
+        ("torchrules", ("__init__.py", "codegen.py", "extract.py", "fusion.py", "gate.py", "ops.py", "prepare.py",
+                        "snapshot.py", "versions.py")),
     ) for name in names),
     os.path.join("integrations", "torch_compile.py"),
 )
@@ -127,39 +128,48 @@ class InductorPartitioner(CustomPartitionerFn):
     """
 
     def __init__(self, param_indices: Iterable[ParamIndex] = (), verify: Any = None,
-                 memory_budget: float | None = None, safe_budget: bool | None = None) -> None:
+                 memory_budget: float | None = None, safe_budget: bool | None = None,
+                 memory_model: str = "inductor") -> None:
         # Only plain data here: inductor pickles its config, this object
         # included, into its cache key.
         self.param_indices: list[ParamIndex] = [(int(e[0]), int(e[1]), e[2]) for e in param_indices]
         # "raise", "warn", "off" (explicitly off), or None (FXCUT_VERIFY decides)
         self.verify = (verify_mode(verify) or "off") if verify is not None else None
         # None: torch's decision; a number: fxcut.planned_partitioner's budget on the peak
-        self.memory_budget = _check_plan_options(memory_budget, self.verify, safe_budget)
+        self.memory_budget = _check_plan_options(memory_budget, self.verify, safe_budget, memory_model)
         # True/False, or None (FXCUT_SAFE_BUDGET decides at call time)
         self.safe_budget = safe_budget
+        # the plan's memory model: inductor compiles what this partitioner builds
+        self.memory_model = memory_model
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
                  ) -> tuple[fx.GraphModule, fx.GraphModule]:
         partition = get_wrapped_partitioner(bool(self.param_indices), self.param_indices,
-                                            _fxcut_partition(self.verify, self.memory_budget, self.safe_budget))
+                                            _fxcut_partition(self.verify, self.memory_budget, self.safe_budget,
+                                                             self.memory_model))
         return partition(gm, joint_inputs, **kwargs)
 
     def uuid(self) -> Any:
         # verify mode re-decides with torch: a graph cached without it is
         # not a verified one; safe_budget changes the decision.
         return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify),
-                safe_budget_mode(self.safe_budget), self.memory_budget)
+                safe_budget_mode(self.safe_budget), self.memory_model, self.memory_budget)
 
     def __repr__(self) -> str:
         return (f"InductorPartitioner(param_indices={self.param_indices!r}, verify={self.verify!r}, "
-                f"memory_budget={self.memory_budget!r}, safe_budget={self.safe_budget!r})")
+                f"memory_budget={self.memory_budget!r}, safe_budget={self.safe_budget!r}, "
+                f"memory_model={self.memory_model!r})")
 
 
-def _check_plan_options(memory_budget: Any, verify: Any, safe_budget: Any) -> float | None:
+def _check_plan_options(memory_budget: Any, verify: Any, safe_budget: Any,
+                        memory_model: Any = "unfused") -> float | None:
     """``memory_budget`` (None or a number in [0, 1]) as a float or None;
-    ``safe_budget`` True, False or None; verify mode is the default path's
-    only, without a plan or ``safe_budget=True`` (each differs from
-    torch's decision by design)."""
+    ``safe_budget`` True, False or None; ``memory_model`` one of the memory
+    models; verify mode is the default path's only, without a plan or
+    ``safe_budget=True`` (each differs from torch's decision by design)."""
+    from ..solve.memory import check_memory_model
+
+    check_memory_model(memory_model)
     if safe_budget is not None:
         safe_budget_mode(safe_budget)  # ValueError naming safe_budget
     if verify not in (None, "off"):
@@ -170,18 +180,19 @@ def _check_plan_options(memory_budget: Any, verify: Any, safe_budget: Any) -> fl
     return None if memory_budget is None else check_number("memory_budget", memory_budget, 0.0, 1.0)
 
 
-def _fxcut_partition(verify: Any, memory_budget: float | None = None, safe_budget: bool | None = None) -> Any:
+def _fxcut_partition(verify: Any, memory_budget: float | None = None, safe_budget: bool | None = None,
+                     memory_model: str = "unfused") -> Any:
     """fxcut's public partition function, with ``verify`` and
     ``safe_budget`` when given (else ``FXCUT_VERIFY`` and
     ``FXCUT_SAFE_BUDGET`` decide at call time), or the planned partitioner
-    when ``memory_budget`` is given (a plan never recomputes what
-    ``safe_budget`` keeps saved)."""
+    on ``memory_model`` when ``memory_budget`` is given (a plan never
+    recomputes what ``safe_budget`` keeps saved)."""
     from .. import partition
 
     if memory_budget is not None:
         from ..planned import planned_partitioner
 
-        return planned_partitioner(memory_budget)
+        return planned_partitioner(memory_budget, memory_model=memory_model)
     given: dict[str, Any] = {k: v for k, v in (("verify", verify), ("safe_budget", safe_budget)) if v is not None}
     if not given:
         return None  # get_wrapped_partitioner's default: fxcut's partition
@@ -193,7 +204,7 @@ def _check_inductor_options(options: dict[str, Any]) -> None:
     unknown = [k for k in options if k.replace("-", "_") not in known]
     if unknown:
         raise TypeError(f"inductor_backend() got unknown keyword argument(s) {', '.join(map(repr, unknown))}: "
-                        "neither fxcut's options (zero3_params, verify, memory_budget, safe_budget) nor "
+                        "neither fxcut's options (zero3_params, verify, memory_budget, safe_budget, memory_model) nor "
                         "inductor config options")
     if "custom_partitioner_fn" in options:
         raise ValueError("inductor_backend sets custom_partitioner_fn itself")
@@ -216,11 +227,12 @@ def _check_aot_options(options: dict[str, Any]) -> None:
     if unknown:
         raise TypeError(f"aot_backend() got unknown keyword argument(s) {', '.join(map(repr, unknown))}: neither "
                         "fxcut's options (fw_compiler, bw_compiler, zero3_params, verify, memory_budget, "
-                        "safe_budget) nor AOT Autograd's (" + ", ".join(sorted(_aot_autograd_options())) + ")")
+                        "safe_budget, memory_model) nor AOT Autograd's (" + ", ".join(sorted(_aot_autograd_options())) + ")")
 
 
 def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget: float | None = None,
-                     safe_budget: bool | None = None, **inductor_options: Any) -> Backend:
+                     safe_budget: bool | None = None, memory_model: str = "inductor",
+                     **inductor_options: Any) -> Backend:
     """A ``torch.compile`` backend: inductor, with fxcut's partitioner.
 
     ``inductor_options`` are inductor config options, as ``torch.compile``'s
@@ -230,7 +242,9 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     ``"warn"`` decides every graph with torch's partitioner too and compares
     (:mod:`fxcut.route.guard`); None leaves it to ``FXCUT_VERIFY``.
     ``memory_budget``: partition with :func:`fxcut.planned_partitioner`
-    (the budget on the simulated peak) instead of torch's decision.
+    (the budget on the simulated peak) instead of torch's decision, on the
+    inductor memory model (``memory_model``: what inductor runs; ``"unfused"``
+    plans as if the modules ran op by op).
     ``safe_budget``: keep saved what torch's decision would recompute
     although it draws random numbers or reads state the step mutates
     (:func:`fxcut.min_cut_rematerialization_partition`); None leaves it to
@@ -240,11 +254,11 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     _check_inductor_options(options)
     if verify is not None:
         verify = verify_mode(verify) or "off"
-    memory_budget = _check_plan_options(memory_budget, verify, safe_budget)
+    memory_budget = _check_plan_options(memory_budget, verify, safe_budget, memory_model)
 
     def fxcut_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params), verify,
-                                          memory_budget, safe_budget)
+                                          memory_budget, safe_budget, memory_model)
         return compile_fx(gm, example_inputs, config_patches={**options, "custom_partitioner_fn": partitioner})
 
     return fxcut_inductor
@@ -252,7 +266,7 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
 
 def aot_backend(fw_compiler: Callable[..., Any] | None = None, bw_compiler: Callable[..., Any] | None = None,
                 zero3_params: Any = None, verify: Any = None, memory_budget: float | None = None,
-                safe_budget: bool | None = None, **aot_kwargs: Any) -> Backend:
+                safe_budget: bool | None = None, memory_model: str = "unfused", **aot_kwargs: Any) -> Backend:
     """A ``torch.compile`` backend: AOT Autograd with fxcut's partitioner.
 
     ``fw_compiler`` defaults to torch's no-op compiler (eager kernels),
@@ -260,20 +274,22 @@ def aot_backend(fw_compiler: Callable[..., Any] | None = None, bw_compiler: Call
     ``torch._dynamo.backends.common.aot_autograd`` (e.g. ``decompositions``;
     a keyword AOT Autograd does not take is a TypeError here, not later
     inside ``torch.compile``).  See the module docstring for
-    ``zero3_params``; ``verify``, ``memory_budget`` and ``safe_budget`` as
-    for :func:`inductor_backend`.
+    ``zero3_params``; ``verify`` and ``safe_budget`` as for
+    :func:`inductor_backend`; ``memory_budget`` as there, on the unfused
+    memory model (the modules run op by op); pass
+    ``memory_model="inductor"`` when the compilers given run inductor.
     """
     _check_aot_options(aot_kwargs)
     if verify is not None:
         verify = verify_mode(verify) or "off"
-    memory_budget = _check_plan_options(memory_budget, verify, safe_budget)
+    memory_budget = _check_plan_options(memory_budget, verify, safe_budget, memory_model)
 
     def fxcut_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         indices = zero3_param_indices(gm, example_inputs, zero3_params)
         fw = fw_compiler if fw_compiler is not None else nop
         bw = bw_compiler if bw_compiler is not None else fw
         partition_fn = get_wrapped_partitioner(bool(indices), indices,
-                                               _fxcut_partition(verify, memory_budget, safe_budget))
+                                               _fxcut_partition(verify, memory_budget, safe_budget, memory_model))
         return aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition_fn, **aot_kwargs)(gm, example_inputs)
 
     return fxcut_aot

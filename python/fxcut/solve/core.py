@@ -338,12 +338,19 @@ def memory_simulate(
     flops: array[int] | None = None,
     marks: bytes | None = None,
     timeline: bool = False,
+    fusion: bytes | None = None,
+    fused_cost: array[int] | None = None,
+    iteration: array[int] | None = None,
+    realize: tuple[int, int, int] | None = None,
 ) -> _C.MemoryResult:
     """The C memory model (``fxcut._C.memory_simulate``) over ``arrays`` for
-    the decision that saves node indices ``saved``; errors name the node."""
+    the decision that saves node indices ``saved``; ``fusion`` (with
+    ``fused_cost``, ``iteration``, ``realize``) selects the inductor model.
+    Errors name the node."""
     try:
         return _C.memory_simulate(arrays, num_fwd_outputs=num_fwd_outputs, saved=array("i", saved),
-                                  storage_of=storage_of, flops=flops, marks=marks, timeline=timeline)
+                                  storage_of=storage_of, flops=flops, marks=marks, timeline=timeline,
+                                  fusion=fusion, fused_cost=fused_cost, iteration=iteration, realize=realize)
     except (ValueError, IndexError, OverflowError, SystemError, MemoryError) as e:
         node = getattr(e, "node", -1)
         if isinstance(node, int) and 0 <= node < len(arrays):

@@ -2,11 +2,23 @@
 
 The C core (``csrc/memory.c``, semantics stated in ``csrc/fxcut.h`` above
 ``fxcut_memory_options``) emulates torch's module extraction on the graph
-array and walks the forward then the backward module, freeing each value
-after its last use.  This module supplies what it reads besides the graph
-array -- which values share a storage (:func:`storage_of`) and what running
-each node costs (:func:`node_flops`) -- and wraps the answer
-(:func:`simulate` -> :class:`MemoryEstimate`).
+array and walks the forward then the backward module.  Two models of how
+the modules run, chosen by the backend that runs them:
+
+- ``"unfused"``: op by op, as AOT Autograd's no-op compilers (eager
+  kernels) run the FX modules: every value is allocated at its op and freed
+  after its last use.
+- ``"inductor"``: as inductor runs them (``csrc/memory_fused.c``): pointwise
+  and view chains inlined into the kernels that read them, reductions,
+  extern kernels and outputs as buffers, in-place updates of dying buffers
+  (the rules above ``fxcut_fusion_kind`` in ``csrc/fxcut.h``).  The per-node
+  kinds come from inductor's own tables (:mod:`fxcut.torchrules.fusion`);
+  :mod:`fxcut.torchrules.inductor` asks inductor itself, for validation.
+
+This module supplies what the core reads besides the graph array -- which
+values share a storage (:func:`storage_of`), what running each node costs
+(:func:`node_flops`), the inductor model's kinds (:func:`inductor_model`) --
+and wraps the answer (:func:`simulate` -> :class:`MemoryEstimate`).
 """
 
 from __future__ import annotations
@@ -15,7 +27,7 @@ import operator
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.fx as fx
@@ -102,6 +114,55 @@ def extraction_marks(arrays: GraphArrays) -> bytes:
                  for n in arrays.nodes)
 
 
+#: The memory models: how the backend runs the modules (module docstring).
+MemoryModelName = Literal["unfused", "inductor"]
+MEMORY_MODELS: tuple[str, ...] = ("unfused", "inductor")
+
+
+@dataclass(frozen=True)
+class InductorModel:
+    """What the inductor model reads besides the graph array: per node its
+    ``_C.FUSE_*`` kind (:func:`fxcut.torchrules.fusion.fusion_kinds`), the
+    cost of a recomputed node inlined into its readers (None: 0), its
+    kernel's iteration space (:func:`fxcut.torchrules.fusion.iteration_spaces`;
+    None: no kernel fusion beyond inlining), and inductor's realization
+    thresholds."""
+
+    fusion: bytes
+    fused_cost: array[int] | None
+    realize: tuple[int, int, int]
+    iteration: array[int] | None = None
+
+    def core_options(self) -> dict[str, Any]:
+        """The keyword arguments of the C entry points that select this model."""
+        return {"fusion": self.fusion, "fused_cost": self.fused_cost, "iteration": self.iteration,
+                "realize": self.realize}
+
+
+def check_memory_model(name: object) -> str:
+    if name not in MEMORY_MODELS:
+        raise ValueError(f"memory_model must be one of {', '.join(map(repr, MEMORY_MODELS))}, got {name!r}")
+    return str(name)
+
+
+def graph_device(arrays: GraphArrays) -> str:
+    """The device type of the graph's tensors ("cpu" when none says)."""
+    for node in arrays.nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return val.device.type
+    return "cpu"
+
+
+def inductor_model(arrays: GraphArrays, fused_cost: array[int] | None = None) -> InductorModel:
+    """The inductor model's inputs for ``arrays`` on the installed torch."""
+    from ..torchrules.fusion import fusion_kinds, iteration_spaces, realize_thresholds
+
+    device = graph_device(arrays)
+    kinds = fusion_kinds(arrays.nodes, device)
+    return InductorModel(kinds, fused_cost, realize_thresholds(device), iteration_spaces(arrays.nodes, kinds))
+
+
 @dataclass(frozen=True)
 class TimelineStep:
     node: str
@@ -127,12 +188,15 @@ class MemoryEstimate:
 
 def simulate(graph_arrays: GraphArrays, saved: Sequence[int | fx.Node], num_fwd_outputs: int, *,
              storage: array[int] | None = None, flops: array[int] | None = None,
-             marks: bytes | None = None, timeline: bool = False) -> MemoryEstimate:
+             marks: bytes | None = None, timeline: bool = False,
+             model: MemoryModelName | InductorModel = "unfused") -> MemoryEstimate:
     """The memory model of the decision saving ``saved`` (node indices or
     nodes of ``graph_arrays``).  ``storage`` (:func:`storage_of`) and
     ``flops`` (:func:`node_flops`) and ``marks`` (:func:`extraction_marks`)
     are computed when not given; pass them to evaluate several decisions
-    over one graph."""
+    over one graph.  ``model``: ``"unfused"``, ``"inductor"``, or an
+    :class:`InductorModel` made once for several calls.  Under the inductor
+    model the timeline's steps are kernels (a buffer's node), not ops."""
     index = graph_arrays.index
     idx = []
     for x in saved:
@@ -148,8 +212,14 @@ def simulate(graph_arrays: GraphArrays, saved: Sequence[int | fx.Node], num_fwd_
         flops = node_flops(graph_arrays)
     if marks is None:
         marks = extraction_marks(graph_arrays)
+    if isinstance(model, str):
+        check_memory_model(model)
+        fused = inductor_model(graph_arrays) if model == "inductor" else None
+    else:
+        fused = model
     r = core.memory_simulate(graph_arrays, idx, num_fwd_outputs=num_fwd_outputs, storage_of=storage,
-                             flops=flops, marks=marks, timeline=timeline)
+                             flops=flops, marks=marks, timeline=timeline,
+                             **(fused.core_options() if fused is not None else {}))
     nodes = graph_arrays.nodes
     steps: list[TimelineStep] | None = None
     peak_node = peak_phase = None
@@ -169,4 +239,6 @@ def simulate(graph_arrays: GraphArrays, saved: Sequence[int | fx.Node], num_fwd_
     )
 
 
-__all__ = ["MemoryEstimate", "TimelineStep", "extraction_marks", "node_flops", "simulate", "storage_of"]
+__all__ = ["MEMORY_MODELS", "InductorModel", "MemoryEstimate", "MemoryModelName", "TimelineStep",
+           "check_memory_model", "extraction_marks", "graph_device", "inductor_model", "node_flops", "simulate",
+           "storage_of"]

@@ -78,7 +78,15 @@ class Frontier(NamedTuple):
 
 @dataclass
 class PlanProblem:
-    """One graph's plan inputs: the arrays, roles, storages and costs."""
+    """One graph's plan inputs: the arrays, roles, storages and costs.
+
+    ``flops``: per node, the cost of recomputing it as an op or kernel of its
+    own -- torch's FLOPs, or modelled picoseconds (:mod:`fxcut.solve.cost`);
+    the search minimises its sum over recomputed nodes (named
+    ``recompute_flops`` throughout, whatever the unit).  ``inductor``: None
+    for the unfused memory model, else the inductor model's inputs
+    (:class:`fxcut.solve.memory.InductorModel`; its ``fused_cost`` prices a
+    recomputed node inlined into a reader)."""
 
     arrays: GraphArrays
     num_fwd_outputs: int
@@ -86,19 +94,39 @@ class PlanProblem:
     storage: array[int]
     flops: array[int]
     marks: bytes | None = None
+    inductor: memory.InductorModel | None = None
+
+    def _model(self) -> dict[str, Any]:
+        return self.inductor.core_options() if self.inductor is not None else {}
 
     def simulate(self, saved: bytes | Sequence[int], roles: bytes | None = None) -> Simulation:
         mask = saved if isinstance(saved, bytes) else saved_mask(len(self.arrays), saved)
         out = core.plan_simulate(self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
-                                 saved=mask, storage_of=self.storage, flops=self.flops, marks=self.marks)
+                                 saved=mask, storage_of=self.storage, flops=self.flops, marks=self.marks,
+                                 **self._model())
         return Simulation(*out)
 
     def model_point(self, saved: Sequence[int]) -> tuple[int, int]:
-        """(peak, recompute FLOPs) of the decision saving exactly ``saved``:
+        """(peak, recompute cost) of the decision saving exactly ``saved``:
         the memory model alone, no plan role applied."""
         est = memory.simulate(self.arrays, saved, self.num_fwd_outputs, storage=self.storage, flops=self.flops,
-                              marks=self.marks)
+                              marks=self.marks, model=self.inductor if self.inductor is not None else "unfused")
         return est.peak_bytes, est.recompute_flops
+
+    def step_cost(self, saved: Sequence[int]) -> int:
+        """The modelled cost of the whole step (forward and backward) of the
+        decision saving exactly ``saved``, in ``flops``' unit: every op or
+        kernel the memory model runs costs ``flops[node]``, a recomputed node
+        inlined into a reader (inductor model) its ``fused_cost``."""
+        r = core.memory_simulate(self.arrays, saved, num_fwd_outputs=self.num_fwd_outputs, storage_of=self.storage,
+                                 flops=self.flops, marks=self.marks, timeline=True, **self._model())
+        schedule = list(r.schedule) if r.schedule is not None else []
+        kernels = set(schedule)
+        total = sum(int(self.flops[v]) for v in schedule)
+        inlined = self.inductor.fused_cost if self.inductor is not None else None
+        if inlined is not None:
+            total += sum(int(inlined[i]) for i, m in enumerate(r.recomputed) if m and i not in kernels)
+        return total
 
     def frontier(self, seeds: Sequence[bytes], *, roles: bytes | None = None, exact_max_free: int = 16,
                  max_work: int = DEFAULT_MAX_WORK, time_limit: float = 60.0, max_points: int = 1024) -> Frontier:
@@ -106,7 +134,7 @@ class PlanProblem:
         peaks, costs, masks, n_free, n_evals, exact, timed_out, work, out_of_work = core.plan_frontier(
             self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
             storage_of=self.storage, flops=self.flops, seeds=b"".join(seeds), exact_max_free=exact_max_free,
-            max_work=max_work, time_limit=time_limit, max_points=max_points, marks=self.marks)
+            max_work=max_work, time_limit=time_limit, max_points=max_points, marks=self.marks, **self._model())
         return Frontier(list(peaks), list(costs), [masks[k * n:(k + 1) * n] for k in range(len(peaks))],
                         n_free, n_evals, exact, timed_out, work, out_of_work)
 

@@ -59,6 +59,10 @@ class CaptureOptions:
     - ``sac``: like ``checkpoint``, with :func:`sac_policy` (implies ``checkpoint``).
     - ``dynamic``: ``torch.compile(dynamic=True)``: symbolic input sizes.
     - ``fake``: the model's parameters are fake tensors (built under a ``FakeTensorMode``).
+    - ``compiler``: ``"aot_eager"`` (AOT Autograd with no-op compilers) or
+      ``"inductor"``: the joint graph inductor hands its partitioner (traced
+      with inductor's decompositions, after its joint-graph passes); the
+      compilation stops there, so no step runs and no kernel is built.
     """
 
     autocast_dtype: torch.dtype | None = None
@@ -66,6 +70,7 @@ class CaptureOptions:
     sac: bool = False
     dynamic: bool = False
     fake: bool = False
+    compiler: str = "aot_eager"
 
 
 def torch_min_cut_partition(*args: Any, **kwargs: Any) -> tuple[fx.GraphModule, fx.GraphModule]:
@@ -200,6 +205,41 @@ def _aot_backend(partition_fn: PartitionFn) -> Callable[..., Any]:
     return backend
 
 
+class _JointCaptured(Exception):
+    """Raised by inductor's partitioner hook once the joint graph is copied:
+    the compilation stops before any kernel is built."""
+
+
+def _inductor_backend(recorder: PartitionRecorder) -> Callable[..., Any]:
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.custom_graph_pass import CustomPartitionerFn
+
+    class RecordAndStop(CustomPartitionerFn):
+        def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
+                     ) -> tuple[fx.GraphModule, fx.GraphModule]:
+            num_fwd_outputs = kwargs.pop("num_fwd_outputs")
+            recorder.calls.append(dict(gm=copy_graph_module(gm), joint_inputs=joint_inputs, args=(),
+                                       num_fwd_outputs=num_fwd_outputs, kwargs=dict(kwargs)))
+            raise _JointCaptured
+
+        def uuid(self) -> Any:
+            return None
+
+    def backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": RecordAndStop(),
+                                                              "force_disable_caches": True})
+
+    return backend
+
+
+def _stopped_by_capture(e: BaseException) -> bool:
+    while e is not None:
+        if isinstance(e, _JointCaptured):
+            return True
+        e = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__  # type: ignore[assignment]
+    return False
+
+
 Grads = dict[str, torch.Tensor | None]
 
 
@@ -250,29 +290,44 @@ def _capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, opts: Cap
     if not opts.fake and fake_mode is not None:
         raise ValueError("the model's parameters are fake tensors: pass fake=True")
 
+    if opts.compiler not in ("aot_eager", "inductor"):
+        raise ValueError(f"compiler must be 'aot_eager' or 'inductor', got {opts.compiler!r}")
+    if opts.compiler == "inductor" and backward:
+        raise ValueError("an inductor capture stops at the partitioner: it runs no step")
     named = list(model.named_parameters())
     names = {id(p): name for name, p in named}
     ds_ids = {id(p): k for k, (_, p) in enumerate(named)}
     recorder = PartitionRecorder(delegate)
-    aot_backend = _aot_backend(recorder)
+    inner_backend = _inductor_backend(recorder) if opts.compiler == "inductor" else _aot_backend(recorder)
     # per compiled dynamo graph: (param_indices, param_names, number of graph inputs, recorder calls)
     graphs: list[tuple[list[ParamIndex], list[str], int, list[dict[str, Any]]]] = []
 
     def backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         first_call = len(recorder.calls)
-        compiled = aot_backend(gm, example_inputs)
+        indices, found = _param_indices(gm, example_inputs, names, ds_ids)
+        try:
+            compiled = inner_backend(gm, example_inputs)
+        except Exception as e:
+            if not _stopped_by_capture(e):
+                raise
+            graphs.append((indices, found, len(primal_inputs(gm, example_inputs)), recorder.calls[first_call:]))
+            raise
         # Dynamo may throw a graph away and retrace (with dynamic=True it first
         # tries unspecialised floats); only a graph whose compilation returned counts.
-        indices, found = _param_indices(gm, example_inputs, names, ds_ids)
         graphs.append((indices, found, len(primal_inputs(gm, example_inputs)), recorder.calls[first_call:]))
         return compiled
 
+    step_result: Any = None
     with fake_mode if fake_mode is not None else contextlib.nullcontext():
         if fake_mode is not None:
             inputs = [fake_mode.from_tensor(t)
                       if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) else t
                       for t in inputs]
-        step_result = _compile_and_run(model, inputs, loss_fn, backend, opts, seed, backward)
+        try:
+            step_result = _compile_and_run(model, inputs, loss_fn, backend, opts, seed, backward)
+        except Exception as e:
+            if not _stopped_by_capture(e):
+                raise
 
     if len(graphs) != 1 or len(graphs[0][3]) != 1:
         raise CaptureError(f"expected one joint graph, got {len(graphs)} compiled dynamo graphs "
@@ -301,7 +356,7 @@ def _check_param_indices(cap: JointCapture, n_graph_inputs: int) -> None:
 def capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
             autocast_dtype: torch.dtype | None = None, checkpoint: bool = False, sac: bool = False,
             dynamic: bool = False, fake: bool = False,
-            delegate: PartitionFn = torch_min_cut_partition) -> JointCapture:
+            delegate: PartitionFn = torch_min_cut_partition, compiler: str = "aot_eager") -> JointCapture:
     """Compile ``loss_fn(model(*inputs), inputs)`` and return the joint graph it produced.
 
     Only the forward runs (the partition happens when the forward is
@@ -310,9 +365,11 @@ def capture(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *,
     ``model.named_parameters()``.  With ``fake=True`` every parameter must be
     a fake tensor (build the model under a
     ``FakeTensorMode``); real tensor inputs are converted to that mode.
-    Raises :class:`CaptureError` unless exactly one joint graph was made.
+    ``compiler="inductor"``: the joint graph inductor partitions
+    (:class:`CaptureOptions`).  Raises :class:`CaptureError` unless exactly
+    one joint graph was made.
     """
-    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic, fake)
+    opts = CaptureOptions(autocast_dtype, checkpoint, sac, dynamic, fake, compiler)
     return _capture(model, inputs, loss_fn, opts, delegate, seed=0, backward=False)[0]
 
 

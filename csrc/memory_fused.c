@@ -1,0 +1,541 @@
+/* memory_fused.c -- the inductor model's walk of one module: which values
+ * inductor makes buffers, the kernels that read them, and the liveness of
+ * those buffers with inductor's in-place updates.  The rules are stated
+ * above enum fxcut_fusion_kind (fxcut.h). */
+#include "memory_internal.h"
+#include "fxcut_internal.h"
+
+#include <limits.h>
+
+/* Caps of the inlined-expression counts: any value past every threshold
+ * behaves the same, and the sums never overflow. */
+#define COUNT_CAP (1 << 20)
+
+static int kind_of(const fxcut_memsim *s, int32_t i)
+{
+    return s->fusion[i] & FXCUT_FUSE_KIND_MASK;
+}
+
+static int is_item(const fxcut_graph *g, int32_t v)
+{
+    return (g->flags[v] & FXCUT_F_GETITEM) != 0 &&
+           g->in_ptr[v + 1] - g->in_ptr[v] == 1;
+}
+
+static int32_t producer_of(const fxcut_graph *g, int32_t item)
+{
+    return g->in_idx[g->in_ptr[item]];
+}
+
+static int32_t capped_add(int32_t a, int32_t b)
+{
+    int64_t c = (int64_t)a + (int64_t)b;
+    return c > COUNT_CAP ? COUNT_CAP : (int32_t)c;
+}
+
+/* Readers of v in the module: its kept users, and the output when v is one
+ * of the module's outputs. */
+static int32_t readers_in_module(const fxcut_memsim *s, int32_t v,
+                                 uint8_t kept, int is_output,
+                                 int *extern_reader)
+{
+    int32_t c = is_output ? 1 : 0;
+    *extern_reader = 0;
+    for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+        int32_t u = s->user_idx[e];
+        if ((s->mark[u] & kept) == 0)
+            continue;
+        c++;
+        if (kind_of(s, u) == FXCUT_FUSE_EXTERN)
+            *extern_reader = 1;
+    }
+    return c;
+}
+
+/* A value computed in this module that is not (yet) a buffer: inlined. */
+static int inlinable(const fxcut_memsim *s, int32_t r, uint8_t kept)
+{
+    return (s->mark[r] & kept) != 0 && !s->realized[r];
+}
+
+/* An ABSORBED node whose one reader in the module is an EXTERN node (an
+ * add inductor's post-grad pass turns into an addmm with it): that
+ * reader's kernel computes it.  Not when it is a module output. */
+static int absorbed_here(const fxcut_memsim *s, int32_t v, uint8_t kept)
+{
+    if ((s->fusion[v] & FXCUT_FUSE_ABSORBED) == 0 || s->last[v] == INT32_MAX)
+        return 0;
+    int32_t reader = -1, n = 0;
+    for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+        int32_t u = s->user_idx[e];
+        if ((s->mark[u] & kept) != 0) {
+            reader = u;
+            n++;
+        }
+    }
+    return n == 1 && kind_of(s, reader) == FXCUT_FUSE_EXTERN;
+}
+
+/* Which computed nodes of the module are buffers (s->realized), in module
+ * order.  s->last must already hold END for the module's outputs. */
+static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
+{
+    const fxcut_graph *g = s->g;
+    const int32_t END = INT32_MAX;
+    for (int32_t k = 0; k < n_body; k++) {
+        int32_t v = s->body[k];
+        s->realized[v] = 0;
+        s->inlined_reads[v] = 1;
+        s->inlined_ops[v] = 0;
+        s->inlined_heavy[v] = 0;
+    }
+    for (int32_t k = 0; k < n_body; k++) {
+        int32_t v = s->body[k];
+        if (s->root[v] != v)
+            continue; /* an alias: its root decides */
+        int kind = kind_of(s, v);
+        if (is_item(g, v)) {
+            int32_t p = s->root[producer_of(g, v)];
+            if ((s->mark[p] & kept) != 0 && s->realized[p]) {
+                s->realized[v] = 1;
+                continue;
+            }
+        }
+        if (absorbed_here(s, v, kept))
+            continue; /* its reader's kernel computes it */
+        if (kind == FXCUT_FUSE_EXTERN || kind == FXCUT_FUSE_REDUCTION ||
+            kind == FXCUT_FUSE_CAT) {
+            s->realized[v] = 1;
+            if (kind != FXCUT_FUSE_EXTERN)
+                continue;
+            for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
+                int32_t r = s->root[g->in_idx[e]];
+                if (inlinable(s, r, kept) && !absorbed_here(s, r, kept))
+                    s->realized[r] = 1;
+            }
+            continue;
+        }
+        /* POINTWISE: the expression inlining it would build */
+        int32_t reads = 0, ops = 1;
+        uint8_t heavy = (s->fusion[v] & FXCUT_FUSE_HEAVY) != 0;
+        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
+            int32_t r = s->root[g->in_idx[e]];
+            if (inlinable(s, r, kept)) {
+                reads = capped_add(reads, s->inlined_reads[r]);
+                ops = capped_add(ops, s->inlined_ops[r]);
+                heavy = (uint8_t)(heavy | s->inlined_heavy[r]);
+            } else {
+                reads = capped_add(reads, 1);
+            }
+        }
+        s->inlined_reads[v] = reads;
+        s->inlined_ops[v] = ops;
+        s->inlined_heavy[v] = heavy;
+        int extern_reader = 0;
+        int32_t readers = readers_in_module(s, v, kept, s->last[v] == END,
+                                            &extern_reader);
+        if ((readers > 1 && (extern_reader || heavy ||
+                             reads > s->realize_reuse_reads ||
+                             ops > s->realize_opcount)) ||
+            reads > s->realize_acc_reads || ops > s->realize_opcount)
+            s->realized[v] = 1;
+    }
+    /* module outputs are buffers */
+    for (int32_t k = 0; k < n_body; k++) {
+        int32_t v = s->body[k];
+        int32_t r = s->root[v];
+        if (s->last[r] == END && (s->mark[r] & kept) != 0)
+            s->realized[r] = 1;
+    }
+    for (int32_t k = 0; k < n_body; k++) {
+        int32_t v = s->body[k];
+        if (s->realized[v]) {
+            s->inlined_reads[v] = 1;
+            s->inlined_ops[v] = 0;
+            s->inlined_heavy[v] = 0;
+        }
+    }
+}
+
+/* The buffers and module inputs kernel k (node v) reads: its inlined
+ * expression's leaves.  Calls visit(s, root, k, ctx) once per leaf root.
+ * Each call is one visit epoch (s->visit holds the epoch that last saw a
+ * node; the epochs restart from 0 before they could overflow). */
+typedef void (*leaf_fn)(fxcut_memsim *s, int32_t root, int32_t k, void *ctx);
+
+static void kernel_reads(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
+                         leaf_fn visit, void *ctx)
+{
+    const fxcut_graph *g = s->g;
+    if (s->epoch == INT32_MAX) {
+        for (int32_t i = 0; i < g->n; i++)
+            s->visit[i] = -1;
+        s->epoch = 0;
+    }
+    int32_t ep = s->epoch++;
+    int32_t sp = 0;
+    s->visit[v] = ep;
+    for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
+        s->stack[sp++] = g->in_idx[e];
+    while (sp > 0) {
+        int32_t r = s->root[s->stack[--sp]];
+        if (s->visit[r] == ep)
+            continue;
+        s->visit[r] = ep;
+        if (!inlinable(s, r, kept)) {
+            visit(s, r, k, ctx);
+            continue;
+        }
+        for (int32_t e = g->in_ptr[r]; e < g->in_ptr[r + 1]; e++)
+            if (s->visit[s->root[g->in_idx[e]]] != ep)
+                s->stack[sp++] = g->in_idx[e];
+    }
+}
+
+static void note_last_read(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    (void)ctx;
+    if (s->last[r] != INT32_MAX && s->last[r] < k)
+        s->last[r] = k;
+}
+
+typedef struct {
+    uint8_t kept;
+    int64_t want;     /* bytes the kernel's buffer needs */
+    int32_t taken;    /* a dying buffer it can take over (-1: none) */
+    int32_t group;    /* the group being walked */
+    int32_t kernel;   /* the kernel being walked */
+    int32_t found;    /* a read made in / read by the group (grouping) */
+    int64_t live;
+} step_ctx;
+
+/* In-place candidates: a buffer whose last reader is this kernel and that
+ * no other kernel of its fused group reads (inductor updates in place only
+ * a buffer read at one index in the fused kernel), of the right size,
+ * allocated in an earlier group of this module or donated. */
+static void find_inplace(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    step_ctx *c = ctx;
+    if (c->taken >= 0 || s->last[r] != k || s->charge[r] <= 0 ||
+        s->group_reads[r] != 1)
+        return;
+    int64_t have = s->cost[r];
+    if (have < c->want || (double)c->want < 0.95 * (double)have)
+        return;
+    int own = (s->mark[r] & c->kept) != 0 && s->realized[r];
+    if (!own && !s->donated[r])
+        return;
+    if (own && kind_of(s, r) == FXCUT_FUSE_EXTERN && is_item(s->g, r))
+        return; /* an extern kernel's item may alias its inputs */
+    c->taken = r;
+}
+
+static void free_dead(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    step_ctx *c = ctx;
+    (void)k;
+    if (s->last[r] < 0 || s->last[r] == INT32_MAX ||
+        s->group_of[s->last[r]] != c->group)
+        return;
+    if (s->charge[r] > 0)
+        c->live -= s->charge[r];
+    s->last[r] = -2;
+}
+
+/* The in-place candidates among kernel v's reads: the buffers it reads at
+ * the index it writes -- through whole-storage views and inlined nodes over
+ * its own iteration space only (a slice, a broadcast or a reduction in
+ * between reads another index: inductor does not update those in place). */
+static void same_index_reads(fxcut_memsim *s, int32_t v, int32_t k,
+                             uint8_t kept, step_ctx *c)
+{
+    const fxcut_graph *g = s->g;
+    int64_t space = s->iteration != NULL ? s->iteration[v] : 0;
+    if (s->epoch == INT32_MAX) {
+        for (int32_t i = 0; i < g->n; i++)
+            s->visit[i] = -1;
+        s->epoch = 0;
+    }
+    int32_t ep = s->epoch++;
+    int32_t sp = 0;
+    s->visit[v] = ep;
+    for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
+        s->stack[sp++] = g->in_idx[e];
+    while (sp > 0) {
+        int32_t u = s->stack[--sp];
+        int32_t r = s->root[u];
+        if (u != r && g->nbytes[u] != s->cost[r])
+            continue; /* a partial view */
+        if (s->visit[r] == ep)
+            continue;
+        s->visit[r] = ep;
+        if (!inlinable(s, r, kept)) {
+            find_inplace(s, r, k, c);
+            continue;
+        }
+        if (kind_of(s, r) != FXCUT_FUSE_POINTWISE ||
+            (space > 0 && s->iteration != NULL && s->iteration[r] != space))
+            continue;
+        for (int32_t e = g->in_ptr[r]; e < g->in_ptr[r + 1]; e++)
+            if (s->visit[s->root[g->in_idx[e]]] != ep)
+                s->stack[sp++] = g->in_idx[e];
+    }
+}
+
+/* Grouping: does kernel k read what the group made or reads? */
+static void shares_with_group(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    step_ctx *c = ctx;
+    (void)k;
+    if (s->made_in[r] == c->group || s->read_in[r] == c->group)
+        c->found = 1;
+}
+
+static void note_group_read(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    step_ctx *c = ctx;
+    (void)k;
+    s->read_in[r] = c->group;
+}
+
+/* How many kernels of the group being walked read each root: stamps past
+ * every group id (c->found), counts in s->group_reads. */
+static void count_group_read(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    step_ctx *c = ctx;
+    (void)k;
+    if (s->read_in[r] != c->found) {
+        s->read_in[r] = c->found;
+        s->group_reads[r] = 0;
+    }
+    s->group_reads[r]++;
+}
+
+/* Bytes kernel v allocates: its own storage (a multi-output node: less what
+ * its kept items own, which it allocates as theirs: prepaid here). */
+static int64_t kernel_alloc(fxcut_memsim *s, int32_t v, uint8_t kept,
+                            int64_t *items)
+{
+    const fxcut_graph *g = s->g;
+    int64_t b = s->cost[v];
+    *items = 0;
+    if ((g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0)
+        return b;
+    for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+        int32_t u = s->user_idx[e];
+        if ((s->mark[u] & kept) != 0 && s->root[u] == u && is_item(g, u) &&
+            s->realized[u] && s->charge[u] < 0) {
+            b -= s->cost[u];
+            s->charge[u] = s->cost[u];
+            *items += s->cost[u];
+        }
+    }
+    return b < 0 ? 0 : b;
+}
+
+/* Bytes of the copies a COPIES_INPUTS kernel makes of its tensor inputs. */
+static int64_t input_copies(const fxcut_memsim *s, int32_t v)
+{
+    const fxcut_graph *g = s->g;
+    if ((s->fusion[v] & FXCUT_FUSE_COPIES_INPUTS) == 0)
+        return 0;
+    int64_t b = 0;
+    for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
+        int32_t u = g->in_idx[e];
+        uint32_t f = g->flags[u];
+        if (g->nbytes[u] > 0 && ((f & FXCUT_F_NON_TENSOR) == 0 ||
+                                 (f & FXCUT_F_VAL_IS_SEQ) != 0))
+            b += g->nbytes[u];
+    }
+    return b;
+}
+
+/* A kernel inductor may fuse with its neighbours: pointwise or reduction
+ * work over a known iteration space. */
+static int64_t fusable_space(const fxcut_memsim *s, int32_t v)
+{
+    int kind = kind_of(s, v);
+    if (s->iteration == NULL ||
+        (kind != FXCUT_FUSE_POINTWISE && kind != FXCUT_FUSE_REDUCTION))
+        return 0;
+    return s->iteration[v] > 0 ? s->iteration[v] : 0;
+}
+
+/* Iteration spaces inductor's CPU backend fuses: equal ones, or ones
+ * within a factor of FUSE_SPACE_RATIO (loops over a slice and over the
+ * whole, a reduction's rows and its broadcast). */
+#define FUSE_SPACE_RATIO 2
+static int compatible_spaces(int64_t a, int64_t b)
+{
+    int64_t lo = a < b ? a : b, hi = a < b ? b : a;
+    return hi / FUSE_SPACE_RATIO <= lo;
+}
+
+/* Groups of consecutive kernels inductor fuses into one: a fusable kernel
+ * joins the group before it when both iterate over the same space and it
+ * reads a buffer the group makes or a value the group reads.  Sets
+ * s->group_of[k] and returns the number of groups. */
+static int32_t group_kernels(fxcut_memsim *s, int32_t nk, uint8_t kept)
+{
+    int32_t ng = 0;
+    int64_t space = 0;
+    step_ctx c = {kept, 0, -1, -1, -1, 0, 0};
+    for (int32_t k = 0; k < nk; k++) {
+        int32_t v = s->kernels[k];
+        int64_t here = fusable_space(s, v);
+        int join = 0;
+        if (ng > 0 && here > 0 && space > 0 && compatible_spaces(here, space)) {
+            c.group = ng - 1;
+            c.found = 0;
+            kernel_reads(s, v, k, kept, shares_with_group, &c);
+            join = c.found;
+        }
+        if (!join) {
+            ng++;
+            space = here;
+        }
+        c.group = ng - 1;
+        s->group_of[k] = ng - 1;
+        s->made_in[v] = ng - 1;
+        kernel_reads(s, v, k, kept, note_group_read, &c);
+    }
+    return ng;
+}
+
+int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
+                                uint8_t held, uint8_t pinned,
+                                int32_t first_out, int32_t end_out,
+                                int32_t step0, fxcut_memory_result *res,
+                                int32_t *peak_step, int32_t *n_steps)
+{
+    const fxcut_graph *g = s->g;
+    const int32_t END = INT32_MAX;
+    int64_t peak = 0;
+    *peak_step = -1;
+    for (int32_t i = 0; i < g->n; i++) {
+        s->last[i] = -1;
+        s->charge[i] = -1;
+        s->visit[i] = -1;
+        s->made_in[i] = -1;
+        s->read_in[i] = -1;
+    }
+    s->epoch = 0;
+    for (int32_t k = first_out; k < end_out; k++)
+        if (g->outputs[k] >= 0)
+            s->last[s->root[g->outputs[k]]] = END;
+    for (int32_t i = 0; i < g->n; i++)
+        if ((s->mark[i] & pinned) != 0)
+            s->last[s->root[i]] = END;
+    realize(s, n_body, kept);
+
+    /* the kernels, their groups, and the last kernel reading each storage */
+    int32_t nk = 0;
+    for (int32_t k = 0; k < n_body; k++) {
+        int32_t v = s->body[k];
+        if (s->root[v] != v || !s->realized[v])
+            continue;
+        if (is_item(g, v) && s->realized[s->root[producer_of(g, v)]])
+            continue; /* allocated by its producer's kernel */
+        s->kernels[nk++] = v;
+    }
+    int32_t ng = group_kernels(s, nk, kept);
+    for (int32_t k = 0; k < nk; k++) {
+        int32_t v = s->kernels[k];
+        if (s->last[v] != END && s->last[v] < k)
+            s->last[v] = k;
+        for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+            int32_t u = s->user_idx[e];
+            if (is_item(g, u) && s->root[u] == u && s->last[u] != END &&
+                s->last[u] < k)
+                s->last[u] = k;
+        }
+        kernel_reads(s, v, k, kept, note_last_read, NULL);
+    }
+
+    step_ctx c = {kept, 0, -1, -1, -1, 0, 0};
+    for (int32_t i = 0; i < g->n; i++) {
+        int32_t r = s->root[i];
+        if ((s->mark[i] & held) != 0 && s->charge[r] < 0) {
+            s->charge[r] = s->cost[r];
+            c.live += s->cost[r];
+            if (s->last[r] == -1)
+                s->last[r] = -2; /* read by no kernel: dropped at once */
+        }
+    }
+    for (int32_t i = 0; i < g->n; i++)
+        if (s->last[i] == -2 && s->charge[i] > 0) {
+            c.live -= s->charge[i];
+            s->charge[i] = 0;
+        }
+    int32_t k0 = 0;
+    for (int32_t grp = 0; grp < ng; grp++) {
+        int32_t k1 = k0;
+        while (k1 < nk && s->group_of[k1] == grp)
+            k1++;
+        c.group = grp;
+        c.found = ng + grp; /* the counting stamp: past every group id */
+        for (int32_t k = k0; k < k1; k++)
+            kernel_reads(s, s->kernels[k], k, kept, count_group_read, &c);
+        int64_t copies = 0;
+        for (int32_t k = k0; k < k1; k++) {
+            int32_t v = s->kernels[k];
+            int64_t items = 0;
+            int64_t own = kernel_alloc(s, v, kept, &items);
+            if (k1 - k0 > 1 && s->last[v] != END && s->last[v] >= 0 &&
+                s->group_of[s->last[v]] == grp &&
+                (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0) {
+                /* read only inside its fused kernel: a local, no buffer */
+                s->charge[v] = 0;
+                c.live += items;
+                continue;
+            }
+            c.want = own;
+            c.taken = -1;
+            if (own > 0 && kind_of(s, v) == FXCUT_FUSE_POINTWISE &&
+                (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0)
+                same_index_reads(s, v, k, kept, &c);
+            if (c.taken >= 0) {
+                s->charge[v] = s->charge[c.taken];
+                s->charge[c.taken] = 0;
+                c.live += items;
+            } else {
+                s->charge[v] = own;
+                c.live += own + items;
+            }
+            copies += input_copies(s, v);
+        }
+        c.live += copies;
+        for (int32_t k = k0; k < k1; k++) {
+            if (res->schedule != NULL)
+                res->schedule[step0 + k] = s->kernels[k];
+            if (res->live_bytes != NULL)
+                res->live_bytes[step0 + k] = c.live;
+        }
+        if (*peak_step < 0 || c.live > peak) {
+            peak = c.live;
+            *peak_step = step0 + k0;
+        }
+        c.live -= copies;
+        for (int32_t k = k0; k < k1; k++) {
+            int32_t v = s->kernels[k];
+            kernel_reads(s, v, k, kept, free_dead, &c);
+            /* its own buffer and items, when nothing reads them later */
+            if (s->last[v] >= 0 && s->last[v] != END &&
+                s->group_of[s->last[v]] == grp) {
+                c.live -= s->charge[v] > 0 ? s->charge[v] : 0;
+                s->last[v] = -2;
+            }
+            for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+                int32_t u = s->user_idx[e];
+                if (is_item(g, u) && s->root[u] == u && s->last[u] >= 0 &&
+                    s->last[u] != END && s->group_of[s->last[u]] == grp) {
+                    c.live -= s->charge[u] > 0 ? s->charge[u] : 0;
+                    s->last[u] = -2;
+                }
+            }
+        }
+        k0 = k1;
+    }
+    *n_steps = nk;
+    return peak;
+}

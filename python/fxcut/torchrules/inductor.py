@@ -1,0 +1,373 @@
+"""Ask inductor what it would run: the buffers, kernel order and memory of
+one forward or backward module, without compiling a kernel.
+
+fxcut's inductor memory model (:mod:`fxcut.solve.memory`, ``csrc/memory_fused.c``)
+is an approximation fast enough for a search over thousands of decisions.
+This module is its reference: it hands a module to inductor's own passes on
+fake tensors -- the post-grad passes, ``GraphLowering`` (which decides what
+becomes a buffer), the ``Scheduler`` (fusion, ``reorder_for_peak_memory``)
+and the Python wrapper's code generation (buffer reuse, in-place updates,
+frees) -- and reads what they produce.  Nothing is compiled: the C++ kernels
+are generated as text and never built.
+
+Two answers, both inductor's own:
+
+- :attr:`InductorMemory.scheduler_peak`: ``torch._inductor.memory.estimate_peak_memory``
+  over the scheduler's final node order (what ``reorder_for_peak_memory``
+  minimises; it allocates every buffer at its kernel and frees it after its
+  last reader, with no in-place reuse).
+- :attr:`InductorMemory.wrapper_peak` and :attr:`InductorMemory.live_bytes`:
+  the allocations and frees the generated wrapper performs, read from its
+  ``call`` body (``empty_strided_*``, ``del``, ``# reuse``, ``# alias``,
+  extern kernels that allocate their outputs).  This is what runs: on the
+  zoo it equals the torch profiler's measured peak of a compiled step to
+  within the 8 bytes of the loss and its gradient seed (docs/memory_model.md).
+
+Both count activation bytes as fxcut's models do: graph inputs that are
+parameters, primals or tangents (``primals_*``, ``tangents_*``) are not
+counted; a backward's saved values are (live from the start, freed after
+their last use: the wrapper clears its argument list).  A backward's
+donated buffers (saved values no forward input, user output or gradient
+aliases, AOT Autograd's ``bw_donated_idxs``) are passed to inductor as AOT
+Autograd passes them, so in-place updates into them happen as they do in a
+real step.
+
+The cost is inductor's: seconds per module (the lowering and the kernels'
+source), so this is for validation, tests and benchmarks, not for a search.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from .snapshot import copy_graph_module
+
+
+class WrapperNotUnderstood(RuntimeError):
+    """A line of the generated wrapper that touches a buffer in a way this
+    reader does not know (a newer inductor's code generation)."""
+
+
+@dataclass(frozen=True)
+class InductorBuffer:
+    """One buffer inductor's scheduler made: its name, bytes, the fx node it
+    was made for (its ``origin_node``, or None) and every fx node inlined
+    into it (``origins``)."""
+
+    name: str
+    nbytes: int
+    origin: str | None
+    origins: tuple[str, ...]
+    kind: str  # the IR node's class name, e.g. ComputedBuffer, ExternKernelOut
+
+
+@dataclass
+class InductorMemory:
+    """What inductor made of one module (see the module docstring)."""
+
+    #: scheduler buffers, in the scheduler's final kernel order
+    buffers: list[InductorBuffer]
+    #: the scheduler's final order: per kernel, the names of its buffers
+    kernels: list[tuple[str, ...]]
+    scheduler_peak: int
+    wrapper_peak: int
+    #: live bytes after every allocation and free of the wrapper, in order
+    live_bytes: list[int] = field(default_factory=list)
+    #: bytes live when the module returns (its outputs, held values)
+    end_bytes: int = 0
+    wrapper_code: str = ""
+
+
+def _val(n: Any) -> Any:
+    return n.meta.get("val") if isinstance(n, fx.Node) else None
+
+
+def _storage(v: Any) -> StorageWeakRef | None:
+    if not isinstance(v, torch.Tensor):
+        return None
+    try:
+        return StorageWeakRef(v.untyped_storage())  # type: ignore[no-untyped-call]
+    except (NotImplementedError, RuntimeError):
+        return None
+
+
+def _outputs(gm: fx.GraphModule) -> list[Any]:
+    (out,) = gm.graph.find_nodes(op="output")
+    args = out.args[0]
+    return list(args) if isinstance(args, (list, tuple)) else [args]
+
+
+def _not_counted(name: str) -> bool:
+    # inductor's own test for inputs that are not activations (torch._inductor.utils.is_nonfreeable_buffers)
+    return name.startswith(("primals", "tangents", "arg", "fwd_rng_state", "bwd_rng_state"))
+
+
+def donated_indices(fw_module: fx.GraphModule, bw_module: fx.GraphModule) -> list[int]:
+    """The backward placeholders AOT Autograd donates to inductor: saved
+    tensors whose storage no forward input, user forward output or gradient
+    shares (AOT Autograd's ``collect_bw_donated_buffer_idxs``, fxcut's copy:
+    placeholder positions in ``bw_module``)."""
+    bw_inputs = list(bw_module.graph.find_nodes(op="placeholder"))
+    n_tangents = sum(1 for n in bw_inputs if n.name.startswith("tangents"))
+    n_saved = len(bw_inputs) - n_tangents
+    fw_outs = _outputs(fw_module)
+    user_outs = fw_outs[: len(fw_outs) - n_saved]
+    taken: set[StorageWeakRef] = set()
+    for v in [*(_val(n) for n in fw_module.graph.find_nodes(op="placeholder")),
+              *(_val(o) for o in user_outs), *(_val(o) for o in _outputs(bw_module))]:
+        ref = _storage(v)
+        if ref is not None:
+            taken.add(ref)
+    out = []
+    for k, n in enumerate(bw_inputs):
+        ref = _storage(_val(n))
+        if not n.name.startswith("tangents") and ref is not None and ref not in taken:
+            out.append(k)
+    return out
+
+
+def ask_inductor(module: fx.GraphModule, *, is_backward: bool, donated: Sequence[int] | None = None,
+                 wrapper: bool = True) -> InductorMemory:
+    """Inductor's lowering, scheduling and (``wrapper``) wrapper code of
+    ``module`` (a forward or backward module a partition built; its
+    placeholders' ``meta["val"]`` are fake tensors), read as an
+    :class:`InductorMemory`.  ``donated``: the backward's donated
+    placeholder positions (:func:`donated_indices`).  ``module`` is not
+    modified."""
+    from torch._inductor.compile_fx import _recursive_post_grad_passes
+    from torch._inductor.debug import DebugContext
+    from torch._inductor.fx_passes.post_grad import view_to_reshape
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    gm = copy_graph_module(module)
+    inputs = [n.meta.get("val") for n in gm.graph.find_nodes(op="placeholder")]
+    fakes = [v for v in inputs if isinstance(v, torch.Tensor)]
+    if not fakes:
+        raise ValueError("the module has no tensor input: nothing to lower")
+    fake_mode = getattr(fakes[0], "fake_mode", None)
+    if fake_mode is None:
+        raise ValueError("the module's placeholders must carry fake tensors in meta['val']")
+    with V.set_fake_mode(fake_mode), DebugContext():
+        view_to_reshape(gm)  # type: ignore[no-untyped-call]  # unannotated in torch
+        _recursive_post_grad_passes(gm, is_inference=False)
+        graph = GraphLowering(gm, example_inputs=inputs, shape_env=fake_mode.shape_env, is_inference=False,
+                              is_backward=is_backward)
+        if is_backward and donated is not None:
+            graph.bw_donated_idxs = list(donated)
+        with V.set_graph_handler(graph):
+            graph.run(*inputs)
+            graph.init_wrapper_code()
+            graph._update_scheduler()
+            buffers, kernels, scheduler_peak = _read_scheduler(graph)
+            sizes = _buffer_bytes(graph)
+            code = ""
+            if wrapper:
+                wrapper_code: Any = graph.wrapper_code  # its methods are unannotated in torch
+                wrapper_code.push_codegened_graph(graph)
+                graph.scheduler.codegen()
+                generated = wrapper_code.generate(graph.is_inference)
+                wrapper_code.pop_codegened_graph()
+                code = generated[0].value
+    result = InductorMemory(buffers, kernels, scheduler_peak, -1, wrapper_code=code)
+    if wrapper:
+        result.live_bytes, result.end_bytes = wrapper_events(code, module, sizes)
+        result.wrapper_peak = max(result.live_bytes, default=0)
+    return result
+
+
+def _read_scheduler(graph: Any) -> tuple[list[InductorBuffer], list[tuple[str, ...]], int]:
+    from torch._inductor import memory
+    from torch.utils._ordered_set import OrderedSet
+
+    sched = graph.scheduler
+    buffers: list[InductorBuffer] = []
+    kernels: list[tuple[str, ...]] = []
+    for node in sched.nodes:
+        names = []
+        for sub in node.get_nodes():
+            for buf in sub.get_outputs():
+                irn = buf.node
+                origin = getattr(irn, "origin_node", None)
+                mpi = getattr(buf, "mpi_buffer", None)
+                size = int(mpi.size_alloc) if mpi is not None else 0
+                buffers.append(InductorBuffer(buf.get_name(), size, origin.name if origin is not None else None,
+                                              tuple(sorted(o.name for o in getattr(irn, "origins", ()))),
+                                              type(irn).__name__))
+                names.append(buf.get_name())
+        kernels.append(tuple(names))
+    inputs = OrderedSet(graph.graph_inputs.keys())
+    freeable = memory.get_freeable_input_buf(sched.nodes, inputs)
+    memory.assign_memory_planning_info_for_scheduler_buffers(sched.nodes, sched.name_to_buf)
+    peak, _ = memory.estimate_peak_memory(sched.nodes, freeable, OrderedSet(graph.get_output_names()))
+    return buffers, kernels, int(peak)
+
+
+def _buffer_bytes(graph: Any) -> dict[str, int]:
+    """The storage bytes of every buffer the lowering registered (0 for a
+    tuple's layout: its items are buffers of their own)."""
+    from torch._inductor import ir
+    from torch._inductor.utils import get_dtype_size
+
+    out: dict[str, int] = {}
+    for name, buf in graph.name_to_buffer.items():
+        layout = getattr(buf, "layout", None)
+        if isinstance(layout, (ir.MultiOutputLayout, ir.NoneLayout)):
+            out[name] = 0
+            continue
+        try:
+            numel = graph.sizevars.optimization_hint(graph.get_allocation_storage_size(buf), fallback=0)
+            out[name] = int(numel) * get_dtype_size(buf.get_dtype())
+        except (AttributeError, NotImplementedError, TypeError):
+            continue
+    return out
+
+
+# --------------------------------------------------------------------------- the wrapper's memory events
+
+_ITEMSIZE = {f"torch.{name}": torch.empty((), dtype=getattr(torch, name)).element_size()
+             for name in ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8",
+                          "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2")
+             if isinstance(getattr(torch, name, None), torch.dtype)}
+_ALLOC = re.compile(r"^(\w+) = empty_strided_\w+\((\(.*?\)), (\(.*?\)), (torch\.\w+)\)$")
+_REUSE = re.compile(r"^(\w+) = (?:reinterpret_tensor\((\w+),.*\)|(\w+)); del (\w+)  # reuse$")
+_ALIAS = re.compile(r"^(\w+) = reinterpret_tensor\((\w+),.*\)  # alias$")
+_ITEM = re.compile(r"^(\w+) = (\w+)\[(\d+)\]$")
+_DEL = re.compile(r"^del (.*)$")
+_ASSIGN = re.compile(r"^(\w+) = (.*)$")
+
+
+def _storage_bytes(shape: Sequence[int], stride: Sequence[int], itemsize: int) -> int:
+    if any(s == 0 for s in shape):
+        return 0
+    return (1 + sum((s - 1) * st for s, st in zip(shape, stride))) * itemsize
+
+
+def _call_body(code: str) -> list[str]:
+    lines = code.splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip().startswith("def call(self, args)")
+                     or line.strip().startswith("def call(args)"))
+    except StopIteration:
+        raise WrapperNotUnderstood("the wrapper has no call(args) function") from None
+    indent = len(lines[start]) - len(lines[start].lstrip()) + 4
+    body = []
+    for line in lines[start + 1:]:
+        if line.strip() and len(line) - len(line.lstrip()) < indent:
+            break
+        body.append(line.strip())
+    return body
+
+
+def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, int] | None = None
+                   ) -> tuple[list[int], int]:
+    """The live activation bytes after each allocation and free the wrapper
+    ``code`` (inductor's generated Python wrapper of ``module``) performs,
+    and the bytes live at its return.  The module's placeholders say what
+    each input holds: saved values are live from the start and share a
+    storage where their fake tensors do; parameters and tangents are not
+    counted.  Sizes of the wrapper's own allocations come from its
+    ``empty_strided_*`` calls; an extern kernel that allocates its result
+    (a fallback op, an item of its tuple) is sized by ``buffer_bytes``
+    (the lowering's buffers by name: :func:`ask_inductor` passes them)."""
+    known = buffer_bytes or {}
+
+    def allocated_by_kernel(name: str, line: str) -> int:
+        if name not in known:
+            raise WrapperNotUnderstood(f"the size of {name!r}, allocated by an extern kernel, is unknown: {line}")
+        return known[name]
+
+    owner: dict[str, Any] = {}          # a name in the wrapper -> its storage's key
+    size: dict[Any, int] = {}           # a storage's key -> its bytes
+    refs: dict[Any, set[str]] = {}      # a storage's key -> the names holding it
+    live = 0
+    events: list[int] = []
+    for n in module.graph.find_nodes(op="placeholder"):
+        v = n.meta.get("val")
+        ref = _storage(v)
+        if ref is None or _not_counted(n.name):
+            continue
+        owner[n.name] = ref
+        if ref not in size:
+            size[ref] = int(v.untyped_storage().nbytes())
+            live += size[ref]
+        refs.setdefault(ref, set()).add(n.name)
+    events.append(live)
+
+    def hold(name: str, key: Any) -> None:
+        owner[name] = key
+        refs.setdefault(key, set()).add(name)
+
+    def drop(name: str) -> None:
+        nonlocal live
+        key = owner.pop(name, None)
+        if key is None:
+            return
+        refs[key].discard(name)
+        if not refs[key]:
+            live -= size[key]
+            events.append(live)
+
+    def allocate(name: str, nbytes: int) -> None:
+        nonlocal live
+        key = ("buffer", name, len(events))
+        size[key] = nbytes
+        hold(name, key)
+        live += nbytes
+        events.append(live)
+
+    for line in _call_body(code):
+        if not line or line.startswith(("#", "assert_", "args.clear()", "return ")) or "= args" in line:
+            continue
+        if (m := _ALLOC.match(line)) is not None:
+            dtype = m.group(4)
+            if dtype not in _ITEMSIZE:
+                raise WrapperNotUnderstood(f"unknown dtype {dtype} in: {line}")
+            shape, stride = ast.literal_eval(m.group(2)), ast.literal_eval(m.group(3))
+            if not all(isinstance(x, int) for x in (*shape, *stride)):
+                raise WrapperNotUnderstood(f"a symbolic size (dynamic shapes are not read): {line}")
+            allocate(m.group(1), _storage_bytes(shape, stride, _ITEMSIZE[dtype]))
+        elif (m := _REUSE.match(line)) is not None:
+            new, old, dead = m.group(1), m.group(2) or m.group(3), m.group(4)
+            if old in owner:
+                hold(new, owner[old])
+            if dead != new:
+                drop(dead)
+        elif (m := _ALIAS.match(line)) is not None:
+            if m.group(2) in owner:
+                hold(m.group(1), owner[m.group(2)])
+        elif (m := _ITEM.match(line)) is not None:
+            # an item of an extern kernel's tuple: the kernel allocated it
+            allocate(m.group(1), allocated_by_kernel(m.group(1), line))
+        elif (m := _DEL.match(line)) is not None:
+            for name in m.group(1).split(","):
+                drop(name.strip())
+        elif (m := _ASSIGN.match(line)) is not None:
+            name, rhs = m.group(1), m.group(2)
+            if rhs.startswith(("torch.ops.", "extern_kernels.", "aten.")) and "out=" not in rhs:
+                # an extern kernel that allocates its result; a tuple is paid by its items
+                allocate(name, allocated_by_kernel(name, line))
+            elif rhs.startswith(("torch.ops.", "extern_kernels.")):
+                continue
+            else:
+                raise WrapperNotUnderstood(f"unknown assignment in the wrapper: {line}")
+        elif line.startswith(("cpp_fused", "triton_", "extern_kernels.", "torch.ops.", "aten.", "del ")):
+            continue  # a kernel call writing buffers already allocated
+        elif re.match(r"^\w+\(", line) or line in ("pass",):
+            continue
+        else:
+            raise WrapperNotUnderstood(f"unknown line in the wrapper: {line}")
+    return events, live
+
+
+
+__all__ = ["InductorBuffer", "InductorMemory", "WrapperNotUnderstood", "ask_inductor", "donated_indices",
+           "wrapper_events"]
