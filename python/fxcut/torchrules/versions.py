@@ -355,6 +355,10 @@ _TORCH_COMPILE, _DEEPSPEED = "fxcut.integrations.torch_compile", "fxcut.integrat
 _PY_LOWER, _PY_PREPARE, _PY_CSE = "csrc/py_lower.c", "csrc/py_prepare.c", "csrc/py_cse.c"
 _TP, _AOT = "torch._functorch.partitioners", "torch._functorch._aot_autograd"
 _FROM_214 = ("2.14", "2.15")
+_FUSION, _INDUCTOR = "fxcut.torchrules.fusion", "fxcut.torchrules.inductor"
+#: rows used only by the plan on inductor's memory model: a failure there leaves the model's pick
+#: (planned_check) or raises from the opt-in planner, never touches the default path
+_INDUCTOR_PLAN = "the plan on inductor's memory model (memory_model='inductor')"
 
 
 def _rows(kind: str, users: tuple[str, ...], *names: str, **fields: Any) -> list[Private]:
@@ -431,6 +435,27 @@ _LISTED: list[Private] = [
             note="a storage's identity, as StorageWeakRef compares storages"),
     Private("torch.Tensor._has_symbolic_sizes_strides", TORCH, (_EXTRACT,)),
     Private("torch.utils._ordered_set.OrderedSet", TORCH, (_BUILD, _BUDGET)),
+    # the plan on inductor's memory model (opt-in: memory_model="inductor"): inductor's own tables and its
+    # lowering, scheduler and wrapper code asked on fake tensors (fxcut.torchrules.fusion / .inductor)
+    *_rows(TORCH, (_FUSION,), "torch._inductor.config", "torch._inductor.inductor_prims", "torch._inductor.lowering",
+           "torch._inductor.lowering.lowerings", "torch._inductor.lowering.needs_realized_inputs",
+           "torch._prims_common.is_expandable_to", "torch._ops.OpOverload", "torch._ops.OpOverloadPacket",
+           *(f"torch.ops.aten.{op}" for op in (
+               "_addmm_activation", "_int_mm", "_log_softmax", "_log_softmax_backward_data",
+               "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+               "_native_batch_norm_legit_no_training", "_scaled_mm", "_softmax", "_softmax_backward_data",
+               "_unsafe_index_put", "_unsafe_masked_index_put_accumulate")),
+           when=_INDUCTOR_PLAN),
+    *_rows(TORCH, (_INDUCTOR,), "torch._inductor.compile_fx._recursive_post_grad_passes",
+           "torch._inductor.debug.DebugContext", "torch._inductor.fx_passes.post_grad.view_to_reshape",
+           "torch._inductor.graph.GraphLowering", "torch._inductor.graph.GraphLowering._update_scheduler",
+           "torch._inductor.ir", "torch._inductor.ir.MultiOutputLayout", "torch._inductor.ir.NoneLayout",
+           "torch._inductor.memory", "torch._inductor.memory.assign_memory_planning_info_for_scheduler_buffers",
+           "torch._inductor.memory.estimate_peak_memory", "torch._inductor.memory.get_freeable_input_buf",
+           "torch._inductor.utils.get_dtype_size", "torch._inductor.virtualized.V",
+           "torch._inductor.virtualized.V.set_fake_mode", "torch._inductor.virtualized.V.set_graph_handler",
+           when=_INDUCTOR_PLAN),
+    Private("torch.utils._ordered_set.OrderedSet", TORCH, (_INDUCTOR, "fxcut.planned_check"), when=_INDUCTOR_PLAN),
     Private("torch.utils._pytree.arg_tree_leaves", TORCH, (_LOWER, _PREPARE)),
     Private("torch.utils._pytree.tree_is_leaf", TORCH, (_PREPARE,)),
     *_rows(TORCH, (_PREPARE, _GATE), "torch.utils._pytree.tree_flatten", "torch.utils._pytree.TreeSpec._children"),
