@@ -402,6 +402,136 @@ static int32_t group_kernels(fxcut_memsim *s, int32_t nk, uint8_t kept)
     return ng;
 }
 
+/* The walk's per-module state: every storage unread, uncharged. */
+static void reset_walk(fxcut_memsim *s)
+{
+    for (int32_t i = 0; i < s->g->n; i++) {
+        s->last[i] = -1;
+        s->charge[i] = -1;
+        s->visit[i] = -1;
+        s->made_in[i] = -1;
+        s->read_in[i] = -1;
+    }
+    s->epoch = 0;
+}
+
+/* The module's kernels (realized roots, an extern kernel's items with it)
+ * into s->kernels; their count. */
+static int32_t collect_kernels(fxcut_memsim *s, int32_t n_body)
+{
+    const fxcut_graph *g = s->g;
+    int32_t nk = 0;
+    for (int32_t k = 0; k < n_body; k++) {
+        int32_t v = s->body[k];
+        if (s->root[v] != v || !s->realized[v])
+            continue;
+        if (is_item(g, v) && s->realized[s->root[producer_of(g, v)]])
+            continue; /* allocated by its producer's kernel */
+        s->kernels[nk++] = v;
+    }
+    return nk;
+}
+
+/* The last kernel reading each storage (END: lives past the module). */
+static void note_last_kernels(fxcut_memsim *s, int32_t nk, uint8_t kept,
+                              int32_t end)
+{
+    const fxcut_graph *g = s->g;
+    for (int32_t k = 0; k < nk; k++) {
+        int32_t v = s->kernels[k];
+        if (s->last[v] != end && s->last[v] < k)
+            s->last[v] = k;
+        for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+            int32_t u = s->user_idx[e];
+            if (is_item(g, u) && s->root[u] == u && s->last[u] != end &&
+                s->last[u] < k)
+                s->last[u] = k;
+        }
+        kernel_reads(s, v, k, kept, note_last_read, NULL);
+    }
+}
+
+/* The module's inputs (``held``) charged once each; those no kernel reads
+ * dropped at once. */
+static void charge_inputs(fxcut_memsim *s, uint8_t held, step_ctx *c)
+{
+    const fxcut_graph *g = s->g;
+    for (int32_t i = 0; i < g->n; i++) {
+        int32_t r = s->root[i];
+        if ((s->mark[i] & held) != 0 && s->charge[r] < 0) {
+            s->charge[r] = s->cost[r];
+            c->live += s->cost[r];
+            if (s->last[r] == -1)
+                s->last[r] = -2; /* read by no kernel: dropped at once */
+        }
+    }
+    for (int32_t i = 0; i < g->n; i++)
+        if (s->last[i] == -2 && s->charge[i] > 0) {
+            c->live -= s->charge[i];
+            s->charge[i] = 0;
+        }
+}
+
+/* Kernel v of group grp (kernels k0 .. k1) allocates its buffer: none for
+ * a group-local value, a dying buffer's in place, else a new one; returns
+ * the layout copies it makes of its inputs. */
+static int64_t alloc_kernel(fxcut_memsim *s, int32_t k, int32_t k0,
+                            int32_t k1, int32_t grp, int32_t end,
+                            step_ctx *c)
+{
+    const fxcut_graph *g = s->g;
+    int32_t v = s->kernels[k];
+    int64_t items = 0;
+    int64_t own = kernel_alloc(s, v, c->kept, &items);
+    if (k1 - k0 > 1 && s->last[v] != end && s->last[v] >= 0 &&
+        s->group_of[s->last[v]] == grp &&
+        (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0) {
+        /* read only inside its fused kernel: a local, no buffer */
+        s->charge[v] = 0;
+        c->live += items;
+        return 0;
+    }
+    c->want = own;
+    c->taken = -1;
+    if (own > 0 && kind_of(s, v) == FXCUT_FUSE_POINTWISE &&
+        (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0)
+        same_index_reads(s, v, k, c->kept, c);
+    if (c->taken >= 0) {
+        s->charge[v] = s->charge[c->taken];
+        s->charge[c->taken] = 0;
+        c->live += items;
+    } else {
+        s->charge[v] = own;
+        c->live += own + items;
+    }
+    return input_copies(s, v);
+}
+
+/* After group grp (kernels k0 .. k1): what it read for the last time, and
+ * its own buffers and items nothing reads later, freed. */
+static void free_group(fxcut_memsim *s, int32_t k0, int32_t k1, int32_t grp,
+                       int32_t end, step_ctx *c)
+{
+    const fxcut_graph *g = s->g;
+    for (int32_t k = k0; k < k1; k++) {
+        int32_t v = s->kernels[k];
+        kernel_reads(s, v, k, c->kept, free_dead, c);
+        if (s->last[v] >= 0 && s->last[v] != end &&
+            s->group_of[s->last[v]] == grp) {
+            c->live -= s->charge[v] > 0 ? s->charge[v] : 0;
+            s->last[v] = -2;
+        }
+        for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
+            int32_t u = s->user_idx[e];
+            if (is_item(g, u) && s->root[u] == u && s->last[u] >= 0 &&
+                s->last[u] != end && s->group_of[s->last[u]] == grp) {
+                c->live -= s->charge[u] > 0 ? s->charge[u] : 0;
+                s->last[u] = -2;
+            }
+        }
+    }
+}
+
 int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
                                 uint8_t held, uint8_t pinned,
                                 int32_t first_out, int32_t end_out,
@@ -412,14 +542,7 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
     const int32_t END = INT32_MAX;
     int64_t peak = 0;
     *peak_step = -1;
-    for (int32_t i = 0; i < g->n; i++) {
-        s->last[i] = -1;
-        s->charge[i] = -1;
-        s->visit[i] = -1;
-        s->made_in[i] = -1;
-        s->read_in[i] = -1;
-    }
-    s->epoch = 0;
+    reset_walk(s);
     for (int32_t k = first_out; k < end_out; k++)
         if (g->outputs[k] >= 0)
             s->last[s->root[g->outputs[k]]] = END;
@@ -427,46 +550,11 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
         if ((s->mark[i] & pinned) != 0)
             s->last[s->root[i]] = END;
     realize(s, n_body, kept);
-
-    /* the kernels, their groups, and the last kernel reading each storage */
-    int32_t nk = 0;
-    for (int32_t k = 0; k < n_body; k++) {
-        int32_t v = s->body[k];
-        if (s->root[v] != v || !s->realized[v])
-            continue;
-        if (is_item(g, v) && s->realized[s->root[producer_of(g, v)]])
-            continue; /* allocated by its producer's kernel */
-        s->kernels[nk++] = v;
-    }
+    int32_t nk = collect_kernels(s, n_body);
     int32_t ng = group_kernels(s, nk, kept);
-    for (int32_t k = 0; k < nk; k++) {
-        int32_t v = s->kernels[k];
-        if (s->last[v] != END && s->last[v] < k)
-            s->last[v] = k;
-        for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
-            int32_t u = s->user_idx[e];
-            if (is_item(g, u) && s->root[u] == u && s->last[u] != END &&
-                s->last[u] < k)
-                s->last[u] = k;
-        }
-        kernel_reads(s, v, k, kept, note_last_read, NULL);
-    }
-
+    note_last_kernels(s, nk, kept, END);
     step_ctx c = {kept, 0, -1, -1, -1, 0, 0};
-    for (int32_t i = 0; i < g->n; i++) {
-        int32_t r = s->root[i];
-        if ((s->mark[i] & held) != 0 && s->charge[r] < 0) {
-            s->charge[r] = s->cost[r];
-            c.live += s->cost[r];
-            if (s->last[r] == -1)
-                s->last[r] = -2; /* read by no kernel: dropped at once */
-        }
-    }
-    for (int32_t i = 0; i < g->n; i++)
-        if (s->last[i] == -2 && s->charge[i] > 0) {
-            c.live -= s->charge[i];
-            s->charge[i] = 0;
-        }
+    charge_inputs(s, held, &c);
     int32_t k0 = 0;
     for (int32_t grp = 0; grp < ng; grp++) {
         int32_t k1 = k0;
@@ -477,33 +565,8 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
         for (int32_t k = k0; k < k1; k++)
             kernel_reads(s, s->kernels[k], k, kept, count_group_read, &c);
         int64_t copies = 0;
-        for (int32_t k = k0; k < k1; k++) {
-            int32_t v = s->kernels[k];
-            int64_t items = 0;
-            int64_t own = kernel_alloc(s, v, kept, &items);
-            if (k1 - k0 > 1 && s->last[v] != END && s->last[v] >= 0 &&
-                s->group_of[s->last[v]] == grp &&
-                (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0) {
-                /* read only inside its fused kernel: a local, no buffer */
-                s->charge[v] = 0;
-                c.live += items;
-                continue;
-            }
-            c.want = own;
-            c.taken = -1;
-            if (own > 0 && kind_of(s, v) == FXCUT_FUSE_POINTWISE &&
-                (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0)
-                same_index_reads(s, v, k, kept, &c);
-            if (c.taken >= 0) {
-                s->charge[v] = s->charge[c.taken];
-                s->charge[c.taken] = 0;
-                c.live += items;
-            } else {
-                s->charge[v] = own;
-                c.live += own + items;
-            }
-            copies += input_copies(s, v);
-        }
+        for (int32_t k = k0; k < k1; k++)
+            copies += alloc_kernel(s, k, k0, k1, grp, END, &c);
         c.live += copies;
         for (int32_t k = k0; k < k1; k++) {
             if (res->schedule != NULL)
@@ -516,24 +579,7 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
             *peak_step = step0 + k0;
         }
         c.live -= copies;
-        for (int32_t k = k0; k < k1; k++) {
-            int32_t v = s->kernels[k];
-            kernel_reads(s, v, k, kept, free_dead, &c);
-            /* its own buffer and items, when nothing reads them later */
-            if (s->last[v] >= 0 && s->last[v] != END &&
-                s->group_of[s->last[v]] == grp) {
-                c.live -= s->charge[v] > 0 ? s->charge[v] : 0;
-                s->last[v] = -2;
-            }
-            for (int32_t e = s->user_ptr[v]; e < s->user_ptr[v + 1]; e++) {
-                int32_t u = s->user_idx[e];
-                if (is_item(g, u) && s->root[u] == u && s->last[u] >= 0 &&
-                    s->last[u] != END && s->group_of[s->last[u]] == grp) {
-                    c.live -= s->charge[u] > 0 ? s->charge[u] : 0;
-                    s->last[u] = -2;
-                }
-            }
-        }
+        free_group(s, k0, k1, grp, END, &c);
         k0 = k1;
     }
     *n_steps = nk;

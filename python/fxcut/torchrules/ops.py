@@ -260,11 +260,11 @@ class TargetFacts:
                 bits |= _MUTABLE
         if target is triton_wrapper_op():
             bits |= F_NON_BUILTIN
-        if isinstance(target, torch._ops.HigherOrderOperator):
-            bits |= _HOP
         if (isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags
                 or target is _run_and_save_rng_state()):
             bits |= _SEEDED
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            bits |= _HOP
         else:
             from torch._library.utils import is_impure as torch_is_impure
 
