@@ -293,9 +293,38 @@ def _pearson(xs: list[float], ys: list[float]) -> float:
     return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else math.nan
 
 
+def plan_vs_stock_markdown(data: dict[str, Any]) -> list[str]:
+    """The plan against stock ``torch.compile`` under inductor, measured: the
+    step peaks at b=0 and b=1, and the step-time ratios (issue 23's targets)."""
+    lines = ["**The plan against stock `torch.compile`, both under inductor, measured** (one training step, "
+             "the profiler's allocation peak; step times are medians of interleaved rounds on a loaded 2-core "
+             "machine, so only large ratios mean anything):", "",
+             "| model | stock b=0 (MiB) | plan b=0 (MiB) | b=0 change | stock b=0.5 (MiB) | stock b=1 (MiB) | "
+             "plan b=1 (MiB) | b=1 change | step plan/stock b=0 | step plan/stock b=1 | largest abs. gradient error vs eager |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for name, rows in data["models"].items():
+        by = {r.get("backend"): r for r in rows}
+        need = ("stock@0", "fxcut@0", "stock@1", "fxcut@1")
+        if not all(by.get(k, {}).get("status") == "ok" for k in need):
+            lines.append(f"| {name} | " + " | ".join(str(by.get(k, {}).get("status", "-")) for k in need)
+                         + " | | | | | | |")
+            continue
+        mib = {k: by[k]["peak_bytes"] / 2**20 for k in need}
+        half = by.get("stock@0.5", {})
+        half_cell = f"{half['peak_bytes'] / 2**20:.2f}" if half.get("status") == "ok" else "-"
+        plan_err = max(by[k].get("grad_max_abs_err") or 0.0 for k in ("fxcut@0", "fxcut@1"))
+        stock_err = max(by[k].get("grad_max_abs_err") or 0.0 for k in ("stock@0", "stock@1"))
+        lines.append(
+            f"| {name} | {mib['stock@0']:.2f} | {mib['fxcut@0']:.2f} | {mib['fxcut@0'] / mib['stock@0'] - 1:+.1%} | "
+            f"{half_cell} | {mib['stock@1']:.2f} | {mib['fxcut@1']:.2f} | {mib['fxcut@1'] / mib['stock@1'] - 1:+.2%} | "
+            f"{by['fxcut@0']['step_s'] / by['stock@0']['step_s']:.2f} | "
+            f"{by['fxcut@1']['step_s'] / by['stock@1']['step_s']:.2f} | {plan_err:.1e} (stock {stock_err:.1e}) |")
+    return lines
+
+
 def measured_markdown(data: dict[str, Any], command: str) -> str:
     order = ["torch@1", "torch@0.5", "torch@0", "plan@1", "plan@0"]
-    lines = ["| model | graphs | " + " | ".join(f"{d}: model / measured (MiB)" for d in order) + " | within 10% |",
+    lines = plan_vs_stock_markdown(data) + [""] + ["| model | graphs | " + " | ".join(f"{d}: model / measured (MiB)" for d in order) + " | within 10% |",
              "|---|---:|" + "---:|" * len(order) + "---|"]
     within = total = 0
     corr_rows = []

@@ -628,10 +628,12 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
     int32_t fw_step = -1, bw_step = -1;
     int32_t nfo = s->num_fwd_outputs, nout = s->g->n_outputs;
     int32_t n_fw = forward_order(s);
-    if (s->fusion != NULL)
+    if (s->fusion != NULL) {
+        /* donation is the backward's: nothing of the last evaluation's */
+        memset(s->donated, 0, (size_t)s->g->n);
         res->fw_peak_bytes = fxcut_memsim_walk_fused(
             s, n_fw, M_FW_KEPT, 0, M_SAVED, 0, nfo, 0, res, &fw_step, &n_fw);
-    else
+    } else
         res->fw_peak_bytes = walk_module(s, n_fw, M_FW_KEPT, 0, M_SAVED, 0,
                                          nfo, 0, res, &fw_step);
     int32_t n_bw = backward_order(s);

@@ -402,10 +402,15 @@ static int32_t group_kernels(fxcut_memsim *s, int32_t nk, uint8_t kept)
     return ng;
 }
 
-/* The walk's per-module state: every storage unread, uncharged. */
+/* The walk's per-module state: every storage unread, uncharged, not
+ * realized (nothing of another module's or another evaluation's walk). */
 static void reset_walk(fxcut_memsim *s)
 {
     for (int32_t i = 0; i < s->g->n; i++) {
+        s->realized[i] = 0;
+        s->inlined_reads[i] = 1;
+        s->inlined_ops[i] = 0;
+        s->inlined_heavy[i] = 0;
         s->last[i] = -1;
         s->charge[i] = -1;
         s->visit[i] = -1;

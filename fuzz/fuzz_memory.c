@@ -123,10 +123,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         marks[i] = (uint8_t)((m >> 1) & 3);
         flops[i] = fz_u8(&in);
     }
-    fxcut_memory_options opt = {o.num_fwd_outputs,
-                                (mode & 1) ? storage : NULL,
-                                (mode & 2) ? flops : NULL,
-                                (mode & 16) ? marks : NULL};
+    fxcut_memory_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.num_fwd_outputs = o.num_fwd_outputs;
+    opt.storage_of = (mode & 1) ? storage : NULL;
+    opt.flops = (mode & 2) ? flops : NULL;
+    opt.marks = (mode & 16) ? marks : NULL;
+    /* the inductor model (mode & 32): a fusion kind per node (mostly valid:
+     * the low bits mapped onto the known flags, any byte under mode & 128),
+     * inlined costs, iteration spaces, realization thresholds */
+    uint8_t *fusion = xmalloc((size_t)n + 1);
+    int64_t *iteration = xmalloc(((size_t)n + 1) * sizeof *iteration);
+    for (int32_t i = 0; i < n; i++) {
+        uint8_t f = fz_u8(&in);
+        fusion[i] = (mode & 128) ? f : (uint8_t)((f & 3) | (f & 0x38));
+        iteration[i] = fz_u8(&in) % 5;
+    }
+    if (mode & 32) {
+        opt.fusion = fusion;
+        opt.fused_cost = (mode & 2) ? flops : NULL;
+        opt.iteration = (mode & 64) ? iteration : NULL;
+        opt.realize_reuse_reads = fz_u8(&in) % 6;
+        opt.realize_acc_reads = fz_u8(&in) % 14;
+        opt.realize_opcount = fz_u8(&in) % 40;
+    }
     fxcut_error err;
     memset(&err, 0, sizeof err);
     int rc = fxcut_graph_validate(&g, &err);
@@ -177,7 +197,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             rc = fxcut_memsim_eval(s, mask, &r2, &err2);
             FZ_CHECK(rc == FXCUT_OK, "memsim_eval fails with %d: %s", rc,
                      err2.message);
-            FZ_CHECK(same(&r1, &r2), "memsim_eval differs (run %d)", k);
+            FZ_CHECK(same(&r1, &r2),
+                     "memsim_eval differs (run %d): peak %lld/%lld fw %lld/%lld "
+                     "bw %lld/%lld flops %lld/%lld steps %d/%d", k,
+                     (long long)r1.peak_bytes, (long long)r2.peak_bytes,
+                     (long long)r1.fw_peak_bytes, (long long)r2.fw_peak_bytes,
+                     (long long)r1.bw_peak_bytes, (long long)r2.bw_peak_bytes,
+                     (long long)r1.recompute_flops,
+                     (long long)r2.recompute_flops, r1.n_steps, r2.n_steps);
             FZ_CHECK(memcmp(r1.schedule, r2.schedule,
                             (size_t)r1.n_steps * sizeof *r1.schedule) == 0 &&
                          memcmp(r1.live_bytes, r2.live_bytes,
@@ -193,6 +220,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     result_arrays_free(&r1);
     free(storage);
+    free(fusion);
+    free(iteration);
     free(flops);
     free(mask);
     free(marks);

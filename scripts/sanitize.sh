@@ -63,13 +63,18 @@ assert C.__file__.startswith(sys.argv[1]), f"not the sanitized build: {C.__file_
 print(f"sanitize.sh: testing {C.__file__}")
 EOF
 
-# By default the whole suite but three files whose time goes to subprocesses
-# and browsers, not to new C paths: the benchmarks' smoke runs, the two-rank
-# torch.distributed training and the HTML page in headless Chromium call the
-# same C entry points as the rest of the suite (minutes under ASan, run
-# unsanitized by scripts/test.sh).  Arguments replace the default.
+# By default the whole suite but the files whose time goes to subprocesses,
+# browsers, whole compiled training steps or a MILP solver, not to new C
+# paths: the benchmarks' smoke runs, the two-rank torch.distributed training,
+# the HTML page in headless Chromium, the CLI's subprocesses, the random-op and
+# batch-norm training steps (tests/test_random_ops.py, test_budget_models.py),
+# the options' Python checks and the exact solver (HiGHS) call the same C
+# entry points as the rest of the suite, which runs them sanitized (minutes
+# under ASan; run unsanitized by scripts/test.sh).  Arguments replace the default.
 if [ "$#" -eq 0 ]; then
-  set -- --ignore=tests/test_benchmark_smoke.py --ignore=tests/test_distributed.py --ignore=tests/test_html.py
+  set -- --ignore=tests/test_benchmark_smoke.py --ignore=tests/test_distributed.py --ignore=tests/test_html.py \
+    --ignore=tests/test_cli.py --ignore=tests/test_random_ops.py --ignore=tests/test_budget_models.py \
+    --ignore=tests/test_options.py --ignore=tests/test_exact.py
 fi
 set +e
 LD_PRELOAD="$PRELOAD" "$PY" -m pytest -q -p no:cacheprovider "$@"
