@@ -48,6 +48,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         flops[i] = fz_u8(&in);
         seed[i] = fz_u8(&in) & 1;
     }
+    /* the inductor memory model (fmode & 1): fusion kinds (valid ones),
+     * inlined costs, iteration spaces, realization thresholds */
+    uint8_t fmode = fz_u8(&in);
+    uint8_t *fusion = xmalloc((size_t)n + 1);
+    int64_t *iteration = xmalloc(((size_t)n + 1) * sizeof *iteration);
+    for (int32_t i = 0; i < n; i++) {
+        uint8_t b = fz_u8(&in);
+        fusion[i] = (uint8_t)((b & 3) | (b & 0x38));
+        iteration[i] = fz_u8(&in) % 5;
+    }
     int32_t max_points = 1 + (mode >> 5);
     fxcut_plan_options opt;
     memset(&opt, 0, sizeof opt);
@@ -61,6 +71,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     opt.time_limit_s = 0.05;
     opt.max_points = max_points;
     opt.max_work = (mode & 8) ? 1 + (int64_t)n * 40 : (int64_t)1 << 40;
+    if (fmode & 1) {
+        opt.fusion = fusion;
+        opt.fused_cost = (fmode & 2) ? flops : NULL;
+        opt.iteration = (fmode & 4) ? iteration : NULL;
+        opt.realize_reuse_reads = (fmode >> 3) % 6;
+        opt.realize_acc_reads = 1 + (fmode >> 4);
+        opt.realize_opcount = 2 + (fmode >> 5);
+    }
     fxcut_plan_frontier f;
     memset(&f, 0, sizeof f);
     f.peak_bytes = xmalloc((size_t)max_points * sizeof *f.peak_bytes);
@@ -113,6 +131,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(storage);
     free(flops);
     free(seed);
+    free(fusion);
+    free(iteration);
     arrays_free(&a);
     return 0;
 }
