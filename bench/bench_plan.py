@@ -143,6 +143,15 @@ def run_model(key: str, budgets: list[float]) -> dict[str, Any]:
 
 def markdown(results: list[dict[str, Any]], big: dict[str, Any] | None, command: str) -> str:
     out = ["# The peak-aware plan: fxcut.planned_partitioner against torch's partitioner", "",
+           "**Two programs, two sets of figures.** The tables under each model below are the *unfused* "
+           "program's (AOT Autograd's no-op compilers: the FX modules run op by op) -- the memory model "
+           "`memory_model=\"unfused\"` and measurements of those modules. Users of `torch.compile` run "
+           "inductor, which fuses ops and reuses buffers; there the plan (`fxcut.inductor_backend(memory_budget=b)`, "
+           "`memory_model=\"inductor\"`) is measured against stock `torch.compile` on real architectures in the "
+           "next section.", "",
+           "## Under inductor, measured (real models)", "",
+           "<!-- begin: under-inductor (generated) -->", "<!-- end: under-inductor -->", "",
+           "## Under the unfused program (AOT no-op compilers)", "",
            f"Measured by `{command}` (one run, a shared 2-core machine, torch {torch.__version__}).", "",
            "Peaks: KiB of live activations, simulated by the memory model (csrc/memory.c) over the forward "
            "and backward modules each decision produces (graph inputs and parameters not counted). FLOPs: "
@@ -279,15 +288,19 @@ def main() -> None:
     text = markdown(results, big, command)
     print(text)
     if args.out:
-        # the exact solver's section (bench/bench_exact.py) survives this rewrite
+        # sections other benchmarks write survive this rewrite
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from docs_sections import read_section, replace_section
 
-        exact = read_section(args.out, "exact") if os.path.exists(args.out) else None
+        # so do the exact solver's section (bench/bench_exact.py) and the measured-under-inductor one
+        # (bench/inductor_memory.py --plan-md)
+        kept = {name: read_section(args.out, name) if os.path.exists(args.out) else None
+                for name in ("under-inductor", "exact")}
         with open(args.out, "w") as f:
             f.write(text)
-        if exact is not None:
-            replace_section(args.out, "exact", exact)
+        for name, section in kept.items():
+            if section is not None:
+                replace_section(args.out, name, section)
     if args.plot:
         plot_timeline(args.plot_model, 0.0, args.plot)
 

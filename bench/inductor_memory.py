@@ -415,6 +415,13 @@ def run_measured(args: argparse.Namespace) -> int:
     command = "PYTHONPATH=python:bench nice -n 5 python bench/inductor_memory.py measured"
     if args.md is not None:
         _replace_section(args.md, "measured-vs-model", measured_markdown(data, command))
+    if args.plan_md is not None:
+        text = "\n".join(plan_vs_stock_markdown(data)) + (
+            f"\n\n{data.get('torch', '')}; {data.get('load', '')}.  Command: `{command} --plan-md docs/plan.md`; "
+            "the model's figures beside these: [memory_model.md](memory_model.md).\n")
+        from docs_sections import replace_section  # the markers bench_plan.py keeps when it rewrites plan.md
+
+        replace_section(str(args.plan_md), "under-inductor", text)
     return 0
 
 
@@ -434,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--rounds", type=int, default=3)
     m.add_argument("--timeout", type=float, default=3600.0)
     m.add_argument("--again", action="store_true", help="measure models already in the JSON again")
+    m.add_argument("--plan-md", type=Path, help="also write the plan-vs-stock table into this file's "
+                   "'under-inductor' section")
     for p in (a, m):
         p.add_argument("--json", type=Path)
         p.add_argument("--md", type=Path)
