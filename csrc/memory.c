@@ -128,10 +128,15 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
             dep = s->tangent_dep[g->in_idx[e]];
         s->tangent_dep[i] = dep;
     }
-    /* every total the evaluations form is at most these sums */
+    /* every total the evaluations form is at most these sums (the inductor
+     * model's layout copies included: each COPIES_INPUTS kernel's inputs) */
     fxcut_wide bytes = 0, work = 0;
     for (int32_t i = 0; i < n; i++) {
         bytes += s->cost[i];
+        if (opt->fusion != NULL && (opt->fusion[i] & FXCUT_FUSE_COPIES_INPUTS))
+            for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
+                if (g->nbytes[g->in_idx[e]] > 0)
+                    bytes += g->nbytes[g->in_idx[e]];
         if (opt->flops != NULL)
             work += opt->flops[i];
         if (opt->fused_cost != NULL)

@@ -36,7 +36,8 @@ from fxcut.torchrules import codegen, extract, gate, prepare, snapshot, versions
 from fxcut.torchrules.ops import default_facts
 
 PACKAGE = Path(fxcut.__file__).resolve().parent
-CSRC = PACKAGE.parent.parent / "csrc"
+#: the checkout's C sources (not beside the package: sanitize.sh tests a copy of python/ elsewhere)
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
 RELEASE = versions.current().release  # type: ignore[union-attr]
 
 
