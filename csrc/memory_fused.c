@@ -157,6 +157,18 @@ static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
     }
 }
 
+/* A fresh visit epoch (s->visit holds the epoch that last saw a node; the
+ * epochs restart from 0 before they could overflow). */
+static int32_t next_epoch(fxcut_memsim *s)
+{
+    if (s->epoch == INT32_MAX) {
+        for (int32_t i = 0; i < s->g->n; i++)
+            s->visit[i] = -1;
+        s->epoch = 0;
+    }
+    return s->epoch++;
+}
+
 /* The buffers and module inputs kernel k (node v) reads: its inlined
  * expression's leaves.  Calls visit(s, root, k, ctx) once per leaf root.
  * Each call is one visit epoch (s->visit holds the epoch that last saw a
@@ -167,12 +179,7 @@ static void kernel_reads(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
                          leaf_fn visit, void *ctx)
 {
     const fxcut_graph *g = s->g;
-    if (s->epoch == INT32_MAX) {
-        for (int32_t i = 0; i < g->n; i++)
-            s->visit[i] = -1;
-        s->epoch = 0;
-    }
-    int32_t ep = s->epoch++;
+    int32_t ep = next_epoch(s);
     int32_t sp = 0;
     s->visit[v] = ep;
     for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
@@ -251,12 +258,7 @@ static void same_index_reads(fxcut_memsim *s, int32_t v, int32_t k,
 {
     const fxcut_graph *g = s->g;
     int64_t space = s->iteration != NULL ? s->iteration[v] : 0;
-    if (s->epoch == INT32_MAX) {
-        for (int32_t i = 0; i < g->n; i++)
-            s->visit[i] = -1;
-        s->epoch = 0;
-    }
-    int32_t ep = s->epoch++;
+    int32_t ep = next_epoch(s);
     int32_t sp = 0;
     s->visit[v] = ep;
     for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
