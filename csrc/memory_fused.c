@@ -488,6 +488,8 @@ static int64_t alloc_kernel(fxcut_memsim *s, int32_t k, int32_t k0,
 {
     const fxcut_graph *g = s->g;
     int32_t v = s->kernels[k];
+    if (s->charge[v] >= 0) /* live already (a module input it also computes): charged once */
+        return input_copies(s, v);
     int64_t items = 0;
     int64_t own = kernel_alloc(s, v, c->kept, &items);
     if (k1 - k0 > 1 && s->last[v] != end && s->last[v] >= 0 &&
