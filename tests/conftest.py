@@ -5,6 +5,16 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.fixture
+def fresh_unsafe_warnings():
+    """fxcut's once-per-reason UnsafeRecomputeWarning forgotten before and after the test."""
+    from fxcut.route import safety
+
+    safety.reset_warnings()
+    yield
+    safety.reset_warnings()
+
+
 @pytest.fixture(autouse=True)
 def _run_in_tmp_dir(tmp_path, monkeypatch):
     """torch's solve_min_cut writes min_cut_failed_graph_*.txt into the

@@ -214,11 +214,8 @@ def outcome(name: str, backend: Any, budget: float) -> Step | str:
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings() -> Any:
-    safety.reset_warnings()
-    yield
-    safety.reset_warnings()
+#: each test starts and ends with no UnsafeRecomputeWarning already given (conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_unsafe_warnings")
 
 
 @pytest.mark.fidelity

@@ -197,11 +197,8 @@ def joint_targets(fn: Fn) -> set[str]:
 SAFE = functools.partial(fxcut.min_cut_rematerialization_partition, safe_budget=True)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warnings() -> Any:
-    safety.reset_warnings()
-    yield
-    safety.reset_warnings()
+#: each test starts and ends with no UnsafeRecomputeWarning already given (conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_unsafe_warnings")
 
 
 # --------------------------------------------------------------------------- safe_budget and the plan: eager's gradients
