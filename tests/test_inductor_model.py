@@ -161,6 +161,32 @@ def test_model_and_inductors_own_wrapper_on_the_chain(chain: Any) -> None:
     assert found == {None: (4, 0), 0.0: (0, 0)}, found
 
 
+def test_wrapper_reader_follows_a_renamed_buffer() -> None:
+    """``buf1 = buf0``: inductor names a single-output fallback's result
+    again (HF Mixtral's histc and grouped_mm fallbacks): one storage, freed
+    when its last name is deleted, not an unknown line."""
+    from fxcut.torchrules.inductor import wrapper_events
+
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    (ph,) = gm.graph.find_nodes(op="placeholder")
+    ph.name = "primals_1"
+    code = "\n".join([
+        "def call(self, args):",
+        "    primals_1, = args",
+        "    args.clear()",
+        "    buf0 = torch.ops.aten.histc.default(primals_1, 4, 0, 3)",
+        "    buf1 = buf0",
+        "    del buf0",
+        "    buf2 = empty_strided_cpu((4, ), (1, ), torch.float32)",
+        "    del buf1",
+        "    return (buf2, )",
+    ])
+    events, end = wrapper_events(code, gm, {"buf0": 16})
+    # buf0 allocated (16), renamed (no event), its first name deleted (still held by buf1: no event),
+    # buf2 allocated (32), buf1 deleted: the storage freed (16)
+    assert (events, end) == ([0, 16, 32, 16], 16)
+
+
 def test_recomputed_chain_is_inlined_into_the_backward(chain: Any) -> None:
     """At budget 0 the backward recomputes relu/*3/+1: inductor inlines them
     (no buffer) where the unfused model allocates each."""

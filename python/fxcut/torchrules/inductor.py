@@ -241,6 +241,8 @@ _ALLOC = re.compile(r"^(\w+) = empty_strided_\w+\((\(.*?\)), (\(.*?\)), (torch\.
 _REUSE = re.compile(r"^(\w+) = (?:reinterpret_tensor\((\w+),.*\)|(\w+)); del (\w+)  # reuse$")
 _ALIAS = re.compile(r"^(\w+) = reinterpret_tensor\((\w+),.*\)  # alias$")
 _ITEM = re.compile(r"^(\w+) = (\w+)\[(\d+)\]$")
+#: a second name for a buffer (what a mutating kernel wrote into: ``buf35 = buf34``)
+_RENAME = re.compile(r"^(\w+) = (\w+)$")
 _DEL = re.compile(r"^del (.*)$")
 _ASSIGN = re.compile(r"^(\w+) = (.*)$")
 
@@ -347,6 +349,9 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
         elif (m := _ITEM.match(line)) is not None:
             # an item of an extern kernel's tuple: the kernel allocated it
             allocate(m.group(1), allocated_by_kernel(m.group(1), line))
+        elif (m := _RENAME.match(line)) is not None:
+            if m.group(2) in owner:
+                hold(m.group(1), owner[m.group(2)])
         elif (m := _DEL.match(line)) is not None:
             for name in m.group(1).split(","):
                 drop(name.strip())
