@@ -316,6 +316,63 @@ def test_inductor_check_in_the_plan_keeps_b1_at_or_below_torch(chain: Any) -> No
     assert picked[0] <= picked[1]
 
 
+def test_check_time_budget_is_spent_by_prediction_not_by_the_clock() -> None:
+    """asks_within: how many asks fit at the measured per-node cost; the
+    same answer whatever the machine's load."""
+    from fxcut.planned_check import ASK_SECONDS_PER_NODE, asks_within
+
+    assert asks_within(20.0, 470) == int(20.0 // (470 * ASK_SECONDS_PER_NODE)) == 5
+    assert asks_within(20.0, 5202) == 0          # the 24-layer GPT: no candidate fits in 20 s
+    assert asks_within(0.0, 10) == 0
+    assert asks_within(1.0, 0) == int(1.0 // ASK_SECONDS_PER_NODE)
+
+
+def test_checked_pick_stops_asking_when_told() -> None:
+    """The wall-clock safety net: ``keep_asking`` False after two asks stops
+    there; the pick is made among what was asked."""
+    from fxcut.planned_check import checked_pick
+
+    front = _frontier([100, 120, 150], [30, 20, 10])
+    truth = {0: 130, 1: 125, 2: 170, 3: 160}
+    asked: list[int] = []
+
+    def peak_of(j: int) -> int:
+        asked.append(j)
+        return truth[j]
+
+    j, report = checked_pick(front, 12, 0.0, peak_of, keep_asking=lambda: len(asked) < 2)
+    assert asked == [3, 0] and sorted(report.asked) == [0, 3]
+    assert (j, report.limit) == (0, 130)
+
+
+@pytest.mark.parametrize("budget", [0.0, 1.0])
+def test_skipped_check_plans_torchs_decision_at_b1_and_the_models_pick_below(budget: float) -> None:
+    """check_time_limit=0 fits no ask: the check is skipped (said in the
+    report); b=1 is then torch's default decision itself -- the promise
+    "never above torch's default" does not rest on the model -- and b<1 the
+    model's own pick, the same as check=None."""
+    from fxcut.planned import planned_partitioner
+
+    cap = zoo.capture_inductor("mlp")
+    skipped = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000, check_time_limit=0.0)
+    cap.partition(skipped)
+    report = skipped.planner.last.check
+    assert report is not None and report.skipped and not report.asked, report
+    assert "check_time_limit=0" in report.skipped
+    model_only = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000, check=None)
+    cap.partition(model_only)
+    if budget == 1.0:
+        nodes = skipped.planner.last_problem.arrays.nodes
+        routed = _route(cap)
+        torch_saved = {routed.decision.decision.arrays.nodes[i].name for i in routed.saved}
+        assert {nodes[i].name for i in skipped.planner.last.saved} == torch_saved
+        # the model alone would have planned something else here: the rule is what made it torch's
+        assert {nodes[i].name for i in model_only.planner.last.saved} != torch_saved
+    else:
+        assert skipped.planner.last.saved == model_only.planner.last.saved
+        assert skipped.planner.last.peak_bytes <= skipped.planner.last.torch_peak_bytes
+
+
 def test_time_cost_prices_an_inlined_recompute_below_a_kernel(chain: Any) -> None:
     routed = _route(chain)
     arrays = routed.decision.decision.arrays
@@ -360,6 +417,9 @@ def test_step_through_inductor_backend_with_memory_budget_matches_eager() -> Non
     (dict(machine="fast"), "machine"),
     (dict(check="tvm"), "check"),
     (dict(max_checks=0), "max_checks"),
+    (dict(check_time_limit=-1.0), "check_time_limit"),
+    (dict(check_time_limit=float("nan")), "check_time_limit"),
+    (dict(check_time_limit=True), "check_time_limit"),
 ])
 def test_bad_plan_options_name_them(kwargs: dict[str, Any], name: str) -> None:
     with pytest.raises(ValueError, match=name):

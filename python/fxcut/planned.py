@@ -55,6 +55,8 @@ MAX_EXACT_CANDIDATES = 24
 MAX_WORK = 2**62
 #: seconds: the wall-clock safety net is a limit, not a wish for no limit
 MAX_TIME_LIMIT = 1e6
+#: seconds inductor's check may spend per graph (fxcut.planned_check.asks_within)
+DEFAULT_CHECK_TIME_LIMIT = 20.0
 
 
 def check_seed_budgets(seed_budgets: object) -> list[float]:
@@ -151,6 +153,10 @@ class PeakPlanner:
     inductor itself for the peaks of at most ``max_checks`` candidates and
     picks on those (:mod:`fxcut.planned_check`: b=1 never above torch's
     default decision as inductor runs it); None picks on the model alone.
+    ``check_time_limit``: the seconds the check may spend per graph (0 to
+    10**6; default 20): it asks only as many candidates as its measured
+    per-node cost predicts fit, the same on every machine; where none but
+    torch's fits it is skipped, and then b=1 plans torch's default decision.
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
@@ -158,7 +164,7 @@ class PeakPlanner:
                  seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, solver: str = "search",
                  exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT, memory_model: str = "unfused",
                  cost: str | None = None, machine: MachineModel | None = None, check: str | None = "default",
-                 max_checks: int = 4) -> None:
+                 max_checks: int = 4, check_time_limit: float = DEFAULT_CHECK_TIME_LIMIT) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}, got {solver!r}")
         self.exact_time_limit = check_number("exact_time_limit", exact_time_limit, 1e-3, MAX_TIME_LIMIT)
@@ -175,6 +181,7 @@ class PeakPlanner:
             raise ValueError(f"check must be None or 'inductor', got {check!r}")
         self.check = check
         self.max_checks = check_int("max_checks", max_checks, 1, 1000)
+        self.check_time_limit = check_number("check_time_limit", check_time_limit, 0.0, MAX_TIME_LIMIT)
         if machine is not None and not isinstance(machine, MachineModel):
             raise ValueError(f"machine must be None or a fxcut.solve.cost.MachineModel, got {machine!r}")
         self.machine = machine
@@ -192,7 +199,8 @@ class PeakPlanner:
         return (f"PeakPlanner(memory_budget={self.memory_budget!r}, exact_max_candidates="
                 f"{self.exact_max_candidates!r}, max_work={self.max_work!r}, time_limit={self.time_limit!r}, "
                 f"solver={self.solver!r}, exact_time_limit={self.exact_time_limit!r}, "
-                f"memory_model={self.memory_model!r}, cost={self.cost!r}, check={self.check!r})")
+                f"memory_model={self.memory_model!r}, cost={self.cost!r}, check={self.check!r}, "
+                f"check_time_limit={self.check_time_limit!r})")
 
     def choose_saved(self, plan: Plan, decision: BudgetDecision) -> list[int]:
         """The saved node indices (into ``decision.decision.arrays``) for
@@ -306,12 +314,23 @@ class PeakPlanner:
     def _checked(self, plan: Plan, prob: PlanProblem, front: Frontier, torch_mask: bytes,
                  torch_cost: int, budget: float, num_fwd_outputs: int, fallback: bytes) -> tuple[bytes, Any]:
         """The saved mask :func:`fxcut.planned_check.checked_pick` picks on
-        inductor's own peaks (``fallback``, the model's pick, when inductor
-        cannot be asked: logged)."""
-        from .planned_check import CheckReport, checked_pick, inductor_peak, prepared_copy
+        inductor's own peaks.  Where inductor cannot be asked (the time
+        budget fits no candidate besides torch's; inductor fails on one:
+        logged), b=1 is torch's default decision ``torch_mask`` and b<1 the
+        model's pick ``fallback``."""
+        from .planned_check import OVERRUN, CheckReport, asks_within, checked_pick, inductor_peak, prepared_copy
 
         nodes = prob.arrays.nodes
         candidates = list(front.masks) + [torch_mask]
+        unchecked = torch_mask if budget == 1.0 else fallback
+        fits = asks_within(self.check_time_limit, len(nodes))
+        if fits < 2:
+            why = (f"check_time_limit={self.check_time_limit:g} s fits {fits} ask(s) of this {len(nodes)}-node "
+                   f"graph; 2 are needed (torch's decision and one candidate)")
+            log.info("plan: inductor not asked: %s; %s", why,
+                     "torch's default decision at b=1" if budget == 1.0 else "the memory model's pick")
+            return unchecked, CheckReport(skipped=why, budget_asks=fits)
+        t0 = time.perf_counter()
 
         def peak_of(j: int) -> int:
             # the modules inductor is asked about: the graph after the plan's DCE/CSE, as the build makes them
@@ -319,16 +338,23 @@ class PeakPlanner:
             saved = [by_name[nodes[i].name] for i in range(len(nodes)) if candidates[j][i]]
             return inductor_peak(copy, saved, num_fwd_outputs, plan.rules)
 
-        try:
-            j, report = checked_pick(front, torch_cost, budget, peak_of, max_asks=self.max_checks)
-        except Exception as e:  # inductor could not lower a candidate: the model's pick stands
-            log.warning("plan: inductor could not be asked (%s: %s); the memory model's pick stands",
-                        type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-            return fallback, CheckReport(failed=f"{type(e).__name__}: {e}")
-        log.info("plan: inductor's peaks of %d candidates %s, limit %d, picked %d", len(report.asked),
-                 report.asked, report.limit, j)
-        return candidates[j], report
+        def keep_asking() -> bool:
+            return time.perf_counter() - t0 <= OVERRUN * self.check_time_limit
 
+        try:
+            j, report = checked_pick(front, torch_cost, budget, peak_of, max_asks=min(self.max_checks, fits - 1),
+                                     keep_asking=keep_asking)
+        except Exception as e:  # inductor could not lower a candidate
+            log.warning("plan: inductor could not be asked (%s: %s); %s", type(e).__name__,
+                        str(e).splitlines()[0] if str(e) else "",
+                        "torch's default decision stands at b=1" if budget == 1.0 else "the memory model's pick stands")
+            return unchecked, CheckReport(failed=f"{type(e).__name__}: {e}", budget_asks=fits,
+                                          seconds=time.perf_counter() - t0)
+        report.budget_asks = fits
+        report.seconds = time.perf_counter() - t0
+        log.info("plan: inductor's peaks of %d candidates %s, limit %d, picked %d (%.1f s)", len(report.asked),
+                 report.asked, report.limit, j, report.seconds)
+        return candidates[j], report
 
 
 def _record(choice: PlanChoice, cert: exact_solver.Certificate, budget: float) -> None:
@@ -366,7 +392,7 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
                         seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, solver: str = "search",
                         exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT, memory_model: str = "unfused",
                         cost: str | None = None, machine: MachineModel | None = None, check: str | None = "default",
-                        max_checks: int = 4) -> Any:
+                        max_checks: int = 4, check_time_limit: float = DEFAULT_CHECK_TIME_LIMIT) -> Any:
     """A partition_fn with torch's signature ``(joint_module, joint_inputs,
     compiler="inductor", *, num_fwd_outputs, static_lifetime_input_indices=None)``
     whose saved set is :class:`PeakPlanner`'s (options as there; a bad one
@@ -385,7 +411,7 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
     planner = PeakPlanner(memory_budget, exact_max_candidates=exact_max_candidates, max_work=max_work,
                           time_limit=time_limit, seed_budgets=seed_budgets, solver=solver,
                           exact_time_limit=exact_time_limit, memory_model=memory_model, cost=cost,
-                          machine=machine, check=check, max_checks=max_checks)
+                          machine=machine, check=check, max_checks=max_checks, check_time_limit=check_time_limit)
 
     def planned_partition(joint_module: fx.GraphModule, joint_inputs: Any, compiler: str = "inductor", *,
                           num_fwd_outputs: int, static_lifetime_input_indices: list[int] | None = None,
