@@ -484,7 +484,7 @@ def run_measured(args: argparse.Namespace) -> int:
     data.setdefault("models", {})
     data["torch"] = _torch_version()
     for name in names:
-        if name in data["models"] and not args.again:
+        if args.no_measure or (name in data["models"] and not args.again):
             continue
         before = _load_line()
         t0 = time.perf_counter()
@@ -502,13 +502,103 @@ def run_measured(args: argparse.Namespace) -> int:
     if args.md is not None:
         _replace_section(args.md, "measured-vs-model", measured_markdown(data, command))
     if args.plan_md is not None:
+        planning = _load(args.planning_json) if args.planning_json and args.planning_json.exists() else {}
         text = "\n".join(plan_vs_stock_markdown(data)) + (
             f"\n\n{data.get('torch', '')}; {data.get('load', '')}.  Command: `{command} --plan-md docs/plan.md`; "
-            "the model's figures beside these: [memory_model.md](memory_model.md).\n")
+            "the model's figures beside these: [memory_model.md](memory_model.md).\n\n") + "\n".join(
+            planning_markdown(planning)) + "\n"
         from docs_sections import replace_section  # the markers bench_plan.py keeps when it rewrites plan.md
 
         replace_section(str(args.plan_md), "under-inductor", text)
     return 0
+
+
+# --------------------------------------------------------------------------- planning time on a large GPT
+
+
+def _planning_point(cap: Any, budget: float, rounds: int) -> dict[str, Any]:
+    """torch's whole partition_fn at ``activation_memory_budget=budget``
+    against fxcut's ``planned_partitioner(budget, memory_model="inductor")``
+    (its defaults: inductor's check within ``check_time_limit``), rounds
+    interleaved, garbage collector on; per-round ratios."""
+    import statistics
+
+    import torch._functorch.config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
+
+    from fxcut.planned import planned_partitioner
+    from fxcut.torchrules.snapshot import copy_graph_module
+
+    torch_s: list[float] = []
+    fxcut_s: list[float] = []
+    choice = None
+    for r in range(rounds):
+        for who in (("torch", "fxcut") if r % 2 == 0 else ("fxcut", "torch")):
+            gm = copy_graph_module(cap.gm)
+            if who == "torch":
+                with functorch_config.patch(activation_memory_budget=budget):
+                    t = time.perf_counter()
+                    torch_partition(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+                    torch_s.append(time.perf_counter() - t)
+            else:
+                fn = planned_partitioner(budget, memory_model="inductor")
+                t = time.perf_counter()
+                fn(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+                fxcut_s.append(time.perf_counter() - t)
+                choice = fn.planner.last
+    assert choice is not None
+    check = choice.check
+    return {"budget": budget, "torch_s": statistics.median(torch_s), "fxcut_s": statistics.median(fxcut_s),
+            "ratio": statistics.median(f / t for f, t in zip(fxcut_s, torch_s)), "rounds": rounds,
+            "plan_s": choice.seconds, "peak": choice.peak_bytes, "torch_peak": choice.torch_peak_bytes,
+            "check": "" if check is None else (check.skipped or check.failed or f"{len(check.asked)} asked")}
+
+
+def run_planning(args: argparse.Namespace) -> int:
+    import gc
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fxcut.tools.capture import capture
+    from fxcut.tools.models import build_model
+
+    gc.enable()
+    data = _load(args.json)
+    data["torch"] = _torch_version()
+    data.setdefault("rows", [])
+    for layers in args.layers:
+        with FakeTensorMode():
+            model, make_inputs, loss_fn = build_model("gpt2", layers=layers, hidden=1024, seq=512)
+            inputs = make_inputs()
+        cap = capture(model, inputs, loss_fn, compiler="inductor", fake=True)
+        for b in args.budgets:
+            row = {"layers": layers, "nodes": cap.num_nodes, **_planning_point(cap, b, args.rounds)}
+            data["rows"] = [r for r in data["rows"] if (r["layers"], r["budget"]) != (layers, b)] + [row]
+            print(f"{layers} layers ({cap.num_nodes} nodes) b={b:g}: torch {row['torch_s']:.2f} s, fxcut "
+                  f"{row['fxcut_s']:.2f} s (ratio {row['ratio']:.2f}); check: {row['check']}", flush=True)
+            data["load"] = _load_line()
+            _save(args.json, data)
+    return 0
+
+
+def planning_markdown(data: dict[str, Any]) -> list[str]:
+    """The planning-time rows (``planning`` subcommand's JSON) as Markdown."""
+    rows = sorted(data.get("rows", []), key=lambda r: (r["layers"], r["budget"]))
+    if not rows:
+        return []
+    out = ["**Planning time on a large GPT under the inductor model** (hidden 1024, seq 512, fake tensors; "
+           "torch's whole partition_fn at `activation_memory_budget=b` against fxcut's whole partition_fn "
+           "`planned_partitioner(b, memory_model=\"inductor\")` with its defaults; medians of "
+           f"{rows[0]['rounds']} interleaved rounds, garbage collector on; {data.get('torch', '')}, "
+           f"{data.get('load', '')}):", "",
+           "| layers | joint nodes | b | torch (s) | fxcut (s) | fxcut / torch | inductor's check | "
+           "plan's modelled peak (MiB) | torch's (MiB) |", "|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['layers']} | {r['nodes']} | {r['budget']:g} | {r['torch_s']:.2f} | {r['fxcut_s']:.2f} | "
+                   f"{r['ratio']:.2f} | {r['check']} | {r['peak'] / 2**20:.1f} | {r['torch_peak'] / 2**20:.1f} |")
+    out += ["", "Command: `PYTHONPATH=python:bench python bench/inductor_memory.py planning --layers 24,48 "
+            "--budgets 0,0.5,1 --json docs/inductor_planning.json`"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -527,12 +617,21 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--rounds", type=int, default=3)
     m.add_argument("--timeout", type=float, default=3600.0)
     m.add_argument("--again", action="store_true", help="measure models already in the JSON again")
+    m.add_argument("--no-measure", action="store_true", help="only write the Markdown from the JSON")
     m.add_argument("--plan-md", type=Path, help="also write the plan-vs-stock table into this file's "
                    "'under-inductor' section")
-    for p in (a, m):
+    m.add_argument("--planning-json", type=Path, default=ROOT / "docs" / "inductor_planning.json",
+                   help="the planning subcommand's figures, added to the --plan-md section when present")
+    t = sub.add_parser("planning", help="planning time against torch's partition_fn on a large GPT")
+    t.add_argument("--layers", type=lambda v: [int(x) for x in v.split(",")], default=[24, 48])
+    t.add_argument("--budgets", type=lambda v: [float(x) for x in v.split(",")], default=[0.0, 0.5, 1.0])
+    t.add_argument("--rounds", type=int, default=3)
+    for p in (a, m, t):
         p.add_argument("--json", type=Path)
         p.add_argument("--md", type=Path)
     args = ap.parse_args(argv)
+    if args.check == "planning":
+        return run_planning(args)
     return run_inductor(args) if args.check == "inductor" else run_measured(args)
 
 

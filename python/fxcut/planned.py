@@ -265,6 +265,15 @@ class PeakPlanner:
         peak_limit = 0
         report = None
         for budget, members in groups:
+            skipped = self._check_skipped(n) if self.check == "inductor" and len(groups) == 1 else None
+            if skipped is not None and budget == 1.0:
+                # b=1 without inductor's check is torch's default decision: no search to run
+                from .planned_check import CheckReport
+
+                log.info("plan: inductor not asked: %s; torch's default decision at b=1", skipped)
+                report = CheckReport(skipped=skipped)
+                per_region[budget] = torch_sim.peak_bytes
+                continue
             roles = roles_for(prob.roles, members, current)
             front = prob.frontier(seed_masks + [current], roles=roles, exact_max_free=self.exact_max_candidates,
                                   max_work=work_each, time_limit=limit_each)
@@ -311,6 +320,17 @@ class PeakPlanner:
                  self.last.seconds * 1e3)
         return self.last
 
+    def _check_skipped(self, nodes: int) -> str | None:
+        """Why inductor's check cannot run on a graph of ``nodes`` nodes
+        within ``check_time_limit`` (None: it can)."""
+        from .planned_check import asks_within
+
+        fits = asks_within(self.check_time_limit, nodes)
+        if fits >= 2:
+            return None
+        return (f"check_time_limit={self.check_time_limit:g} s fits {fits} ask(s) of this {nodes}-node "
+                f"graph; 2 are needed (torch's decision and one candidate)")
+
     def _checked(self, plan: Plan, prob: PlanProblem, front: Frontier, torch_mask: bytes,
                  torch_cost: int, budget: float, num_fwd_outputs: int, fallback: bytes) -> tuple[bytes, Any]:
         """The saved mask :func:`fxcut.planned_check.checked_pick` picks on
@@ -324,9 +344,8 @@ class PeakPlanner:
         candidates = list(front.masks) + [torch_mask]
         unchecked = torch_mask if budget == 1.0 else fallback
         fits = asks_within(self.check_time_limit, len(nodes))
-        if fits < 2:
-            why = (f"check_time_limit={self.check_time_limit:g} s fits {fits} ask(s) of this {len(nodes)}-node "
-                   f"graph; 2 are needed (torch's decision and one candidate)")
+        why = self._check_skipped(len(nodes))
+        if why is not None:
             log.info("plan: inductor not asked: %s; %s", why,
                      "torch's default decision at b=1" if budget == 1.0 else "the memory model's pick")
             return unchecked, CheckReport(skipped=why, budget_asks=fits)
