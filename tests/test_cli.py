@@ -390,12 +390,12 @@ def test_bench_runs_the_checkouts_benchmark():
 
 
 def _library_peaks(model: str, *, zero3: bool = False, dtype: torch.dtype | None = None, real: bool = False,
-                   **cfg) -> dict[str, dict[str, int]]:
+                   memory_model: str = "unfused", **cfg) -> dict[str, dict[str, int]]:
     """The memory model's peaks the CLI should print: the library's planner on the same capture."""
     cap = capture_model(model, autocast_dtype=dtype, fake=not real, **cfg)
     out: dict[str, dict[str, int]] = {"torch": {}, "plan": {}}
     for b in (0.0, 1.0):
-        partition = fxcut.planned_partitioner(b)
+        partition = fxcut.planned_partitioner(b, memory_model=memory_model, check=None)
         gm = cap.fresh()
         if zero3:
             fxcut.recompute_param_aliases(gm.graph, cap.param_indices)
@@ -429,11 +429,14 @@ def test_peaks_print_the_memory_models_figures_for_that_graph(capsys):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     want = _library_peaks("gpt2", zero3=True, layers=1, hidden=64, seq=32)
+    want_inductor = _library_peaks("gpt2", zero3=True, memory_model="inductor", layers=1, hidden=64, seq=32)
     _assert_peak_block(_peak_rows(out, "memory model"), want)
+    _assert_peak_block(_peak_rows(out, "inductor memory model"), want_inductor)
+    assert want_inductor != want  # two models, two sets of figures
     assert "measured" not in out  # fake tensors: nothing to measure
     assert cli.main(argv + ["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["peaks"] == {"model": want}  # to the byte
+    assert data["peaks"] == {"model": want, "inductor_model": want_inductor}  # to the byte
     # the model's own claim on this graph: the plan's budget-0 peak is the lowest it found, below torch's
     assert want["plan"]["0"] < want["torch"]["0"] and want["plan"]["1"] <= want["torch"]["1"]
 
@@ -449,6 +452,7 @@ def test_peaks_real_prints_one_measured_step_of_each_side(capsys):
     peaks = data["peaks"]
     assert peaks["measured_backend"] == "aot"
     assert peaks["model"] == _library_peaks("mlp", real=True)
+    assert peaks["inductor_model"] == _library_peaks("mlp", real=True, memory_model="inductor")
     # CPU allocation is deterministic: the same model measured again by the library gives the same bytes
     built = build_model("mlp")
     again = measured_peaks(built.model, built.make_inputs(), built.loss_fn, options=CaptureOptions())

@@ -373,7 +373,8 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
         extra["plan_budget"] = plan_budget
         extra["plan"] = certificate
     if peaks:
-        extra["peaks"] = {"model": model_peaks(captured, args.zero3)}
+        extra["peaks"] = {"model": model_peaks(captured, args.zero3),
+                          "inductor_model": model_peaks(captured, args.zero3, "inductor")}
         if built is not None:
             extra["peaks"]["measured"] = measured_step_peaks(args, built, real_backend)
             extra["peaks"]["measured_backend"] = real_backend
@@ -393,17 +394,19 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
 PEAK_BUDGETS = (0.0, 1.0)
 
 
-def model_peaks(captured: Any, zero3: bool) -> dict[str, dict[str, int]]:
+def model_peaks(captured: Any, zero3: bool, memory_model: str = "unfused") -> dict[str, dict[str, int]]:
     """The memory model's peak bytes of the partitions of ``captured``'s
     joint graph: ``"torch"``, torch's decision at
     ``activation_memory_budget=b``; ``"plan"``, ``fxcut.planned_partitioner(b)``'s;
-    both after DeepCompile's walk with ``zero3``.  Keys: the budgets as text."""
+    both after DeepCompile's walk with ``zero3``.  Keys: the budgets as text.
+    ``memory_model="inductor"``: the inductor model's figures, the plan made
+    on that model alone (no inductor check: the figures are the model's)."""
     from ..planned import planned_partitioner
     from ..zero3 import recompute_param_aliases
 
     out: dict[str, dict[str, int]] = {"torch": {}, "plan": {}}
     for b in PEAK_BUDGETS:
-        partition = planned_partitioner(b)
+        partition = planned_partitioner(b, memory_model=memory_model, check=None)
         gm = captured.fresh()
         if zero3:
             recompute_param_aliases(gm.graph, captured.param_indices)
@@ -443,6 +446,10 @@ def print_peaks(peaks: dict[str, Any], out: Any = None) -> None:
     w = (out if out is not None else sys.stdout).write
     blocks = [("memory model (fxcut.solve.memory: the forward and backward modules run op by op, activations "
                "only)", peaks["model"])]
+    if "inductor_model" in peaks:
+        blocks.append(("inductor memory model (memory_model=\"inductor\": kernels as inductor fuses and frees "
+                       "them, the plan on the model alone; fxcut.inductor_backend also asks inductor itself, "
+                       "docs/memory_model.md)", peaks["inductor_model"]))
     if "measured" in peaks:
         backend = peaks["measured_backend"]
         blocks.append((f"measured: one training step on CPU, real tensors, backend {backend}: "
