@@ -249,13 +249,14 @@ def _child_measured(model: str, labels: list[str], steps: int, rounds: int) -> l
     return out
 
 
-def measured_model(model: str, steps: int, rounds: int, timeout: float) -> list[dict[str, Any]]:
+def measured_model(model: str, steps: int, rounds: int, timeout: float,
+                   processes: tuple[tuple[str, ...], ...] = PROCESSES) -> list[dict[str, Any]]:
     """Every backend of :data:`PROCESSES`, one fresh process (and inductor
     cache) per group."""
     from realmodels.measure import fresh_cache_env
 
     rows: list[dict[str, Any]] = []
-    for labels in PROCESSES:
+    for labels in processes:
         with tempfile.TemporaryDirectory(prefix="indmodel-") as cache:
             env = fresh_cache_env(cache)
             env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT / "bench"),
@@ -396,6 +397,34 @@ def plan_vs_stock_markdown(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def sweep_markdown(data: dict[str, Any]) -> list[str]:
+    """Every budget measured on a model (``--sweep`` adds budgets): stock's
+    and the plan's peak per b, the plan's monotonicity over all of them and
+    the stock points it dominates at the same b."""
+    lines: list[str] = []
+    for name, rows in data["models"].items():
+        by = {r.get("backend"): r for r in rows if r.get("status") == "ok"}
+        budgets = sorted({float(k.split("@")[1]) for k in by if k.startswith("fxcut@") and f"stock@{k.split('@')[1]}" in by})
+        if len(budgets) <= len(PLAN_BUDGETS):
+            continue
+        if not lines:
+            lines = ["**Every budget measured** (MiB; plan / stock at the same b, the plan's change, its step "
+                     "time over stock's in the same process):", "",
+                     "| model | " + " | ".join(f"b={b:g}" for b in budgets) + " | plan monotonic in b | "
+                     "stock points dominated |", "|---|" + "---|" * (len(budgets) + 2)]
+        cells, dominated, peaks = [], 0, []
+        for b in budgets:
+            st, pl = by[f"stock@{b:g}"], by[f"fxcut@{b:g}"]
+            ratio = _step_ratio(pl, st)
+            peaks.append(pl["peak_bytes"])
+            dominated += pl["peak_bytes"] <= st["peak_bytes"] and ratio <= 1.05
+            cells.append(f"{pl['peak_bytes'] / 2**20:.2f} / {st['peak_bytes'] / 2**20:.2f} "
+                         f"({pl['peak_bytes'] / st['peak_bytes'] - 1:+.1%}, {ratio:.2f})")
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {'yes' if peaks == sorted(peaks) else 'no'} | "
+                     f"{dominated} of {len(budgets)} |")
+    return lines
+
+
 def measured_markdown(data: dict[str, Any], command: str) -> str:
     order = ["torch@1", "torch@0.5", "torch@0", "plan@1", "plan@0.5", "plan@0"]
     lines = plan_vs_stock_markdown(data) + [
@@ -483,8 +512,22 @@ def run_measured(args: argparse.Namespace) -> int:
     data = _load(args.json)
     data.setdefault("models", {})
     data["torch"] = _torch_version()
+    sweep = tuple((f"stock@{b:g}", f"fxcut@{b:g}") for b in args.sweep)
     for name in names:
-        if args.no_measure or (name in data["models"] and not args.again):
+        if args.no_measure:
+            continue
+        if sweep:
+            # more budgets for a model measured already: its other rows are kept
+            before = _load_line()
+            t0 = time.perf_counter()
+            labels = {lab for group in sweep for lab in group}
+            rows = [r for r in data["models"].get(name, []) if r.get("backend") not in labels]
+            rows += measured_model(name, args.steps, args.rounds, args.timeout, sweep)
+            data["models"][name] = rows
+            print(f"{name}: {time.perf_counter() - t0:.0f} s (sweep)", flush=True)
+            _save(args.json, data)
+            continue
+        if name in data["models"] and not args.again:
             continue
         before = _load_line()
         t0 = time.perf_counter()
@@ -503,7 +546,7 @@ def run_measured(args: argparse.Namespace) -> int:
         _replace_section(args.md, "measured-vs-model", measured_markdown(data, command))
     if args.plan_md is not None:
         planning = _load(args.planning_json) if args.planning_json and args.planning_json.exists() else {}
-        text = "\n".join(plan_vs_stock_markdown(data)) + (
+        text = "\n".join(plan_vs_stock_markdown(data) + [""] + sweep_markdown(data)) + (
             f"\n\n{data.get('torch', '')}; {data.get('load', '')}.  Command: `{command} --plan-md docs/plan.md`; "
             "the model's figures beside these: [memory_model.md](memory_model.md).\n\n") + "\n".join(
             planning_markdown(planning)) + "\n"
@@ -618,6 +661,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--timeout", type=float, default=3600.0)
     m.add_argument("--again", action="store_true", help="measure models already in the JSON again")
     m.add_argument("--no-measure", action="store_true", help="only write the Markdown from the JSON")
+    m.add_argument("--sweep", type=lambda v: [float(x) for x in v.split(",")], default=[],
+                   help="measure only these budgets (stock and plan, one process per budget), keeping the "
+                        "model's other rows in the JSON, e.g. 0.1,0.3,0.7")
     m.add_argument("--plan-md", type=Path, help="also write the plan-vs-stock table into this file's "
                    "'under-inductor' section")
     m.add_argument("--planning-json", type=Path, default=ROOT / "docs" / "inductor_planning.json",
