@@ -250,7 +250,7 @@ def _child_measured(model: str, labels: list[str], steps: int, rounds: int) -> l
 
 
 def measured_model(model: str, steps: int, rounds: int, timeout: float,
-                   processes: tuple[tuple[str, ...], ...] = PROCESSES) -> list[dict[str, Any]]:
+                   processes: tuple[tuple[str, ...], ...] = PROCESSES, threads: int = 0) -> list[dict[str, Any]]:
     """Every backend of :data:`PROCESSES`, one fresh process (and inductor
     cache) per group."""
     from realmodels.measure import fresh_cache_env
@@ -259,6 +259,10 @@ def measured_model(model: str, steps: int, rounds: int, timeout: float,
     for labels in processes:
         with tempfile.TemporaryDirectory(prefix="indmodel-") as cache:
             env = fresh_cache_env(cache)
+            if threads:
+                # one compute thread per process: step times of the two backends measured in one process
+                # are then not at the mercy of OpenMP threads spinning against another process's
+                env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
             env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(ROOT / "bench"),
                                                  env.get("PYTHONPATH", "")])
             try:
@@ -522,7 +526,7 @@ def run_measured(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             labels = {lab for group in sweep for lab in group}
             rows = [r for r in data["models"].get(name, []) if r.get("backend") not in labels]
-            rows += measured_model(name, args.steps, args.rounds, args.timeout, sweep)
+            rows += measured_model(name, args.steps, args.rounds, args.timeout, sweep, args.threads)
             data["models"][name] = rows
             print(f"{name}: {time.perf_counter() - t0:.0f} s (sweep)", flush=True)
             _save(args.json, data)
@@ -531,7 +535,7 @@ def run_measured(args: argparse.Namespace) -> int:
             continue
         before = _load_line()
         t0 = time.perf_counter()
-        rows = measured_model(name, args.steps, args.rounds, args.timeout)
+        rows = measured_model(name, args.steps, args.rounds, args.timeout, PROCESSES, args.threads)
         data["models"][name] = rows
         data["load"] = f"{before} before the last model, {_load_line()} after"
         print(f"{name}: {time.perf_counter() - t0:.0f} s, " + ", ".join(
@@ -541,7 +545,8 @@ def run_measured(args: argparse.Namespace) -> int:
                   f"({_ratio(x['model_peak'], x['measured_peak']):.3f}); cost {x['model_cost']:,} ps, "
                   f"step {x['step_s']}", flush=True)
         _save(args.json, data)
-    command = "PYTHONPATH=python:bench nice -n 5 python bench/inductor_memory.py measured"
+    command = (f"PYTHONPATH=python:bench nice -n 5 python bench/inductor_memory.py measured --threads {args.threads} "
+               f"--rounds {args.rounds}")
     if args.md is not None:
         _replace_section(args.md, "measured-vs-model", measured_markdown(data, command))
     if args.plan_md is not None:
@@ -661,6 +666,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--timeout", type=float, default=3600.0)
     m.add_argument("--again", action="store_true", help="measure models already in the JSON again")
     m.add_argument("--no-measure", action="store_true", help="only write the Markdown from the JSON")
+    m.add_argument("--threads", type=int, default=1,
+                   help="OMP_NUM_THREADS of each measuring process (0: inherit); 1 keeps step times comparable "
+                        "on a shared machine")
     m.add_argument("--sweep", type=lambda v: [float(x) for x in v.split(",")], default=[],
                    help="measure only these budgets (stock and plan, one process per budget), keeping the "
                         "model's other rows in the JSON, e.g. 0.1,0.3,0.7")
