@@ -428,6 +428,21 @@ def test_bad_plan_options_name_them(kwargs: dict[str, Any], name: str) -> None:
         fxcut.planned_partitioner(0.5, **kwargs)
 
 
+def test_backend_check_time_limit_reaches_the_planner_and_the_cache_key() -> None:
+    from fxcut.integrations.torch_compile import InductorPartitioner, _fxcut_partition
+
+    part = InductorPartitioner(memory_budget=0.5, check_time_limit=5.0)
+    assert _fxcut_partition(None, 0.5, None, "inductor", part.check_time_limit).planner.check_time_limit == 5.0
+    assert _fxcut_partition(None, 0.5, None, "inductor").planner.check_time_limit == 20.0
+    assert part.uuid() != InductorPartitioner(memory_budget=0.5).uuid()  # a different plan: another cache entry
+    fxcut.inductor_backend(memory_budget=0.5, check_time_limit=0)
+    for bad in (-1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="check_time_limit"):
+            fxcut.inductor_backend(memory_budget=0.5, check_time_limit=bad)
+    with pytest.raises(ValueError, match="check_time_limit applies to a plan"):
+        fxcut.inductor_backend(check_time_limit=5.0)
+
+
 def test_bad_backend_memory_model_names_it() -> None:
     with pytest.raises(ValueError, match="memory_model"):
         fxcut.inductor_backend(memory_budget=0.5, memory_model="xla")

@@ -129,7 +129,7 @@ class InductorPartitioner(CustomPartitionerFn):
 
     def __init__(self, param_indices: Iterable[ParamIndex] = (), verify: Any = None,
                  memory_budget: float | None = None, safe_budget: bool | None = None,
-                 memory_model: str = "inductor") -> None:
+                 memory_model: str = "inductor", check_time_limit: float | None = None) -> None:
         # Only plain data here: inductor pickles its config, this object
         # included, into its cache key.
         self.param_indices: list[ParamIndex] = [(int(e[0]), int(e[1]), e[2]) for e in param_indices]
@@ -141,24 +141,26 @@ class InductorPartitioner(CustomPartitionerFn):
         self.safe_budget = safe_budget
         # the plan's memory model: inductor compiles what this partitioner builds
         self.memory_model = memory_model
+        # the plan's budget for asking inductor (None: fxcut.planned's default)
+        self.check_time_limit = _check_check_time_limit(check_time_limit, self.memory_budget)
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
                  ) -> tuple[fx.GraphModule, fx.GraphModule]:
         partition = get_wrapped_partitioner(bool(self.param_indices), self.param_indices,
                                             _fxcut_partition(self.verify, self.memory_budget, self.safe_budget,
-                                                             self.memory_model))
+                                                             self.memory_model, self.check_time_limit))
         return partition(gm, joint_inputs, **kwargs)
 
     def uuid(self) -> Any:
         # verify mode re-decides with torch: a graph cached without it is
         # not a verified one; safe_budget changes the decision.
         return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify),
-                safe_budget_mode(self.safe_budget), self.memory_model, self.memory_budget)
+                safe_budget_mode(self.safe_budget), self.memory_model, self.memory_budget, self.check_time_limit)
 
     def __repr__(self) -> str:
         return (f"InductorPartitioner(param_indices={self.param_indices!r}, verify={self.verify!r}, "
                 f"memory_budget={self.memory_budget!r}, safe_budget={self.safe_budget!r}, "
-                f"memory_model={self.memory_model!r})")
+                f"memory_model={self.memory_model!r}, check_time_limit={self.check_time_limit!r})")
 
 
 def _check_plan_options(memory_budget: Any, verify: Any, safe_budget: Any,
@@ -180,8 +182,21 @@ def _check_plan_options(memory_budget: Any, verify: Any, safe_budget: Any,
     return None if memory_budget is None else check_number("memory_budget", memory_budget, 0.0, 1.0)
 
 
+def _check_check_time_limit(check_time_limit: Any, memory_budget: float | None) -> float | None:
+    """``check_time_limit`` as a float (seconds inductor's check may spend
+    per graph), or None; a ValueError naming it when it is out of range or
+    given without a ``memory_budget`` (it belongs to the plan)."""
+    if check_time_limit is None:
+        return None
+    if memory_budget is None:
+        raise ValueError("check_time_limit applies to a plan: pass memory_budget too")
+    from ..planned import MAX_TIME_LIMIT
+
+    return check_number("check_time_limit", check_time_limit, 0.0, MAX_TIME_LIMIT)
+
+
 def _fxcut_partition(verify: Any, memory_budget: float | None = None, safe_budget: bool | None = None,
-                     memory_model: str = "unfused") -> Any:
+                     memory_model: str = "unfused", check_time_limit: float | None = None) -> Any:
     """fxcut's public partition function, with ``verify`` and
     ``safe_budget`` when given (else ``FXCUT_VERIFY`` and
     ``FXCUT_SAFE_BUDGET`` decide at call time), or the planned partitioner
@@ -192,6 +207,8 @@ def _fxcut_partition(verify: Any, memory_budget: float | None = None, safe_budge
     if memory_budget is not None:
         from ..planned import planned_partitioner
 
+        if check_time_limit is not None:
+            return planned_partitioner(memory_budget, memory_model=memory_model, check_time_limit=check_time_limit)
         return planned_partitioner(memory_budget, memory_model=memory_model)
     given: dict[str, Any] = {k: v for k, v in (("verify", verify), ("safe_budget", safe_budget)) if v is not None}
     if not given:
@@ -204,7 +221,8 @@ def _check_inductor_options(options: dict[str, Any]) -> None:
     unknown = [k for k in options if k.replace("-", "_") not in known]
     if unknown:
         raise TypeError(f"inductor_backend() got unknown keyword argument(s) {', '.join(map(repr, unknown))}: "
-                        "neither fxcut's options (zero3_params, verify, memory_budget, safe_budget, memory_model) nor "
+                        "neither fxcut's options (zero3_params, verify, memory_budget, safe_budget, memory_model, "
+                        "check_time_limit) nor "
                         "inductor config options")
     if "custom_partitioner_fn" in options:
         raise ValueError("inductor_backend sets custom_partitioner_fn itself")
@@ -232,7 +250,7 @@ def _check_aot_options(options: dict[str, Any]) -> None:
 
 def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget: float | None = None,
                      safe_budget: bool | None = None, memory_model: str = "inductor",
-                     **inductor_options: Any) -> Backend:
+                     check_time_limit: float | None = None, **inductor_options: Any) -> Backend:
     """A ``torch.compile`` backend: inductor, with fxcut's partitioner.
 
     ``inductor_options`` are inductor config options, as ``torch.compile``'s
@@ -244,7 +262,9 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     ``memory_budget``: partition with :func:`fxcut.planned_partitioner`
     (the budget on the simulated peak) instead of torch's decision, on the
     inductor memory model (``memory_model``: what inductor runs; ``"unfused"``
-    plans as if the modules ran op by op).
+    plans as if the modules ran op by op).  ``check_time_limit``: the seconds
+    the plan may spend asking inductor about its candidates, per graph
+    (:class:`fxcut.planned.PeakPlanner`; None: its default, 20 s).
     ``safe_budget``: keep saved what torch's decision would recompute
     although it draws random numbers or reads state the step mutates
     (:func:`fxcut.min_cut_rematerialization_partition`); None leaves it to
@@ -255,10 +275,11 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     if verify is not None:
         verify = verify_mode(verify) or "off"
     memory_budget = _check_plan_options(memory_budget, verify, safe_budget, memory_model)
+    check_time_limit = _check_check_time_limit(check_time_limit, memory_budget)
 
     def fxcut_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params), verify,
-                                          memory_budget, safe_budget, memory_model)
+                                          memory_budget, safe_budget, memory_model, check_time_limit)
         return compile_fx(gm, example_inputs, config_patches={**options, "custom_partitioner_fn": partitioner})
 
     return fxcut_inductor
