@@ -372,7 +372,7 @@ def test_inductor_backend_memory_budget_option() -> None:
     from fxcut.integrations.torch_compile import InductorPartitioner
 
     p = InductorPartitioner([], None, 0.25)
-    assert p.memory_budget == 0.25 and p.uuid()[-1] == 0.25
+    assert p.memory_budget == 0.25 and p.uuid()[-2:] == (0.25, None)
     with pytest.raises(ValueError, match="memory_budget"):
         fxcut.inductor_backend(memory_budget=2)
     with pytest.raises(ValueError, match="memory_budget"):
