@@ -187,12 +187,10 @@ def _ask(route_plan: Any, prob: Any, saved: list[int]) -> int | None:
     """Inductor's own peak (its generated code's, on fake tensors) of the
     decision saving ``saved``, as the plan's check asks it; None where
     inductor cannot be asked."""
-    from fxcut.planned_check import inductor_peak, prepared_copy
+    from fxcut.planned_check import decision_peak
 
-    nodes = prob.arrays.nodes
     try:
-        copy, by_name = prepared_copy(route_plan.joint_module, route_plan.prep, nodes)
-        return inductor_peak(copy, [by_name[nodes[i].name] for i in saved], prob.num_fwd_outputs, route_plan.rules)
+        return decision_peak(route_plan, prob.arrays.nodes, saved, prob.num_fwd_outputs)
     except Exception as e:  # recorded as unknown; the measurement goes on
         print(f"inductor not asked: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
               file=sys.stderr)

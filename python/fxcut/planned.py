@@ -338,13 +338,13 @@ class PeakPlanner:
         budget fits no candidate besides torch's; inductor fails on one:
         logged), b=1 is torch's default decision ``torch_mask`` and b<1 the
         model's pick ``fallback``."""
-        from .planned_check import OVERRUN, CheckReport, asks_within, checked_pick, inductor_peak, prepared_copy
+        from .planned_check import OVERRUN, CheckReport, asks_within, checked_pick, decision_peak
 
         nodes = prob.arrays.nodes
         candidates = list(front.masks) + [torch_mask]
         unchecked = torch_mask if budget == 1.0 else fallback
         fits = asks_within(self.check_time_limit, len(nodes))
-        why = self._check_skipped(len(nodes))
+        why = self._check_skipped(len(nodes))  # None exactly when fits >= 2
         if why is not None:
             log.info("plan: inductor not asked: %s; %s", why,
                      "torch's default decision at b=1" if budget == 1.0 else "the memory model's pick")
@@ -352,10 +352,7 @@ class PeakPlanner:
         t0 = time.perf_counter()
 
         def peak_of(j: int) -> int:
-            # the modules inductor is asked about: the graph after the plan's DCE/CSE, as the build makes them
-            copy, by_name = prepared_copy(plan.joint_module, plan.prep, nodes)
-            saved = [by_name[nodes[i].name] for i in range(len(nodes)) if candidates[j][i]]
-            return inductor_peak(copy, saved, num_fwd_outputs, plan.rules)
+            return decision_peak(plan, nodes, [i for i in range(len(nodes)) if candidates[j][i]], num_fwd_outputs)
 
         def keep_asking() -> bool:
             return time.perf_counter() - t0 <= OVERRUN * self.check_time_limit

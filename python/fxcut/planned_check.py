@@ -105,6 +105,15 @@ def inductor_peak(joint_module: fx.GraphModule, saved_nodes: Sequence[fx.Node], 
     return max(f.wrapper_peak, b.wrapper_peak)
 
 
+def decision_peak(plan: Any, nodes: Sequence[fx.Node], saved: Sequence[int], num_fwd_outputs: int) -> int:
+    """Inductor's peak of the decision saving ``saved`` (indices into
+    ``nodes``, the plan's lowered nodes) of the planned call ``plan``
+    (:class:`fxcut.route.plan.Plan`): the graph after the plan's DCE/CSE,
+    split and built as the route builds it, then :func:`inductor_peak`."""
+    copy, by_name = prepared_copy(plan.joint_module, plan.prep, nodes)
+    return inductor_peak(copy, [by_name[nodes[i].name] for i in saved], num_fwd_outputs, plan.rules)
+
+
 #: Seconds one candidate's ask takes per joint-graph node (building both
 #: modules, inductor's lowering, scheduling and wrapper code of each):
 #: measured 8.3 ms on HF Llama (470 nodes, 3.9 s per ask) and 6.9 ms on a
@@ -162,4 +171,5 @@ def checked_pick(front: Frontier, torch_cost: int, budget: float, peak_of: Calla
     return report.picked, report
 
 
-__all__ = ["ASK_SECONDS_PER_NODE", "CheckReport", "asks_within", "checked_pick", "inductor_peak", "prepared_copy"]
+__all__ = ["ASK_SECONDS_PER_NODE", "CheckReport", "asks_within", "checked_pick", "decision_peak", "inductor_peak",
+           "prepared_copy"]
