@@ -272,48 +272,110 @@ def _frontier(peaks: list[int], costs: list[int]) -> Any:
     return Frontier(peaks, costs, [bytes([k]) for k in range(len(peaks))], 0, 0, False, False, 0, False)
 
 
+def _torch(*points: tuple[float, int, int]) -> list[Any]:
+    from fxcut.planned_check import TorchDecision
+
+    return [TorchDecision(b, peak, cost) for b, peak, cost in points]
+
+
 def test_checked_pick_follows_inductors_peaks() -> None:
-    """The pick on inductor's own peaks: the same candidates asked whatever
-    the budget (torch's default decision, index 3; the lowest-model point;
-    the cheapest points the model puts near torch's peak), the limit from
-    inductor's peaks, the cheapest candidate within it."""
+    """The pick on inductor's own peaks.  Candidates 0-3: the model's
+    frontier; 4: torch's default decision (cost 12), 5: torch's decision at
+    budgets 0.3-0.5 (cost 16), 6: at 0-0.2 (cost 40).  b=0: the lowest peak
+    asked; b>0: the cheapest whose peak is at most the lowest of torch's
+    decisions at budgets >= b -- never above torch's at b, never costlier."""
     from fxcut.planned_check import checked_pick
 
     front = _frontier([100, 120, 150, 400], [30, 20, 10, 1])   # the model's frontier
-    truth = {0: 130, 1: 125, 2: 170, 3: 999, 4: 160}            # inductor's peaks; 4 is torch's (cost 12)
-    asked: list[int] = []
+    torch = _torch((1.0, 170, 12), (0.5, 140, 16), (0.2, 200, 40))
+    truth = {0: 130, 1: 125, 2: 170, 3: 999, 4: 160, 5: 128, 6: 210}  # inductor's peaks
 
-    def peak_of(j: int) -> int:
-        asked.append(j)
-        return truth[j]
+    def run(b: float, **kw: Any) -> tuple[list[int], Any]:
+        asked: list[int] = []
 
-    j, report = checked_pick(front, 12, 1.0, peak_of)
-    # torch's first, the lowest-model point 0, then cheapest first: 3 is skipped (400 > 1.3 * 160), 2, 1
+        def peak_of(j: int) -> int:
+            asked.append(j)
+            return truth[j]
+
+        j, report = checked_pick(front, torch, b, peak_of, **kw)
+        assert j == report.picked
+        return asked, report
+
+    # b=1: torch's default, the lowest-model point, then cheapest first: 3 is skipped (400 > 1.3 * 160), 2, 1
+    asked, r = run(1.0)
     assert asked == [4, 0, 2, 1]
-    # b=1: limit 160 (torch's); within: 0, 1, torch's; cheapest: torch's (12)
-    assert (j, report.limit, report.lowest_peak) == (4, 160, 125)
-    picks = {b: checked_pick(front, 12, b, lambda k: truth[k]) for b in (0.0, 0.2, 0.5, 0.9, 1.0)}
-    assert {b: (j, r.limit) for b, (j, r) in picks.items()} == {
-        0.0: (1, 125), 0.2: (1, 132), 0.5: (1, 142), 0.9: (1, 156), 1.0: (4, 160)}
-    peaks = [truth[j] for j, _ in picks.values()]
-    assert peaks == sorted(peaks)
-    assert len(checked_pick(front, 12, 1.0, lambda k: truth[k], max_asks=1)[1].asked) == 2
+    assert (r.picked, r.limit, r.lowest_peak, r.torch_peak) == (4, 160, 125, 160)
+    # b=0.5: torch's at 0.5 asked second; limit min(128, 160); within: 5 (16), 1 (20), 0 (30): 5
+    asked, r = run(0.5)
+    assert asked[:3] == [4, 5, 0] and (r.picked, r.limit) == (5, 128)
+    assert r.torch_asked == {1.0: 160, 0.5: 128} and r.picked_torch_budget == 0.5
+    # b=0.1: torch's at 0.2 (210) and 0.5 (128): limit 128 -- torch's cheaper decision above b
+    asked, r = run(0.1)
+    assert asked[:4] == [4, 6, 5, 0] and (r.picked, r.limit) == (5, 128)
+    # b=0 (the pick: the lowest asked): the lowest-model point, torch's decisions by modelled peak (5: 140,
+    # 4: 170, 6: 200), then the frontier by modelled peak (1): the lowest asked is 1 (125) ...
+    asked, r = run(0.0)
+    assert asked == [0, 5, 4, 6, 1] and (r.picked, r.limit) == (1, 125) and r.picked_torch_budget is None
+    # ... with three asks besides the first, torch's at 0.5 (128)
+    asked, r = run(0.0, max_asks=3)
+    assert asked == [0, 5, 4, 6] and (r.picked, r.limit) == (5, 128)
+    # with one, torch's default is not asked: the model's lowest and torch's lowest-modelled decision
+    asked, r = run(0.0, max_asks=1)
+    assert asked == [0, 5] and (r.picked, r.torch_peak) == (5, 0)
+    picks = {b: run(b)[1] for b in (0.0, 0.1, 0.2, 0.5, 0.7, 1.0)}
+    peaks = [truth[r.picked] for r in picks.values()]
+    assert peaks == sorted(peaks), peaks
+    costs = [([30, 20, 10, 1, 12, 16, 40])[r.picked] for r in picks.values()]
+    assert costs == sorted(costs, reverse=True), costs
+    # with the saved bytes: at b=0.2 torch's decision there (6) saves 70; torch's decision at 0.5 (5) is
+    # lower (128) but saves 80, its default 100: neither sets the limit, 6 does (210); within it and
+    # saving at most 70: 0 (130, 50 B, cost 30) and 2 (170, 30 B, cost 10): 2
+    saved = [50, 90, 30, 10, 100, 80, 70]
+    asked, r = run(0.2, saved_bytes=saved)
+    assert asked == [4, 6, 5, 0, 2] and (r.picked, r.limit, r.saved_limit) == (2, 210, 70)
+    assert run(0.2)[1].picked == 5      # the peaks alone: torch's at 0.5, which saves more than torch's at 0.2
+    # b=0 does not bound the saved bytes; of equal peaks it takes the one saving fewest
+    assert run(0.0, saved_bytes=saved)[1].picked == 1
+    truth[1] = 128                                   # 1 (90 B, cost 20) now ties with torch's at 0.5 (80 B)
+    assert run(0.0)[1].picked == 5 and run(0.0, saved_bytes=[50, 70, 30, 10, 100, 80, 70])[1].picked == 1
+    truth[1] = 125
+    # max_asks counts the asks besides torch's default
+    assert len(run(1.0, max_asks=1)[1].asked) == 2
+    # a candidate with the saved set of one asked before is not asked again
+    asked, r = run(0.5, same=lambda j: 0 if j == 5 else j)
+    assert asked[:2] == [4, 5] and 0 not in asked and r.asked[0] == r.asked[5] == 128
+    assert r.picked == 5 and r.picked_torch_budget == 0.5
+
+
+def test_checked_pick_needs_torchs_default_first() -> None:
+    from fxcut.planned_check import checked_pick
+
+    with pytest.raises(ValueError, match="torch's default"):
+        checked_pick(_frontier([1], [1]), _torch((0.5, 1, 1)), 0.5, lambda j: 1)
 
 
 def test_inductor_check_in_the_plan_keeps_b1_at_or_below_torch(chain: Any) -> None:
     from fxcut.planned import planned_partitioner
 
     picked = []
-    for b in (0.0, 1.0):
+    for b in (0.0, 0.5, 1.0):
         fn = planned_partitioner(b, memory_model="inductor")
         chain.partition(fn)
         report = fn.planner.last.check
         assert report is not None and not report.failed and report.asked, report
         picked.append(report.asked[report.picked])
         assert report.asked[report.picked] <= report.limit
+        if b > 0.0:
+            # torch's decision at b (filed under the largest budget choosing its saved set) was asked, and
+            # the plan is no higher and saves no more than it
+            at_b = min(k for k in report.torch_asked if k >= b)
+            assert report.asked[report.picked] <= report.torch_asked[at_b]
+            prob = fn.planner.last_problem
+            assert report.saved_limit is not None
+            assert prob.simulate(fn.planner.last.saved).saved_bytes <= report.saved_limit
         if b == 1.0:
             assert report.limit == report.torch_peak
-    assert picked[0] <= picked[1]
+    assert picked[0] <= picked[1] <= picked[2]
 
 
 def test_check_time_budget_is_spent_by_prediction_not_by_the_clock() -> None:
@@ -340,17 +402,17 @@ def test_checked_pick_stops_asking_when_told() -> None:
         asked.append(j)
         return truth[j]
 
-    j, report = checked_pick(front, 12, 0.0, peak_of, keep_asking=lambda: len(asked) < 2)
-    assert asked == [3, 0] and sorted(report.asked) == [0, 3]
+    j, report = checked_pick(front, _torch((1.0, 160, 12)), 0.0, peak_of, keep_asking=lambda: len(asked) < 2)
+    assert asked == [0, 3] and sorted(report.asked) == [0, 3]
     assert (j, report.limit) == (0, 130)
 
 
-@pytest.mark.parametrize("budget", [0.0, 1.0])
-def test_skipped_check_plans_torchs_decision_at_b1_and_the_models_pick_below(budget: float) -> None:
+@pytest.mark.parametrize("budget", [0.0, 0.5, 1.0])
+def test_skipped_check_plans_torchs_decision_at_b_and_the_models_lowest_at_0(budget: float) -> None:
     """check_time_limit=0 fits no ask: the check is skipped (said in the
-    report); b=1 is then torch's default decision itself -- the promise
-    "never above torch's default" does not rest on the model -- and b<1 the
-    model's own pick, the same as check=None."""
+    report); b > 0 is then torch's own decision at b -- the promise "never
+    above torch at the same budget" does not rest on the model -- and b=0
+    the model's own pick, the same as check=None."""
     from fxcut.planned import planned_partitioner
 
     cap = zoo.capture_inductor("mlp")
@@ -361,11 +423,12 @@ def test_skipped_check_plans_torchs_decision_at_b1_and_the_models_pick_below(bud
     assert "check_time_limit=0" in report.skipped
     model_only = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000, check=None)
     cap.partition(model_only)
-    if budget == 1.0:
-        nodes = skipped.planner.last_problem.arrays.nodes
-        routed = _route(cap)
+    nodes = skipped.planner.last_problem.arrays.nodes
+    planned = {nodes[i].name for i in skipped.planner.last.saved}
+    if budget > 0.0:
+        routed = _route(cap, budget)
         torch_saved = {routed.decision.decision.arrays.nodes[i].name for i in routed.saved}
-        assert {nodes[i].name for i in skipped.planner.last.saved} == torch_saved
+        assert planned == torch_saved
         # the model alone would have planned something else here: the rule is what made it torch's
         assert {nodes[i].name for i in model_only.planner.last.saved} != torch_saved
     else:

@@ -150,13 +150,16 @@ class PeakPlanner:
     under inductor, ``"flops"`` unfused).  ``machine``: the rates of the
     time model (None: :func:`fxcut.solve.cost.machine_for` the graph's device).
     ``check``: ``"inductor"`` (the default under the inductor model) asks
-    inductor itself for the peaks of at most ``max_checks`` candidates and
-    picks on those (:mod:`fxcut.planned_check`: b=1 never above torch's
-    default decision as inductor runs it); None picks on the model alone.
-    ``check_time_limit``: the seconds the check may spend per graph (0 to
-    10**6; default 20): it asks only as many candidates as its measured
-    per-node cost predicts fit, the same on every machine; where none but
-    torch's fits it is skipped, and then b=1 plans torch's default decision.
+    inductor itself for the peaks of torch's default decision and at most
+    ``max_checks`` more candidates (torch's decision at b first) and picks
+    on those (:mod:`fxcut.planned_check`: at b > 0 never above torch's
+    decision at b as inductor runs it, never saving more bytes, nor
+    costlier by the model); None
+    picks on the model alone.  ``check_time_limit``: the seconds the check
+    may spend per graph (0 to 10**6; default 20): it asks only as many
+    candidates as its measured per-node cost predicts fit, the same on
+    every machine; where none but torch's fits it is skipped, and then b > 0
+    plans torch's own decision at b, b=0 the model's lowest.
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
@@ -180,6 +183,9 @@ class PeakPlanner:
         if check not in (None, "inductor"):
             raise ValueError(f"check must be None or 'inductor', got {check!r}")
         self.check = check
+        if check == "inductor" and self.memory_budget not in self.seed_budgets:
+            # the check asks torch's decision at the plan's own budget
+            self.seed_budgets = sorted(set(self.seed_budgets) | {self.memory_budget})
         self.max_checks = check_int("max_checks", max_checks, 1, 1000)
         self.check_time_limit = check_number("check_time_limit", check_time_limit, 0.0, MAX_TIME_LIMIT)
         if machine is not None and not isinstance(machine, MachineModel):
@@ -266,13 +272,14 @@ class PeakPlanner:
         report = None
         for budget, members in groups:
             skipped = self._check_skipped(n) if self.check == "inductor" and len(groups) == 1 else None
-            if skipped is not None and budget == 1.0:
-                # b=1 without inductor's check is torch's default decision: no search to run
+            if skipped is not None and budget > 0.0:
+                # b>0 without inductor's check is torch's own decision at b: no search to run
                 from .planned_check import CheckReport
 
-                log.info("plan: inductor not asked: %s; torch's default decision at b=1", skipped)
+                log.info("plan: inductor not asked: %s; torch's decision at budget %g", skipped, budget)
                 report = CheckReport(skipped=skipped)
-                per_region[budget] = torch_sim.peak_bytes
+                current = self._torch_at(plan, prob, seeds, budget, estimates)
+                per_region[budget] = prob.simulate(current).peak_bytes
                 continue
             roles = roles_for(prob.roles, members, current)
             front = prob.frontier(seed_masks + [current], roles=roles, exact_max_free=self.exact_max_candidates,
@@ -283,8 +290,9 @@ class PeakPlanner:
             peak_limit = limit_of(front, budget, base)
             mask = front.masks[k]
             if self.check == "inductor" and len(groups) == 1:
-                mask, report = self._checked(plan, prob, front, seed_masks[0], torch_sim.recompute_flops,
-                                             budget, num_fwd_outputs, mask)
+                mask, report = self._checked(plan, prob, front, seeds, budget, num_fwd_outputs,
+                                             mask if budget == 0.0 else self._torch_at(plan, prob, seeds, budget,
+                                                                                        estimates))
             current = mask
             lowest = min(lowest, front.peak_bytes[0])
             points += len(front.peak_bytes)
@@ -320,6 +328,16 @@ class PeakPlanner:
                  self.last.seconds * 1e3)
         return self.last
 
+    @staticmethod
+    def _torch_at(plan: Plan, prob: PlanProblem, seeds: dict[float, list[int]], budget: float,
+                  estimates: RuntimeEstimates) -> bytes:
+        """The saved mask of torch's own decision at ``budget`` (a seed's, or
+        torch's knapsack run at it)."""
+        saved = seeds.get(budget)
+        if saved is None:
+            saved = list(plan.budget_pass(prob.arrays, budget, estimates).saved)
+        return saved_mask(len(prob.arrays), saved)
+
     def _check_skipped(self, nodes: int) -> str | None:
         """Why inductor's check cannot run on a graph of ``nodes`` nodes
         within ``check_time_limit`` (None: it can)."""
@@ -331,40 +349,53 @@ class PeakPlanner:
         return (f"check_time_limit={self.check_time_limit:g} s fits {fits} ask(s) of this {nodes}-node "
                 f"graph; 2 are needed (torch's decision and one candidate)")
 
-    def _checked(self, plan: Plan, prob: PlanProblem, front: Frontier, torch_mask: bytes,
-                 torch_cost: int, budget: float, num_fwd_outputs: int, fallback: bytes) -> tuple[bytes, Any]:
+    def _checked(self, plan: Plan, prob: PlanProblem, front: Frontier, seeds: dict[float, list[int]],
+                 budget: float, num_fwd_outputs: int, fallback: bytes) -> tuple[bytes, Any]:
         """The saved mask :func:`fxcut.planned_check.checked_pick` picks on
-        inductor's own peaks.  Where inductor cannot be asked (the time
-        budget fits no candidate besides torch's; inductor fails on one:
-        logged), b=1 is torch's default decision ``torch_mask`` and b<1 the
-        model's pick ``fallback``."""
-        from .planned_check import OVERRUN, CheckReport, asks_within, checked_pick, decision_peak
+        inductor's own peaks, among the frontier's points and torch's
+        decisions at the seed budgets ``seeds`` (1.0: its default).  Where
+        inductor cannot be asked (the time budget fits no candidate besides
+        torch's; inductor fails on one: logged), the plan is ``fallback``:
+        torch's own decision at b > 0, the model's lowest at b=0."""
+        from .planned_check import OVERRUN, CheckReport, TorchDecision, asks_within, checked_pick, decision_peak
 
         nodes = prob.arrays.nodes
-        candidates = list(front.masks) + [torch_mask]
-        unchecked = torch_mask if budget == 1.0 else fallback
-        fits = asks_within(self.check_time_limit, len(nodes))
-        why = self._check_skipped(len(nodes))  # None exactly when fits >= 2
+        n = len(nodes)
+        fits = asks_within(self.check_time_limit, n)
+        why = self._check_skipped(n)  # None exactly when fits >= 2
         if why is not None:
             log.info("plan: inductor not asked: %s; %s", why,
-                     "torch's default decision at b=1" if budget == 1.0 else "the memory model's pick")
-            return unchecked, CheckReport(skipped=why, budget_asks=fits)
+                     "the memory model's lowest" if budget == 0.0 else f"torch's decision at budget {budget:g}")
+            return fallback, CheckReport(skipped=why, budget_asks=fits)
+        # torch's decisions, one per saved set, each under the largest seed budget choosing it
+        torch_masks: dict[bytes, float] = {}
+        for b, saved in sorted(seeds.items(), key=lambda item: -item[0]):
+            torch_masks.setdefault(saved_mask(n, saved), b)
+        candidates = list(front.masks) + list(torch_masks)
+        sims = [prob.simulate(m) for m in candidates]
+        torch_decisions = [TorchDecision(b, sim.peak_bytes, sim.recompute_flops)
+                           for b, sim in zip(torch_masks.values(), sims[len(front.masks):])]
+        first: dict[bytes, int] = {}
+        for j, m in enumerate(candidates):
+            first.setdefault(m, j)
         t0 = time.perf_counter()
 
         def peak_of(j: int) -> int:
-            return decision_peak(plan, nodes, [i for i in range(len(nodes)) if candidates[j][i]], num_fwd_outputs)
+            return decision_peak(plan, nodes, [i for i in range(n) if candidates[j][i]], num_fwd_outputs)
 
         def keep_asking() -> bool:
             return time.perf_counter() - t0 <= OVERRUN * self.check_time_limit
 
         try:
-            j, report = checked_pick(front, torch_cost, budget, peak_of, max_asks=min(self.max_checks, fits - 1),
-                                     keep_asking=keep_asking)
+            j, report = checked_pick(front, torch_decisions, budget, peak_of, max_asks=min(self.max_checks, fits - 1),
+                                     keep_asking=keep_asking, same=lambda k: first[candidates[k]],
+                                     saved_bytes=[sim.saved_bytes for sim in sims])
         except Exception as e:  # inductor could not lower a candidate
             log.warning("plan: inductor could not be asked (%s: %s); %s", type(e).__name__,
                         str(e).splitlines()[0] if str(e) else "",
-                        "torch's default decision stands at b=1" if budget == 1.0 else "the memory model's pick stands")
-            return unchecked, CheckReport(failed=f"{type(e).__name__}: {e}", budget_asks=fits,
+                        "the memory model's lowest stands" if budget == 0.0 else
+                        f"torch's decision at budget {budget:g} stands")
+            return fallback, CheckReport(failed=f"{type(e).__name__}: {e}", budget_asks=fits,
                                           seconds=time.perf_counter() - t0)
         report.budget_asks = fits
         report.seconds = time.perf_counter() - t0
