@@ -70,7 +70,10 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
     s->mark = malloc(m);
     s->body = malloc(m * sizeof *s->body);
     s->order = malloc(m * sizeof *s->order);
-    s->stack = malloc(m * sizeof *s->stack);
+    /* the inductor model's walks through inlined values push a node once
+     * per edge reaching it before it is visited: up to n + edges entries */
+    size_t stack_len = m + (opt->fusion != NULL ? (size_t)g->in_ptr[n] : 0);
+    s->stack = malloc(stack_len * sizeof *s->stack);
     s->found = malloc(m * sizeof *s->found);
     s->last = malloc(m * sizeof *s->last);
     s->charge = malloc(m * sizeof *s->charge);

@@ -36,7 +36,8 @@ struct fxcut_memsim {
     uint8_t *mark;
     int32_t *body;          /* a module's nodes in order */
     int32_t *order;         /* the same after reordering / raising getitems */
-    int32_t *stack;
+    int32_t *stack;         /* n + 1 entries; n + 1 + edges under the
+                               inductor model (kernel_reads) */
     int32_t *found;
     int32_t *last;          /* per root: last step reading it (INT32_MAX: end) */
     int64_t *charge;        /* per root: bytes its birth added (-1: unborn) */

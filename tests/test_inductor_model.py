@@ -31,6 +31,7 @@ import fxcut
 from fxcut import _C
 from fxcut.planned import PeakPlanner
 from fxcut.solve import core, memory
+from fxcut.solve.arrays import GraphArrays
 from fxcut.solve.cost import CPU, MachineModel, node_costs
 from fxcut.torchrules.fusion import fusion_kinds, op_kind
 
@@ -550,3 +551,33 @@ def test_simulate_rejects_an_unknown_model(chain: Any) -> None:
     with pytest.raises(ValueError, match="memory_model"):
         memory.simulate(routed.decision.decision.arrays, list(routed.saved), chain.num_fwd_outputs,
                         model="gpu")  # type: ignore[arg-type]
+
+
+def _shared_leaves_arrays() -> GraphArrays:
+    """Three primals c, d, e; b2 = f(c, d, e), b1 = f(c, d, e, b2) pointwise
+    (inlined); cat(c, d, e, b1) the forward's one output.  The cat's kernel
+    reads c, d, e through every inlined level: its walk meets each of them
+    once per edge before visiting it -- more than the graph has nodes."""
+    n_in = [[], [], [], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 4], [5]]
+    ptr = [0]
+    for ins in n_in:
+        ptr.append(ptr[-1] + len(ins))
+    idx = [i for ins in n_in for i in ins]
+    n = len(n_in)
+    kinds = [_C.KIND_PLACEHOLDER] * 3 + [_C.KIND_CALL_FUNCTION] * 3 + [_C.KIND_OUTPUT]
+    return GraphArrays(nodes=[], index={}, kind=array("B", kinds),
+                       flags=array("I", [_C.F_PRIMAL] * 3 + [0] * 4), tag=array("b", [-1] * n),
+                       ac_graph_id=array("i", [-1] * n), nbytes=array("q", [64] * n),
+                       arg_ptr=array("i", ptr), arg_idx=array("i", idx), in_ptr=array("i", ptr),
+                       in_idx=array("i", idx), outputs=array("i", [5]))
+
+
+def test_kernel_walk_through_shared_inlined_leaves_stays_in_bounds() -> None:
+    # Regression: the walk's stack had n + 1 entries, and this 7-node graph
+    # pushes 11 (an out-of-bounds write, caught by scripts/sanitize.sh).
+    arrays = _shared_leaves_arrays()
+    fusion = bytes([_C.FUSE_POINTWISE] * 5 + [_C.FUSE_CAT, _C.FUSE_POINTWISE])
+    r = core.memory_simulate(arrays, [], num_fwd_outputs=1, fusion=fusion, timeline=True, realize=(8, 8, 64))
+    # b1 and b2 inline into the cat: one kernel, the cat's 64-byte buffer (primals cost nothing)
+    assert list(r.schedule) == [5]
+    assert r.peak_bytes == 64
