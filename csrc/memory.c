@@ -45,7 +45,8 @@ void fxcut_memsim_free(fxcut_memsim *s)
                     s->found, s->last, s->charge, s->realized, s->donated,
                     s->inlined_reads, s->inlined_ops, s->inlined_heavy,
                     s->visit, s->kernels, s->group_of, s->made_in,
-                    s->read_in, s->group_reads};
+                    s->read_in, s->group_reads, s->leaf_ptr, s->leaf_end,
+                    s->leaf_idx};
     fxcut_free_each(ptrs, sizeof ptrs / sizeof ptrs[0]);
     free(s);
 }
@@ -95,13 +96,23 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
         s->made_in = malloc(m * sizeof *s->made_in);
         s->read_in = malloc(m * sizeof *s->read_in);
         s->group_reads = malloc(m * sizeof *s->group_reads);
+        s->leaf_ptr = malloc(m * sizeof *s->leaf_ptr);
+        s->leaf_end = malloc(m * sizeof *s->leaf_end);
+        /* room for each kernel's leaves read about twice over the graph's
+         * edges (kernels past it are walked each time they are asked) */
+        size_t cap = 2 * (m + (size_t)g->in_ptr[n]);
+        if (cap > (size_t)INT32_MAX / 2)
+            cap = (size_t)INT32_MAX / 2;
+        s->leaf_cap = (int32_t)cap;
+        s->leaf_idx = malloc(cap * sizeof *s->leaf_idx);
         s->iteration = opt->iteration;
         fused_ok = s->realized != NULL && s->donated != NULL &&
                    s->inlined_reads != NULL && s->inlined_ops != NULL &&
                    s->inlined_heavy != NULL && s->visit != NULL &&
                    s->kernels != NULL && s->group_of != NULL &&
                    s->made_in != NULL && s->read_in != NULL &&
-                   s->group_reads != NULL;
+                   s->group_reads != NULL && s->leaf_ptr != NULL &&
+                   s->leaf_end != NULL && s->leaf_idx != NULL;
     }
     if (s->root == NULL || s->cost == NULL || s->tangent_dep == NULL ||
         s->mark == NULL || s->body == NULL || s->order == NULL ||

@@ -6,6 +6,7 @@
 #include "fxcut_internal.h"
 
 #include <limits.h>
+#include <string.h>
 
 /* Caps of the inlined-expression counts: any value past every threshold
  * behaves the same, and the sums never overflow. */
@@ -170,13 +171,13 @@ static int32_t next_epoch(fxcut_memsim *s)
 }
 
 /* The buffers and module inputs kernel k (node v) reads: its inlined
- * expression's leaves.  Calls visit(s, root, k, ctx) once per leaf root.
- * Each call is one visit epoch (s->visit holds the epoch that last saw a
- * node; the epochs restart from 0 before they could overflow). */
+ * expression's leaves.  Calls visit(s, root, k, ctx) once per leaf root. */
 typedef void (*leaf_fn)(fxcut_memsim *s, int32_t root, int32_t k, void *ctx);
 
-static void kernel_reads(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
-                         leaf_fn visit, void *ctx)
+/* The walk itself: one visit epoch (s->visit holds the epoch that last saw
+ * a node; the epochs restart from 0 before they could overflow). */
+static void walk_reads(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
+                       leaf_fn visit, void *ctx)
 {
     const fxcut_graph *g = s->g;
     int32_t ep = next_epoch(s);
@@ -197,6 +198,46 @@ static void kernel_reads(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
             if (s->visit[s->root[g->in_idx[e]]] != ep)
                 s->stack[sp++] = g->in_idx[e];
     }
+}
+
+/* A module walk asks each kernel's leaves five times (grouping, last
+ * reads, group counts, frees): the first walk of each kernel records them
+ * in s->leaf_idx, in the walk's order, while they fit. */
+static void record_leaf(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
+{
+    (void)k;
+    int64_t *fill = ctx;
+    if (*fill < s->leaf_cap)
+        s->leaf_idx[*fill] = r;
+    (*fill)++;
+}
+
+static void record_reads(fxcut_memsim *s, int32_t nk, uint8_t kept)
+{
+    int64_t fill = 0; /* past leaf_cap: the rest are walked each time */
+    for (int32_t k = 0; k < nk; k++) {
+        int64_t start = fill;
+        s->leaf_ptr[k] = -1;
+        if (fill > s->leaf_cap)
+            continue;
+        walk_reads(s, s->kernels[k], k, kept, record_leaf, &fill);
+        if (fill <= s->leaf_cap) {
+            s->leaf_ptr[k] = (int32_t)start;
+            s->leaf_end[k] = (int32_t)fill;
+        }
+    }
+}
+
+static void kernel_reads(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
+                         leaf_fn visit, void *ctx)
+{
+    int32_t at = s->leaf_ptr[k];
+    if (at < 0) {
+        walk_reads(s, v, k, kept, visit, ctx);
+        return;
+    }
+    for (int32_t end = s->leaf_end[k]; at < end; at++)
+        visit(s, s->leaf_idx[at], k, ctx);
 }
 
 static void note_last_read(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
@@ -408,17 +449,19 @@ static int32_t group_kernels(fxcut_memsim *s, int32_t nk, uint8_t kept)
  * realized (nothing of another module's or another evaluation's walk). */
 static void reset_walk(fxcut_memsim *s)
 {
-    for (int32_t i = 0; i < s->g->n; i++) {
-        s->realized[i] = 0;
-        s->inlined_reads[i] = 1;
-        s->inlined_ops[i] = 0;
-        s->inlined_heavy[i] = 0;
-        s->last[i] = -1;
-        s->charge[i] = -1;
-        s->visit[i] = -1;
-        s->made_in[i] = -1;
-        s->read_in[i] = -1;
-    }
+    size_t n = (size_t)s->g->n;
+    int32_t *reads = s->inlined_reads;
+    memset(s->realized, 0, n);
+    for (size_t i = 0; i < n; i++)
+        reads[i] = 1;
+    memset(s->inlined_ops, 0, n * sizeof *s->inlined_ops);
+    memset(s->inlined_heavy, 0, n);
+    /* all bytes 0xFF: -1 in each of these two's-complement arrays */
+    memset(s->last, 0xFF, n * sizeof *s->last);
+    memset(s->charge, 0xFF, n * sizeof *s->charge);
+    memset(s->visit, 0xFF, n * sizeof *s->visit);
+    memset(s->made_in, 0xFF, n * sizeof *s->made_in);
+    memset(s->read_in, 0xFF, n * sizeof *s->read_in);
     s->epoch = 0;
 }
 
@@ -560,6 +603,7 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
             s->last[s->root[i]] = END;
     realize(s, n_body, kept);
     int32_t nk = collect_kernels(s, n_body);
+    record_reads(s, nk, kept);
     int32_t ng = group_kernels(s, nk, kept);
     note_last_kernels(s, nk, kept, END);
     step_ctx c = {kept, 0, -1, -1, -1, 0, 0};

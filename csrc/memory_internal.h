@@ -63,6 +63,12 @@ struct fxcut_memsim {
     int32_t *read_in;       /* per root: the last group that read it */
     int32_t *group_reads;   /* per root: kernels of the walked group
                                reading it */
+    int32_t *leaf_ptr;      /* per kernel: where its leaves start in
+                               leaf_idx (-1: not recorded, walked) */
+    int32_t *leaf_end;      /* per kernel: where they end */
+    int32_t *leaf_idx;      /* leaf_cap entries: the leaves the kernels of
+                               the module walked last read, in order */
+    int32_t leaf_cap;
 };
 
 typedef struct fxcut_memsim fxcut_memsim;
