@@ -10,7 +10,9 @@ from setuptools import Extension, setup
 
 compile_args = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Wshadow", "-Wconversion",
                 "-Wno-sign-conversion", "-fvisibility=hidden"]
-link_args: list[str] = []
+# -pthread: the plan's search simulates decisions on several threads (csrc/plan.c, "lanes")
+compile_args.append("-pthread")
+link_args: list[str] = ["-pthread"]
 if os.environ.get("FXCUT_WERROR") == "1":
     compile_args.append("-Werror")
 if os.environ.get("FXCUT_SANITIZE") == "1":

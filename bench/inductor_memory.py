@@ -610,7 +610,8 @@ def run_measured(args: argparse.Namespace) -> int:
 def _planning_point(cap: Any, budget: float, rounds: int) -> dict[str, Any]:
     """torch's whole partition_fn at ``activation_memory_budget=budget``
     against fxcut's ``planned_partitioner(budget, memory_model="inductor")``
-    (its defaults: inductor's check within ``check_time_limit``), rounds
+    (its defaults: inductor's check within ``check_time_limit``, the search
+    on :func:`fxcut.solve.planner.search_threads` threads), rounds
     interleaved, garbage collector on; per-round ratios."""
     import statistics
 
@@ -639,9 +640,11 @@ def _planning_point(cap: Any, budget: float, rounds: int) -> dict[str, Any]:
                 choice = fn.planner.last
     assert choice is not None
     check = choice.check
+    front = fn.planner.last_frontier
     return {"budget": budget, "torch_s": statistics.median(torch_s), "fxcut_s": statistics.median(fxcut_s),
             "ratio": statistics.median(f / t for f, t in zip(fxcut_s, torch_s)), "rounds": rounds,
             "plan_s": choice.seconds, "peak": choice.peak_bytes, "torch_peak": choice.torch_peak_bytes,
+            "lanes": front.lanes if front is not None else 1,
             "check": "" if check is None else (check.skipped or check.failed or f"{len(check.asked)} asked")}
 
 
@@ -657,38 +660,52 @@ def run_planning(args: argparse.Namespace) -> int:
     data = _load(args.json)
     data["torch"] = _torch_version()
     data.setdefault("rows", [])
+    from fxcut.solve.planner import THREADS_ENV, search_threads
+
     for layers in args.layers:
         with FakeTensorMode():
             model, make_inputs, loss_fn = build_model("gpt2", layers=layers, hidden=1024, seq=512)
             inputs = make_inputs()
         cap = capture(model, inputs, loss_fn, compiler="inductor", fake=True)
-        for b in args.budgets:
-            row = {"layers": layers, "nodes": cap.num_nodes, **_planning_point(cap, b, args.rounds)}
-            data["rows"] = [r for r in data["rows"] if (r["layers"], r["budget"]) != (layers, b)] + [row]
-            print(f"{layers} layers ({cap.num_nodes} nodes) b={b:g}: torch {row['torch_s']:.2f} s, fxcut "
-                  f"{row['fxcut_s']:.2f} s (ratio {row['ratio']:.2f}); check: {row['check']}", flush=True)
-            data["load"] = _load_line()
-            _save(args.json, data)
+        for threads in args.threads:
+            if threads > 0:
+                os.environ[THREADS_ENV] = str(threads)
+            else:
+                os.environ.pop(THREADS_ENV, None)
+            used = search_threads()
+            for b in args.budgets:
+                row = {"layers": layers, "nodes": cap.num_nodes, "threads": used,
+                       **_planning_point(cap, b, args.rounds)}
+                data["rows"] = [r for r in data["rows"]
+                                if (r["layers"], r["budget"], r.get("threads", 1)) != (layers, b, used)] + [row]
+                print(f"{layers} layers ({cap.num_nodes} nodes) b={b:g}, {used} search thread(s): torch "
+                      f"{row['torch_s']:.2f} s, fxcut {row['fxcut_s']:.2f} s (ratio {row['ratio']:.2f}); "
+                      f"check: {row['check']}", flush=True)
+                data["load"] = _load_line()
+                _save(args.json, data)
+    os.environ.pop(THREADS_ENV, None)
     return 0
 
 
 def planning_markdown(data: dict[str, Any]) -> list[str]:
     """The planning-time rows (``planning`` subcommand's JSON) as Markdown."""
-    rows = sorted(data.get("rows", []), key=lambda r: (r["layers"], r["budget"]))
+    rows = sorted(data.get("rows", []), key=lambda r: (r["layers"], -r.get("threads", 1), r["budget"]))
     if not rows:
         return []
     out = ["**Planning time on a large GPT under the inductor model** (hidden 1024, seq 512, fake tensors; "
            "torch's whole partition_fn at `activation_memory_budget=b` against fxcut's whole partition_fn "
-           "`planned_partitioner(b, memory_model=\"inductor\")` with its defaults; medians of "
+           "`planned_partitioner(b, memory_model=\"inductor\")` with its defaults, its search on the "
+           "threads shown (`FXCUT_PLAN_THREADS`; the same plan on any number); medians of "
            f"{rows[0]['rounds']} interleaved rounds, garbage collector on; {data.get('torch', '')}, "
            f"{data.get('load', '')}):", "",
-           "| layers | joint nodes | b | torch (s) | fxcut (s) | fxcut / torch | inductor's check | "
-           "plan's modelled peak (MiB) | torch's (MiB) |", "|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+           "| layers | joint nodes | search threads | b | torch (s) | fxcut (s) | fxcut / torch | inductor's check | "
+           "plan's modelled peak (MiB) | torch's (MiB) |", "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['layers']} | {r['nodes']} | {r['budget']:g} | {r['torch_s']:.2f} | {r['fxcut_s']:.2f} | "
+        out.append(f"| {r['layers']} | {r['nodes']} | {r.get('threads', 1)} | {r['budget']:g} | {r['torch_s']:.2f} | "
+                   f"{r['fxcut_s']:.2f} | "
                    f"{r['ratio']:.2f} | {r['check']} | {r['peak'] / 2**20:.1f} | {r['torch_peak'] / 2**20:.1f} |")
     out += ["", "Command: `PYTHONPATH=python:bench python bench/inductor_memory.py planning --layers 24,48 "
-            "--budgets 0,0.5,1 --json docs/inductor_planning.json`"]
+            "--budgets 0,0.5,1 --threads 0,1 --json docs/inductor_planning.json`"]
     return out
 
 
@@ -723,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--layers", type=lambda v: [int(x) for x in v.split(",")], default=[24, 48])
     t.add_argument("--budgets", type=lambda v: [float(x) for x in v.split(",")], default=[0.0, 0.5, 1.0])
     t.add_argument("--rounds", type=int, default=3)
+    t.add_argument("--threads", type=lambda v: [int(x) for x in v.split(",")], default=[0],
+                   help="the plan search's threads (FXCUT_PLAN_THREADS), one row each; 0: its default "
+                        "(the CPUs this process may use, at most 8), e.g. 0,1")
     for p in (a, m, t):
         p.add_argument("--json", type=Path)
         p.add_argument("--md", type=Path)

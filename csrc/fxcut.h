@@ -629,7 +629,14 @@ typedef struct {
     const int64_t *fused_cost;
     const int64_t *iteration;
     int32_t realize_reuse_reads, realize_acc_reads, realize_opcount;
+    /* the search's lanes: decisions simulated at once, each on its own
+     * thread (<= 1: one, on the caller's; at most FXCUT_PLAN_MAX_THREADS).
+     * The frontier, the work and every decision are the same whatever the
+     * number: lanes only shorten the wall time (plan.c, "Lanes"). */
+    int32_t threads;
 } fxcut_plan_options;
+
+#define FXCUT_PLAN_MAX_THREADS 64
 
 /* One simulated decision. */
 typedef struct {
@@ -672,6 +679,9 @@ typedef struct {
     uint8_t exact;                /* 1: every decision was enumerated */
     uint8_t timed_out;            /* 1: the time limit stopped the search */
     uint8_t out_of_work;          /* 1: max_work stopped the search */
+    int32_t lanes;                /* the decisions it simulated at once
+                                     (opt->threads, less any it could not
+                                     start) */
 } fxcut_plan_frontier;
 
 int fxcut_plan_frontier_search(const fxcut_graph *g,

@@ -29,6 +29,7 @@
 #include "fxcut_internal.h"
 #include "memory_internal.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -122,6 +123,10 @@ static int check_options(const fxcut_graph *g, const fxcut_plan_options *opt,
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "max_points %d must be at least 1",
                           (int)opt->max_points);
+    if (opt->threads < 0 || opt->threads > FXCUT_PLAN_MAX_THREADS)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "threads %d is outside [0, %d]", (int)opt->threads,
+                          FXCUT_PLAN_MAX_THREADS);
     return FXCUT_OK;
 }
 
@@ -367,6 +372,7 @@ typedef struct {
     int out_of_work;      /* the work budget stopped it */
     int rc;               /* the first error of an evaluation */
     fxcut_error *err;
+    struct lanes *lanes;  /* NULL: one lane, the caller's */
 } search;
 
 static double elapsed(const search *q)
@@ -396,14 +402,14 @@ static int out_of_time(search *q)
  * change the backward (unsaved, the backward's dead-code elimination keeps
  * them wherever they can be computed), so every point's mask simulates to
  * exactly the point. */
-static void evaluate(search *q, fxcut_plan_eval *r)
+static void take_eval(search *q, const plan_sim *s, const uint8_t *mask,
+                      int rc, const fxcut_error *err, fxcut_plan_eval *r)
 {
-    plan_sim *s = &q->sim;
-    memset(r, 0, sizeof *r);
-    int rc = sim_eval(s, q->mask, r, q->err);
     if (rc != FXCUT_OK) {
         /* a decision the memory model finds unrealisable is no candidate;
          * any other error ends the search */
+        if (err != q->err)
+            *q->err = *err;
         if (rc != FXCUT_E_INVALID && q->rc == FXCUT_OK)
             q->rc = rc;
         r->peak_bytes = INT64_MAX;
@@ -415,9 +421,16 @@ static void evaluate(search *q, fxcut_plan_eval *r)
     for (int32_t i = 0; i < s->n; i++)
         q->norm[i] = (uint8_t)(s->saved[i] ||
                                (s->opt->role[i] == FXCUT_ROLE_FREE &&
-                                q->mask[i] &&
+                                mask[i] &&
                                 (s->g->flags[i] & FXCUT_F_IMPURE) != 0));
     frontier_add(&q->front, q->norm, r->peak_bytes, r->recompute_flops);
+}
+
+static void evaluate(search *q, fxcut_plan_eval *r)
+{
+    memset(r, 0, sizeof *r);
+    int rc = sim_eval(&q->sim, q->mask, r, q->err);
+    take_eval(q, &q->sim, q->mask, rc, q->err, r);
 }
 
 static int better(const fxcut_plan_eval *a, const fxcut_plan_eval *b)
@@ -463,43 +476,347 @@ static int32_t peak_candidates(search *q, const fxcut_plan_eval *r)
     return m;
 }
 
-/* Lower the peak (then the cost) from q->mask by first-improving toggles. */
-static void descend_peak(search *q)
+/* ---- lanes -------------------------------------------------------------
+ *
+ * A descent's sweep tries toggles of q->mask in a fixed order and takes the
+ * first whose decision is better.  With lanes, the next toggles of the sweep
+ * are simulated at once: each round hands each lane a run of consecutive
+ * toggles (lane 0 runs on the caller's thread, each other lane on a thread
+ * of its own, each with a simulator of its own; the graph and the options
+ * are only read), and a lane stops at the first decision better than the
+ * current one.  The results are then taken in the sweep's order exactly as
+ * one lane takes them: each counts its work, joins the frontier and may be
+ * the one taken; those after it are dropped uncounted.  So the frontier, the
+ * work and every decision are the same whatever the number of lanes; only
+ * the wall time is shorter.  The runs start at one toggle per lane after a
+ * decision is taken and double, up to LANE_RUN, while none is. */
+
+#define LANE_RUN 8
+
+typedef struct {
+    plan_sim sim;
+    uint8_t *mask;
+    uint8_t *norm;        /* LANE_RUN * n: each result's saved set */
+    int32_t first, count; /* its run: toggles first .. first+count-1 */
+    int32_t done;         /* simulated (it stops after a better one) */
+    fxcut_plan_eval r[LANE_RUN];
+    int rc[LANE_RUN];
+    fxcut_error err[LANE_RUN];
+} lane;
+
+struct lanes {
+    lane *lane;
+    int32_t n_lanes;      /* lane 0 is the caller's */
+    pthread_t *thread;    /* n_lanes - 1 started */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    int64_t round;        /* bumped for each round */
+    int32_t batch;        /* lanes 0 .. batch-1 take part in this round */
+    int32_t pending;      /* worker lanes of the round not done yet */
+    int stop;
+    /* the round: toggles (ta[k], tb[k]) of base, better than cur */
+    const uint8_t *base;
+    const int32_t *ta, *tb;
+    fxcut_plan_eval cur;
+};
+
+typedef struct {
+    struct lanes *pool;
+    int32_t index;
+} lane_arg;
+
+static void toggle(uint8_t *mask, const int32_t *ta, const int32_t *tb,
+                   int32_t k)
 {
-    fxcut_plan_eval cur, r;
-    evaluate(q, &cur);
-    while (!out_of_time(q)) {
-        int32_t m = peak_candidates(q, &cur);
-        int improved = 0;
-        for (int32_t k = 0; k < m && !out_of_time(q); k++) {
-            int32_t v = q->cand[k];
-            q->mask[v] ^= 1;
-            evaluate(q, &r);
-            if (better(&r, &cur)) {
-                cur = r;
-                improved = 1;
+    mask[ta[k]] ^= 1;
+    if (tb != NULL && tb[k] >= 0)
+        mask[tb[k]] ^= 1;
+}
+
+/* The lane's run, in order, until a decision better than p->cur; its mask
+ * and simulator are left at the last one. */
+static void lane_run(const struct lanes *p, lane *l)
+{
+    size_t n = (size_t)l->sim.n;
+    memcpy(l->mask, p->base, n);
+    l->done = 0;
+    for (int32_t i = 0; i < l->count; i++) {
+        int32_t k = l->first + i;
+        if (i > 0)
+            toggle(l->mask, p->ta, p->tb, k - 1);
+        toggle(l->mask, p->ta, p->tb, k);
+        fxcut_plan_eval *r = &l->r[i];
+        memset(r, 0, sizeof *r);
+        l->rc[i] = sim_eval(&l->sim, l->mask, r, &l->err[i]);
+        l->done = i + 1;
+        if (l->rc[i] == FXCUT_OK) {
+            uint8_t *nm = l->norm + (size_t)i * n;
+            const plan_sim *s = &l->sim;
+            for (size_t j = 0; j < n; j++)
+                nm[j] = (uint8_t)(s->saved[j] ||
+                                  (s->opt->role[j] == FXCUT_ROLE_FREE &&
+                                   l->mask[j] &&
+                                   (s->g->flags[j] & FXCUT_F_IMPURE) != 0));
+            if (better(r, &p->cur))
                 break;
-            }
-            q->mask[v] ^= 1;
+        } else if (l->rc[i] != FXCUT_E_INVALID) {
+            break; /* the search ends at it */
         }
-        /* stuck: toggle two of the largest candidates at once */
-        int32_t top = m < 12 ? m : 12;
-        for (int32_t a = 0; a < top && !improved && !out_of_time(q); a++)
-            for (int32_t b = a + 1; b < top && !improved && !out_of_time(q); b++) {
-                int32_t u = q->cand[a], v = q->cand[b];
-                q->mask[u] ^= 1;
-                q->mask[v] ^= 1;
-                evaluate(q, &r);
-                if (better(&r, &cur)) {
-                    cur = r;
-                    improved = 1;
-                } else {
-                    q->mask[u] ^= 1;
-                    q->mask[v] ^= 1;
+    }
+}
+
+static void *lane_main(void *arg)
+{
+    const lane_arg *la = arg;
+    struct lanes *p = la->pool;
+    int64_t seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->round == seen)
+            pthread_cond_wait(&p->go, &p->mu);
+        if (p->stop)
+            break;
+        seen = p->round;
+        int mine = la->index < p->batch;
+        pthread_mutex_unlock(&p->mu);
+        if (mine)
+            lane_run(p, &p->lane[la->index]);
+        pthread_mutex_lock(&p->mu);
+        if (mine && --p->pending == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void lane_release(lane *l)
+{
+    sim_free(&l->sim);
+    free(l->mask);
+    free(l->norm);
+    l->mask = NULL;
+    l->norm = NULL;
+}
+
+static void lanes_free(struct lanes *p, lane_arg *args)
+{
+    if (p == NULL)
+        return;
+    if (p->thread != NULL) {
+        pthread_mutex_lock(&p->mu);
+        p->stop = 1;
+        pthread_cond_broadcast(&p->go);
+        pthread_mutex_unlock(&p->mu);
+        for (int32_t k = 1; k < p->n_lanes; k++)
+            pthread_join(p->thread[k - 1], NULL);
+        pthread_cond_destroy(&p->done);
+        pthread_cond_destroy(&p->go);
+        pthread_mutex_destroy(&p->mu);
+    }
+    if (p->lane != NULL)
+        for (int32_t k = 0; k < p->n_lanes; k++)
+            lane_release(&p->lane[k]);
+    free(p->lane);
+    free(p->thread);
+    free(args);
+    free(p);
+}
+
+/* Lanes for the search, or NULL where there is one (a lane that cannot be
+ * made or started leaves the search with fewer: never an error). */
+static struct lanes *lanes_new(const fxcut_graph *g,
+                               const fxcut_plan_options *opt, int32_t wanted,
+                               lane_arg **args_out)
+{
+    *args_out = NULL;
+    if (wanted <= 1)
+        return NULL;
+    struct lanes *p = calloc(1, sizeof *p);
+    lane *ln = calloc((size_t)wanted, sizeof *ln);
+    pthread_t *th = calloc((size_t)wanted, sizeof *th);
+    lane_arg *args = calloc((size_t)wanted, sizeof *args);
+    if (p == NULL || ln == NULL || th == NULL || args == NULL) {
+        free(p);
+        free(ln);
+        free(th);
+        free(args);
+        return NULL;
+    }
+    p->lane = ln;
+    size_t n = (size_t)g->n + 1;
+    int32_t made = 0;
+    for (; made < wanted; made++) {
+        fxcut_error scratch;
+        memset(&scratch, 0, sizeof scratch);
+        if (sim_new(g, opt, &ln[made].sim, &scratch) != FXCUT_OK)
+            break;
+        ln[made].mask = malloc(n);
+        ln[made].norm = malloc(n * LANE_RUN);
+        if (ln[made].mask == NULL || ln[made].norm == NULL) {
+            lane_release(&ln[made]);
+            break;
+        }
+    }
+    p->n_lanes = made;
+    int ok = made > 1 && pthread_mutex_init(&p->mu, NULL) == 0;
+    if (ok && pthread_cond_init(&p->go, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        ok = 0;
+    }
+    if (ok && pthread_cond_init(&p->done, NULL) != 0) {
+        pthread_cond_destroy(&p->go);
+        pthread_mutex_destroy(&p->mu);
+        ok = 0;
+    }
+    if (!ok) {
+        free(th);
+        lanes_free(p, args); /* p->thread NULL: no thread to stop */
+        return NULL;
+    }
+    p->thread = th;
+    int32_t started = 1;
+    for (; started < made; started++) {
+        args[started].pool = p;
+        args[started].index = started;
+        if (pthread_create(&th[started - 1], NULL, lane_main,
+                           &args[started]) != 0)
+            break;
+    }
+    for (int32_t k = started; k < made; k++)
+        lane_release(&ln[k]); /* no thread: dropped */
+    p->n_lanes = started;
+    if (started <= 1) {
+        lanes_free(p, args);
+        return NULL;
+    }
+    *args_out = args;
+    return p;
+}
+
+/* One round: lanes 0 .. batch-1 run their runs at once. */
+static void lanes_round(struct lanes *p, int32_t batch)
+{
+    pthread_mutex_lock(&p->mu);
+    p->batch = batch;
+    p->pending = batch - 1;
+    p->round++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    lane_run(p, &p->lane[0]);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Result i of lane l taken as evaluate() takes one: its work counted, its
+ * point on the frontier (or its error noted). */
+static void take_lane_eval(search *q, lane *l, int32_t i, fxcut_plan_eval *r)
+{
+    q->sim.n_evals++;
+    q->sim.work += q->sim.eval_work;
+    *r = l->r[i];
+    if (l->rc[i] != FXCUT_OK) {
+        take_eval(q, &l->sim, l->mask, l->rc[i], &l->err[i], r);
+        return;
+    }
+    if (frontier_dominated(&q->front, r->peak_bytes, r->recompute_flops))
+        return;
+    frontier_add(&q->front, l->norm + (size_t)i * (size_t)q->sim.n,
+                 r->peak_bytes, r->recompute_flops);
+}
+
+/* Tries the toggles (ta[k], tb[k]) of q->mask for k = 0 .. m-1 in order
+ * (tb NULL or tb[k] < 0: ta[k] alone) and takes the first whose decision is
+ * better than *cur: returns 1 with that decision in q->mask, *cur and the
+ * simulator's state; 0 with q->mask as it was. */
+static int first_better(search *q, const int32_t *ta, const int32_t *tb,
+                        int32_t m, fxcut_plan_eval *cur)
+{
+    struct lanes *p = q->lanes;
+    fxcut_plan_eval r;
+    if (p == NULL) {
+        for (int32_t k = 0; k < m && !out_of_time(q); k++) {
+            toggle(q->mask, ta, tb, k);
+            evaluate(q, &r);
+            if (better(&r, cur)) {
+                *cur = r;
+                return 1;
+            }
+            toggle(q->mask, ta, tb, k);
+        }
+        return 0;
+    }
+    p->base = q->mask;
+    p->ta = ta;
+    p->tb = tb;
+    p->cur = *cur;
+    int32_t run = 1;
+    for (int32_t k = 0; k < m;) {
+        if (out_of_time(q))
+            return 0;
+        int32_t batch = 0;
+        for (; batch < p->n_lanes && k + batch * run < m; batch++) {
+            lane *l = &p->lane[batch];
+            l->first = k + batch * run;
+            l->count = m - l->first < run ? m - l->first : run;
+        }
+        lanes_round(p, batch);
+        for (int32_t j = 0; j < batch; j++) {
+            lane *l = &p->lane[j];
+            for (int32_t i = 0; i < l->done; i++) {
+                if ((j > 0 || i > 0) && out_of_time(q))
+                    return 0;
+                take_lane_eval(q, l, i, &r);
+                if (better(&r, cur)) {
+                    /* its lane stopped at it: the lane's simulator and mask
+                     * hold this decision */
+                    int64_t n_evals = q->sim.n_evals, work = q->sim.work;
+                    plan_sim tmp = q->sim;
+                    q->sim = l->sim;
+                    l->sim = tmp;
+                    q->sim.n_evals = n_evals;
+                    q->sim.work = work;
+                    memcpy(q->mask, l->mask, (size_t)q->sim.n);
+                    *cur = r;
+                    return 1;
                 }
             }
+            if (l->done < l->count)
+                return 0; /* an error that ends the search: q->rc holds it */
+            k = l->first + l->count;
+        }
+        if (run < LANE_RUN)
+            run *= 2;
+    }
+    return 0;
+}
+
+/* Lower the peak (then the cost) from q->mask by first-improving toggles:
+ * each candidate alone, then when none improves, pairs of the largest. */
+static void descend_peak(search *q)
+{
+    fxcut_plan_eval cur;
+    enum { TOP = 12 };
+    int32_t pa[TOP * (TOP - 1) / 2], pb[TOP * (TOP - 1) / 2];
+    evaluate(q, &cur);
+    if (cur.peak_bytes == INT64_MAX)
+        return; /* not realisable: no schedule to take candidates from */
+    while (!out_of_time(q)) {
+        int32_t m = peak_candidates(q, &cur);
+        int improved = first_better(q, q->cand, NULL, m, &cur);
+        if (!improved) {
+            int32_t top = m < TOP ? m : TOP, np = 0;
+            for (int32_t a = 0; a < top; a++)
+                for (int32_t b = a + 1; b < top; b++) {
+                    pa[np] = q->cand[a];
+                    pb[np] = q->cand[b];
+                    np++;
+                }
+            improved = first_better(q, pa, pb, np, &cur);
+        }
         if (!improved)
-            break; /* else the last evaluation was the accepted decision's */
+            break; /* else the last decision taken is the simulator's state */
     }
 }
 
@@ -726,12 +1043,15 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
     q.cand = malloc(((size_t)n + 1) * sizeof *q.cand);
     q.key = malloc(((size_t)n + 1) * sizeof *q.key);
     uint8_t *start = malloc((size_t)n + 1);
+    lane_arg *lane_args = NULL;
     if (!q.mask || !q.norm || !q.cand || !q.key || !start) {
         rc = fxcut_fail(err, FXCUT_E_NOMEM, -1,
                         "out of memory for the plan's search (%d nodes)",
                         (int)n);
         goto done;
     }
+    q.lanes = lanes_new(g, opt, opt->threads, &lane_args);
+    res->lanes = q.lanes != NULL ? q.lanes->n_lanes : 1;
     int32_t m = reachable_free(&q);
     res->n_free = m;
     res->exact = 0;
@@ -749,6 +1069,7 @@ int fxcut_plan_frontier_search(const fxcut_graph *g,
     }
     rc = q.rc != FXCUT_OK ? q.rc : frontier_result(&q, res, err);
 done:
+    lanes_free(q.lanes, lane_args);
     free(q.mask);
     free(q.norm);
     free(q.cand);

@@ -5,7 +5,8 @@
  *               flops=None) -> tuple
  * plan_frontier(arrays, *, num_fwd_outputs, role, storage_of=None,
  *               flops=None, seeds=None, exact_max_free=16,
- *               max_work=..., time_limit=1.0, max_points=1024) -> tuple
+ *               max_work=..., time_limit=1.0, max_points=1024,
+ *               threads=0) -> tuple
  * Every array is copied (GIL held) before the core runs without the GIL.
  */
 #include "py_binding.h"
@@ -32,17 +33,20 @@ const char fxcut_py_plan_frontier_doc[] =
 "              storage_of=None, flops=None, seeds=None, exact_max_free=16,\n"
 "              max_work=4000000000, time_limit=1.0, max_points=1024,\n"
 "              marks=None, fusion=None, fused_cost=None, iteration=None,\n"
-"              realize=None)\n"
+"              realize=None, threads=0)\n"
 "--\n\n"
 "The Pareto frontier (peak, recompute flops) of the decisions the search\n"
 "finds from `seeds` (k * n bytes of saved masks), every decision when at\n"
 "most exact_max_free FREE nodes can reach the backward.  Returns\n"
 "(peak_bytes (memoryview 'q'), recompute_flops (memoryview 'q'), masks\n"
 "(bytes, one n-byte saved set per point), n_free, n_evals, exact,\n"
-"timed_out, work, out_of_work); points by peak ascending, cost descending.\n"
+"timed_out, work, out_of_work, lanes); points by peak ascending, cost\n"
+"descending.\n"
 "The search stops after max_work units (n + edges per decision\n"
 "simulated: the same point on every machine); time_limit (seconds) is a\n"
-"safety net only (timed_out).";
+"safety net only (timed_out).  threads: the decisions simulated at\n"
+"once, each on a thread of its own (0 or 1: one; at most\n"
+"PLAN_MAX_THREADS): the same result whatever the number.";
 
 typedef struct {
     fxcut_graph_buffers gb;
@@ -195,7 +199,8 @@ out:
 /* The search's limits into c->opt, checked; -1 with the error naming the
  * one out of range. */
 static int search_limits(plan_call *c, PyObject *exact_obj, PyObject *points_obj,
-                         long long max_work, double time_limit)
+                         PyObject *threads_obj, long long max_work,
+                         double time_limit)
 {
     c->opt.exact_max_free = 16;
     c->opt.max_work = (int64_t)max_work;
@@ -204,7 +209,9 @@ static int search_limits(plan_call *c, PyObject *exact_obj, PyObject *points_obj
     if (int32_option(exact_obj, "exact_max_free", 0, 30,
                      &c->opt.exact_max_free) < 0 ||
         int32_option(points_obj, "max_points", 1, 1 << 20,
-                     &c->opt.max_points) < 0)
+                     &c->opt.max_points) < 0 ||
+        int32_option(threads_obj, "threads", 0, FXCUT_PLAN_MAX_THREADS,
+                     &c->opt.threads) < 0)
         return -1;
     if (max_work < 1) {
         PyErr_Format(PyExc_ValueError, "max_work = %lld must be at least 1",
@@ -273,14 +280,15 @@ static PyObject *run_frontier(PyObject *module, plan_call *c)
     }
     if (_PyBytes_Resize(&masks, (Py_ssize_t)f.n_points * n) < 0)
         goto out;
-    result = Py_BuildValue("(NNOiLOOLO)",
+    result = Py_BuildValue("(NNOiLOOLOi)",
                            fxcut_typed_view(peaks, f.n_points, "q", 8),
                            fxcut_typed_view(costs, f.n_points, "q", 8), masks,
                            (int)f.n_free, (long long)f.n_evals,
                            f.exact ? Py_True : Py_False,
                            f.timed_out ? Py_True : Py_False,
                            (long long)f.work,
-                           f.out_of_work ? Py_True : Py_False);
+                           f.out_of_work ? Py_True : Py_False,
+                           (int)f.lanes);
 out:
     Py_XDECREF(masks);
     free(peaks);
@@ -295,21 +303,21 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
                                "flops", "seeds", "exact_max_free",
                                "max_work", "time_limit", "max_points",
                                "marks", "fusion", "fused_cost", "iteration",
-                               "realize", NULL};
+                               "realize", "threads", NULL};
     PyObject *marks = Py_None, *fusion = Py_None, *fused_cost = Py_None,
-             *realize = Py_None, *iteration = Py_None;
+             *realize = Py_None, *iteration = Py_None, *threads_obj = NULL;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *storage = Py_None,
                      *flops = Py_None, *seeds = Py_None, *exact_obj = NULL,
                      *points_obj = NULL;
     long long max_work = 4000000000LL;
     double time_limit = 1.0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOOLdOOOOOO:plan_frontier",
+                                     "O|$OOOOOOLdOOOOOOO:plan_frontier",
                                      keywords, &graph, &num_fwd, &role,
                                      &storage, &flops, &seeds, &exact_obj,
                                      &max_work, &time_limit, &points_obj,
                                      &marks, &fusion, &fused_cost, &iteration,
-                                     &realize))
+                                     &realize, &threads_obj))
         return NULL;
     if (missing("plan_frontier", num_fwd, role, Py_None) < 0)
         return NULL;
@@ -317,7 +325,8 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     PyObject *result = NULL;
     if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
              fused_cost, iteration, realize) == 0 &&
-        search_limits(&c, exact_obj, points_obj, max_work, time_limit) == 0 &&
+        search_limits(&c, exact_obj, points_obj, threads_obj, max_work,
+                      time_limit) == 0 &&
         load_seeds(&c, seeds) == 0)
         result = run_frontier(module, &c);
     plan_call_free(&c);

@@ -7,7 +7,8 @@
  * their contract: the frontier sorted by peak ascending with costs strictly
  * descending, each point's mask simulating to exactly its (peak, cost);
  * every seed dominated by a point; with every FREE node enumerable, the
- * frontier flagged exact.  Arrays at their exact sizes.
+ * frontier flagged exact; the same search on three lanes (threads) finds
+ * the same frontier, evaluations and work.  Arrays at their exact sizes.
  *
  * Trailer after the graph (reads past the end are 0):
  *   u8 mode      bit 0 storage_of given; bit 1 flops given; bit 2 raw roles
@@ -123,6 +124,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (f.n_free <= opt.exact_max_free && !f.timed_out && !f.out_of_work)
             FZ_CHECK(f.exact, "%d FREE nodes, not exact", f.n_free);
+        /* lanes: the same search on three threads finds the same frontier
+         * (the time limit aside) */
+        if (!f.timed_out) {
+            fxcut_plan_options opt3 = opt;
+            opt3.threads = 3;
+            fxcut_plan_frontier f3;
+            memset(&f3, 0, sizeof f3);
+            f3.peak_bytes = xmalloc((size_t)max_points * sizeof *f3.peak_bytes);
+            f3.recompute_flops =
+                xmalloc((size_t)max_points * sizeof *f3.recompute_flops);
+            f3.masks = xmalloc((size_t)max_points * ((size_t)n + 1));
+            rc = fxcut_plan_frontier_search(&g, &opt3, &f3, &err);
+            if (rc == FXCUT_OK && !f3.timed_out) {
+                FZ_CHECK(f3.n_points == f.n_points &&
+                             f3.n_evals == f.n_evals && f3.work == f.work &&
+                             f3.exact == f.exact &&
+                             f3.out_of_work == f.out_of_work,
+                         "3 lanes: %d points, %lld evaluations; 1 lane: %d, "
+                         "%lld", f3.n_points, (long long)f3.n_evals,
+                         f.n_points, (long long)f.n_evals);
+                for (int32_t k = 0; k < f.n_points; k++)
+                    FZ_CHECK(f3.peak_bytes[k] == f.peak_bytes[k] &&
+                                 f3.recompute_flops[k] ==
+                                     f.recompute_flops[k] &&
+                                 memcmp(f3.masks + (size_t)k * (size_t)n,
+                                        f.masks + (size_t)k * (size_t)n,
+                                        (size_t)n) == 0,
+                             "3 lanes: point %d differs", k);
+            } else {
+                FZ_CHECK(rc != FXCUT_OK || f3.timed_out,
+                         "3 lanes failed where 1 did not");
+            }
+            free(f3.peak_bytes);
+            free(f3.recompute_flops);
+            free(f3.masks);
+        }
     }
     free(f.peak_bytes);
     free(f.recompute_flops);

@@ -47,7 +47,7 @@ fi
 echo "fuzz.sh: $(clang --version | head -1); ${TIME}s per target; output in $OUT"
 
 CORE=$(ls csrc/*.c | grep -v -e '/module\.c$' -e '/py_')
-CFLAGS=(-std=c11 -g -O1 -fno-omit-frame-pointer
+CFLAGS=(-std=c11 -g -O1 -fno-omit-frame-pointer -pthread
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
         -Wall -Wextra -Wshadow -Wconversion -Wno-sign-conversion -Werror
         -Icsrc -Ifuzz)

@@ -89,6 +89,7 @@ PLAN_ROLE_INPUT: int
 PLAN_ROLE_SAVE: int
 PLAN_ROLE_FREE: int
 PLAN_ROLE_RECOMPUTE: int
+PLAN_MAX_THREADS: int
 STAGE_MIN_CUT: int
 STAGE_MORE_AGGRESSIVE: int
 STAGE_NO_BACKWARD: int
@@ -287,7 +288,8 @@ def plan_frontier(
     fused_cost: Buffer | None = None,
     iteration: Buffer | None = None,
     realize: tuple[int, int, int] | None = None,
-) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool]: ...
+    threads: int = 0,
+) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool, int]: ...
 def cse_key(
     args: Any, kwargs: Any, env: dict[Any, Any], config: CseKeyConfig
 ) -> tuple[tuple[Any, ...], Any, tuple[Any, ...], Any, int] | None: ...

@@ -27,6 +27,7 @@ values that must be in the backward.
 from __future__ import annotations
 
 import math
+import os
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +46,34 @@ DEFAULT_MAX_WORK = 40_000_000
 #: The wall-clock safety net of the search (seconds), far above what the
 #: work budget takes: a limit, not the usual stop.
 DEFAULT_TIME_LIMIT = 60.0
+#: The environment variable naming how many decisions the search simulates
+#: at once, each on a thread of its own (1 to ``_C.PLAN_MAX_THREADS``).
+THREADS_ENV = "FXCUT_PLAN_THREADS"
+#: Without it: the CPUs this process may run on, at most this many.
+DEFAULT_MAX_THREADS = 8
+
+
+def search_threads() -> int:
+    """The threads the plan's search runs on: ``$FXCUT_PLAN_THREADS``, else
+    the CPUs this process may use (at most :data:`DEFAULT_MAX_THREADS`).
+    The frontier is the same whatever the number (the C search takes the
+    results in its own order, ``csrc/plan.c``, "lanes"); only its wall time
+    changes.  A bad value is a ValueError naming the variable."""
+    text = os.environ.get(THREADS_ENV)
+    if text is not None and text.strip() != "":
+        try:
+            wanted = int(text)
+        except ValueError:
+            wanted = 0
+        if not 1 <= wanted <= _C.PLAN_MAX_THREADS:
+            raise ValueError(f"{THREADS_ENV}={text!r}: expected a whole number of threads in "
+                             f"[1, {_C.PLAN_MAX_THREADS}]")
+        return wanted
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on every platform
+        cpus = os.cpu_count() or 1
+    return max(1, min(DEFAULT_MAX_THREADS, cpus))
 
 
 # --------------------------------------------------------------------------- simulation and frontier
@@ -74,6 +103,8 @@ class Frontier(NamedTuple):
     timed_out: bool
     work: int
     out_of_work: bool
+    #: the decisions the search simulated at once (threads: :func:`search_threads`)
+    lanes: int = 1
 
 
 @dataclass
@@ -131,12 +162,13 @@ class PlanProblem:
     def frontier(self, seeds: Sequence[bytes], *, roles: bytes | None = None, exact_max_free: int = 16,
                  max_work: int = DEFAULT_MAX_WORK, time_limit: float = 60.0, max_points: int = 1024) -> Frontier:
         n = len(self.arrays)
-        peaks, costs, masks, n_free, n_evals, exact, timed_out, work, out_of_work = core.plan_frontier(
+        peaks, costs, masks, n_free, n_evals, exact, timed_out, work, out_of_work, lanes = core.plan_frontier(
             self.arrays, num_fwd_outputs=self.num_fwd_outputs, role=roles or self.roles,
             storage_of=self.storage, flops=self.flops, seeds=b"".join(seeds), exact_max_free=exact_max_free,
-            max_work=max_work, time_limit=time_limit, max_points=max_points, marks=self.marks, **self._model())
+            max_work=max_work, time_limit=time_limit, max_points=max_points, marks=self.marks,
+            threads=search_threads(), **self._model())
         return Frontier(list(peaks), list(costs), [masks[k * n:(k + 1) * n] for k in range(len(peaks))],
-                        n_free, n_evals, exact, timed_out, work, out_of_work)
+                        n_free, n_evals, exact, timed_out, work, out_of_work, lanes)
 
 
 def saved_mask(n: int, saved: Sequence[int]) -> bytes:
@@ -198,5 +230,5 @@ def roles_for(roles: bytes, members: list[int], current: bytes) -> bytes:
     return bytes(out)
 
 
-__all__ = ["DEFAULT_MAX_WORK", "DEFAULT_SEED_BUDGETS", "DEFAULT_TIME_LIMIT", "Frontier", "PlanProblem",
-           "Simulation", "limit_of", "pick", "region_groups", "roles_for", "saved_mask"]
+__all__ = ["DEFAULT_MAX_THREADS", "DEFAULT_MAX_WORK", "DEFAULT_SEED_BUDGETS", "DEFAULT_TIME_LIMIT", "Frontier", "PlanProblem",
+           "Simulation", "THREADS_ENV", "limit_of", "pick", "region_groups", "roles_for", "saved_mask", "search_threads"]
