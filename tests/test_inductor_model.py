@@ -432,6 +432,8 @@ def test_skipped_check_plans_torchs_decision_at_b_and_the_models_lowest_at_0(bud
         assert planned == torch_saved
         # the model alone would have planned something else here: the rule is what made it torch's
         assert {nodes[i].name for i in model_only.planner.last.saved} != torch_saved
+        # no search ran: nothing enumerated, no frontier point
+        assert not skipped.planner.last.exact and skipped.planner.last.frontier_points == 0
     else:
         assert skipped.planner.last.saved == model_only.planner.last.saved
         assert skipped.planner.last.peak_bytes <= skipped.planner.last.torch_peak_bytes

@@ -299,6 +299,8 @@ class PeakPlanner:
             exact = exact and front.exact
             per_region[budget] = front.peak_bytes[k] if mask is front.masks[k] else prob.simulate(mask, roles).peak_bytes
             self.last_frontier = front
+        # no search ran (inductor's check skipped at b > 0): nothing was enumerated, the lowest is torch's
+        exact = exact and points > 0
         cert = None
         searched = prob.simulate(current)
         if self.solver != "search":
