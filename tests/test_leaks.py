@@ -176,6 +176,8 @@ def _cases() -> list[Case]:
         ("plan_simulate/missing role", ps, (ok,), {"num_fwd_outputs": 1, "saved": bytes(n)}, TypeError),
         ("plan_frontier", pf, (ok,), {**plan_full, "seeds": bytes(2 * n)}, None),
         ("plan_frontier/search", pf, (ok,), {**plan_full, "exact_max_free": 0, "max_work": 500}, None),
+        ("plan_frontier/lanes", pf, (ok,), {**plan_full, "exact_max_free": 0, "max_work": 500, "threads": 3}, None),
+        ("plan_frontier/bad threads", pf, (ok,), {**plan_ok, "threads": -1}, ValueError),
         ("plan_frontier/seeds length", pf, (ok,), {**plan_ok, "seeds": bytes(n + 1)}, ValueError),
         ("plan_simulate/inductor model", ps, (ok,), {**plan_full, "saved": bytes(n), **fused}, None),
         ("plan_frontier/inductor model", pf, (ok,), {**plan_full, "seeds": bytes(n), **fused}, None),
