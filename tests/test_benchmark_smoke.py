@@ -334,3 +334,32 @@ def test_models_are_deterministic_and_torch_only_ones_need_no_extra() -> None:
     assert all(torch.equal(a.inputs[k], b.inputs[k]) for k in a.inputs)
     with pytest.raises(ValueError, match="unknown model"):
         realmodels.build("nope")
+
+
+# --------------------------------------------------------------------------- the inductor benchmark's counting
+
+
+def _row(backend: str, peak: int, steps: list[float]) -> dict[str, object]:
+    return {"backend": backend, "status": "ok", "peak_bytes": peak, "round_step_s": steps}
+
+
+def test_inductor_benchmark_counts_a_stock_point_dominated_across_budgets() -> None:
+    """bench/inductor_memory.py: a stock point the plan at the same b does not
+    dominate is measured against the plan at the largest other b whose peak
+    is at or below stock's (``--cross``), and counted dominated only when that
+    plan's step, in the same process, is within 1.05x of stock's."""
+    import inductor_memory as im
+
+    by = {r["backend"]: r for r in [
+        _row("stock@0", 300, [1.0] * 3), _row("fxcut@0", 240, [1.13] * 3),  # lower, 13% slower: not dominated
+        _row("stock@0.5", 270, [1.0] * 3), _row("fxcut@0.5", 270, [1.0] * 3),
+        _row("stock@1", 280, [1.0] * 3), _row("fxcut@1", 270, [0.99] * 3)]}
+    # stock@0 (300): plans at 0.5 and 1 are both at or below it; the largest b is taken
+    assert im.cross_pairs(by) == [(0.0, 1.0)]
+    fast = {im._cross_key(0.0, 1.0): [_row("stock@0", 300, [1.0, 1.0, 1.0]), _row("fxcut@1", 270, [0.9, 1.2, 0.95])]}
+    slow = {im._cross_key(0.0, 1.0): [_row("stock@0", 300, [1.0, 1.0, 1.0]), _row("fxcut@1", 270, [1.1, 1.2, 0.9])]}
+    higher = {im._cross_key(0.0, 1.0): [_row("stock@0", 260, [1.0] * 3), _row("fxcut@1", 270, [0.9] * 3)]}
+    assert im._cross_dominated(fast, 0.0) == 1.0  # median of per-round ratios 0.95
+    assert im._cross_dominated(slow, 0.0) is None  # median 1.1
+    assert im._cross_dominated(higher, 0.0) is None  # that process measured the plan above stock
+    assert im._cross_dominated(fast, 0.5) is None  # another stock point
