@@ -424,6 +424,18 @@ def plan_vs_stock_markdown(data: dict[str, Any]) -> list[str]:
                   f"{summary['same_missed']} of those missed at the same b on step noise alone;",
                   f"- gradients as close to eager as stock's (at most twice stock's largest error, or 1e-6): "
                   f"{summary['grads']} of {n}."]
+        crossed = []
+        for name, pairs_of in sorted(data.get("cross", {}).items()):
+            for key, rows in sorted(pairs_of.items()):
+                cb = {r.get("backend"): r for r in rows if r.get("status") == "ok"}
+                st_key, pl_key = key.split("|")
+                st, pl = cb.get(st_key), cb.get(pl_key)
+                if st and pl:
+                    crossed.append(f"{name} stock b={st_key.split('@')[1]} {st['peak_bytes'] / 2**20:.2f} MiB "
+                                   f"against the plan at b={pl_key.split('@')[1]} {pl['peak_bytes'] / 2**20:.2f} MiB, "
+                                   f"step {_step_ratio(pl, st):.2f}x")
+        if crossed:
+            lines += ["", "Measured across budgets (`--cross`, one process each): " + "; ".join(crossed) + "."]
     return lines
 
 
