@@ -422,7 +422,7 @@ SIGNATURES = {
                      "fusion=None, fused_cost=None, iteration=None, realize=None)",
     "plan_frontier": "(graph, /, *, num_fwd_outputs, role, storage_of=None, flops=None, seeds=None, "
                      "exact_max_free=16, max_work=4000000000, time_limit=1.0, max_points=1024, marks=None, "
-                     "fusion=None, fused_cost=None, iteration=None, realize=None)",
+                     "fusion=None, fused_cost=None, iteration=None, realize=None, threads=0)",
     "cse_key": "(args, kwargs, env, config)",
     "lower_read": "(nodes, replace, config, /)",
     "prepare_plan": "(nodes, node_facts, config, /, *, eliminate_dead, cse)",
