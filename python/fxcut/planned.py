@@ -297,7 +297,8 @@ class PeakPlanner:
             lowest = min(lowest, front.peak_bytes[0])
             points += len(front.peak_bytes)
             exact = exact and front.exact
-            per_region[budget] = front.peak_bytes[k] if mask is front.masks[k] else prob.simulate(mask, roles).peak_bytes
+            per_region[budget] = (front.peak_bytes[k] if mask is front.masks[k]
+                                  else prob.simulate(mask, roles).peak_bytes)
             self.last_frontier = front
         # no search ran (inductor's check skipped at b > 0): nothing was enumerated, the lowest is torch's
         exact = exact and points > 0

@@ -268,5 +268,5 @@ def checked_pick(front: Frontier, torch: Sequence[TorchDecision], budget: float,
     return report.picked, report
 
 
-__all__ = ["ASK_SECONDS_PER_NODE", "CheckReport", "TorchDecision", "asks_within", "checked_pick", "decision_peak", "inductor_peak",
-           "prepared_copy"]
+__all__ = ["ASK_SECONDS_PER_NODE", "CheckReport", "TorchDecision", "asks_within", "checked_pick", "decision_peak",
+           "inductor_peak", "prepared_copy"]

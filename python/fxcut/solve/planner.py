@@ -230,5 +230,6 @@ def roles_for(roles: bytes, members: list[int], current: bytes) -> bytes:
     return bytes(out)
 
 
-__all__ = ["DEFAULT_MAX_THREADS", "DEFAULT_MAX_WORK", "DEFAULT_SEED_BUDGETS", "DEFAULT_TIME_LIMIT", "Frontier", "PlanProblem",
-           "Simulation", "THREADS_ENV", "limit_of", "pick", "region_groups", "roles_for", "saved_mask", "search_threads"]
+__all__ = ["DEFAULT_MAX_THREADS", "DEFAULT_MAX_WORK", "DEFAULT_SEED_BUDGETS", "DEFAULT_TIME_LIMIT", "Frontier",
+           "PlanProblem", "Simulation", "THREADS_ENV", "limit_of", "pick", "region_groups", "roles_for",
+           "saved_mask", "search_threads"]
