@@ -507,7 +507,9 @@ typedef struct {
 struct lanes {
     lane *lane;
     int32_t n_lanes;      /* lane 0 is the caller's */
-    pthread_t *thread;    /* n_lanes - 1 started */
+    pthread_t *thread;    /* thread[k - 1] runs lane k */
+    int32_t n_threads;    /* started */
+    int sync_ready;       /* mu, go and done initialised */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
     int64_t round;        /* bumped for each round */
@@ -602,13 +604,15 @@ static void lanes_free(struct lanes *p, lane_arg *args)
 {
     if (p == NULL)
         return;
-    if (p->thread != NULL) {
+    if (p->n_threads > 0) {
         pthread_mutex_lock(&p->mu);
         p->stop = 1;
         pthread_cond_broadcast(&p->go);
         pthread_mutex_unlock(&p->mu);
-        for (int32_t k = 1; k < p->n_lanes; k++)
-            pthread_join(p->thread[k - 1], NULL);
+        for (int32_t k = 0; k < p->n_threads; k++)
+            pthread_join(p->thread[k], NULL);
+    }
+    if (p->sync_ready) {
         pthread_cond_destroy(&p->done);
         pthread_cond_destroy(&p->go);
         pthread_mutex_destroy(&p->mu);
@@ -622,6 +626,22 @@ static void lanes_free(struct lanes *p, lane_arg *args)
     free(p);
 }
 
+static int sync_init(struct lanes *p)
+{
+    if (pthread_mutex_init(&p->mu, NULL) != 0)
+        return 0;
+    if (pthread_cond_init(&p->go, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        return 0;
+    }
+    if (pthread_cond_init(&p->done, NULL) != 0) {
+        pthread_cond_destroy(&p->go);
+        pthread_mutex_destroy(&p->mu);
+        return 0;
+    }
+    return 1;
+}
+
 /* Lanes for the search, or NULL where there is one (a lane that cannot be
  * made or started leaves the search with fewer: never an error). */
 static struct lanes *lanes_new(const fxcut_graph *g,
@@ -632,60 +652,44 @@ static struct lanes *lanes_new(const fxcut_graph *g,
     if (wanted <= 1)
         return NULL;
     struct lanes *p = calloc(1, sizeof *p);
-    lane *ln = calloc((size_t)wanted, sizeof *ln);
-    pthread_t *th = calloc((size_t)wanted, sizeof *th);
     lane_arg *args = calloc((size_t)wanted, sizeof *args);
-    if (p == NULL || ln == NULL || th == NULL || args == NULL) {
+    if (p == NULL || args == NULL) {
         free(p);
-        free(ln);
-        free(th);
         free(args);
         return NULL;
     }
-    p->lane = ln;
+    p->lane = calloc((size_t)wanted, sizeof *p->lane);
+    p->thread = calloc((size_t)wanted, sizeof *p->thread);
+    if (p->lane == NULL || p->thread == NULL) {
+        lanes_free(p, args);
+        return NULL;
+    }
     size_t n = (size_t)g->n + 1;
-    int32_t made = 0;
-    for (; made < wanted; made++) {
+    for (; p->n_lanes < wanted; p->n_lanes++) {
+        lane *l = &p->lane[p->n_lanes];
         fxcut_error scratch;
         memset(&scratch, 0, sizeof scratch);
-        if (sim_new(g, opt, &ln[made].sim, &scratch) != FXCUT_OK)
+        if (sim_new(g, opt, &l->sim, &scratch) != FXCUT_OK)
             break;
-        ln[made].mask = malloc(n);
-        ln[made].norm = malloc(n * LANE_RUN);
-        if (ln[made].mask == NULL || ln[made].norm == NULL) {
-            lane_release(&ln[made]);
+        l->mask = malloc(n);
+        l->norm = malloc(n * LANE_RUN);
+        if (l->mask == NULL || l->norm == NULL) {
+            lane_release(l);
             break;
         }
     }
-    p->n_lanes = made;
-    int ok = made > 1 && pthread_mutex_init(&p->mu, NULL) == 0;
-    if (ok && pthread_cond_init(&p->go, NULL) != 0) {
-        pthread_mutex_destroy(&p->mu);
-        ok = 0;
-    }
-    if (ok && pthread_cond_init(&p->done, NULL) != 0) {
-        pthread_cond_destroy(&p->go);
-        pthread_mutex_destroy(&p->mu);
-        ok = 0;
-    }
-    if (!ok) {
-        free(th);
-        lanes_free(p, args); /* p->thread NULL: no thread to stop */
-        return NULL;
-    }
-    p->thread = th;
-    int32_t started = 1;
-    for (; started < made; started++) {
-        args[started].pool = p;
-        args[started].index = started;
-        if (pthread_create(&th[started - 1], NULL, lane_main,
-                           &args[started]) != 0)
+    p->sync_ready = p->n_lanes > 1 && sync_init(p);
+    for (int32_t k = 1; p->sync_ready && k < p->n_lanes; k++) {
+        args[k].pool = p;
+        args[k].index = k;
+        if (pthread_create(&p->thread[k - 1], NULL, lane_main, &args[k]) != 0)
             break;
+        p->n_threads = k;
     }
-    for (int32_t k = started; k < made; k++)
-        lane_release(&ln[k]); /* no thread: dropped */
-    p->n_lanes = started;
-    if (started <= 1) {
+    /* lanes without a thread are dropped */
+    while (p->n_lanes > p->n_threads + 1)
+        lane_release(&p->lane[--p->n_lanes]);
+    if (p->n_lanes <= 1) {
         lanes_free(p, args);
         return NULL;
     }
