@@ -18,6 +18,7 @@ and the plan on it.
 
 from __future__ import annotations
 
+import re
 import sys
 from array import array
 from pathlib import Path
@@ -186,6 +187,61 @@ def test_wrapper_reader_follows_a_renamed_buffer() -> None:
     # buf0 allocated (16), renamed (no event), its first name deleted (still held by buf1: no event),
     # buf2 allocated (32), buf1 deleted: the storage freed (16)
     assert (events, end) == ([0, 16, 32, 16], 16)
+
+
+@pytest.mark.parametrize("text, size", [
+    ("(s33, 64)", (7, 64)),
+    ("(64*s33, 2*s33 + s5)", (448, 17)),
+    ("((-1) + s33, s33 // 2, s33 % 4)", (6, 3, 3)),
+    ("(-((-s33) // 2), max(1, s5 - 8), min(s33, s5))", (4, 1, 3)),
+    ("(4, )", (4,)),
+    ("()", ()),
+])
+def test_wrapper_sizes_of_a_dynamic_graph_take_the_traced_values(text: str, size: tuple[int, ...]) -> None:
+    """A graph traced with dynamic shapes: its wrapper sizes buffers by
+    symbols; the reader evaluates them at the traced values."""
+    from fxcut.torchrules.inductor import _size_tuple
+
+    assert _size_tuple(text, {"s33": 7, "s5": 3}, "line") == size
+
+
+@pytest.mark.parametrize("text, words", [
+    ("(u0, 4)", "'u0', which has no traced value"),
+    ("(s33 ** 2, )", "does not evaluate (s33 ** 2)"),
+    ("(s33 // 0, )", "divided by zero"),
+    ("s33", "not a tuple"),
+    ("(s33, ", "cannot parse"),
+    ("(__import__('os'), )", "does not evaluate"),
+])
+def test_wrapper_sizes_it_cannot_evaluate_are_named(text: str, words: str) -> None:
+    from fxcut.torchrules.inductor import WrapperNotUnderstood, _size_tuple
+
+    with pytest.raises(WrapperNotUnderstood, match=re.escape(words)):
+        _size_tuple(text, {"s33": 7}, "line")
+
+
+def test_inductor_check_reads_a_graph_traced_with_dynamic_shapes() -> None:
+    """``torch.compile(dynamic=True)`` (or a recompile after a size change):
+    the check asks inductor about modules whose buffers are sized by
+    symbols; it reads them at the traced sizes -- the same peaks as the
+    same model traced with static shapes at those sizes -- instead of
+    failing and dropping the check."""
+    from fxcut.planned import planned_partitioner
+    from fxcut.tools.capture import capture
+
+    asked = {}
+    for dynamic in (False, True):
+        torch.manual_seed(0)
+        model = _Chain()
+        cap = capture(model, [torch.randn(16, 64)], lambda out, _: out.sum(), compiler="inductor", dynamic=dynamic)
+        symbolic = any(isinstance(n.meta.get("val"), torch.SymInt) for n in cap.fresh().graph.nodes)
+        assert symbolic == dynamic
+        fn = planned_partitioner(0.5, memory_model="inductor")
+        cap.partition(fn)
+        report = fn.planner.last.check
+        assert report is not None and not report.failed and not report.skipped, report
+        asked[dynamic] = report.torch_asked
+    assert asked[True] == asked[False] and asked[False], asked
 
 
 def test_recomputed_chain_is_inlined_into_the_backward(chain: Any) -> None:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,7 +179,7 @@ def ask_inductor(module: fx.GraphModule, *, is_backward: bool, donated: Sequence
                 code = generated[0].value
     result = InductorMemory(buffers, kernels, scheduler_peak, -1, wrapper_code=code)
     if wrapper:
-        result.live_bytes, result.end_bytes = wrapper_events(code, module, sizes)
+        result.live_bytes, result.end_bytes = wrapper_events(code, module, sizes, size_hints(fake_mode.shape_env))
         result.wrapper_peak = max(result.live_bytes, default=0)
     return result
 
@@ -247,6 +247,71 @@ _DEL = re.compile(r"^del (.*)$")
 _ASSIGN = re.compile(r"^(\w+) = (.*)$")
 
 
+def size_hints(shape_env: Any) -> dict[str, int]:
+    """The value each backed size symbol of ``shape_env`` had when the
+    graph was traced (``s33`` -> 7), by the name inductor's wrapper prints;
+    empty without a shape environment.  The generated code of a graph traced
+    with dynamic shapes sizes its buffers by these symbols, and a step at
+    the traced sizes allocates what they give (the memory models use the
+    same hints)."""
+    if shape_env is None:
+        return {}
+    # torch 2.13 renamed var_to_val (still there, deprecated) to backed_var_to_val
+    table = getattr(shape_env, "backed_var_to_val", None)
+    if table is None:
+        table = getattr(shape_env, "var_to_val", None) or {}
+    hints: dict[str, int] = {}
+    for sym, val in table.items():
+        try:
+            hints[str(sym)] = int(val)
+        except (TypeError, ValueError):
+            continue
+    return hints
+
+
+_BINARY: dict[type[ast.operator], Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+
+
+def _size_value(node: ast.expr, hints: Mapping[str, int], line: str) -> int:
+    """One size or stride the wrapper prints: an integer, a symbol, or
+    integer arithmetic over them (``2*s33``, ``(-1) + s0``, ``max(1, s0)``,
+    inductor's ceiling division ``-((-s0) // 2)``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id not in hints:
+            raise WrapperNotUnderstood(f"a size of symbol {node.id!r}, which has no traced value (an unbacked "
+                                       f"size), in: {line}")
+        return hints[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _size_value(node.operand, hints, line)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        a, b = _size_value(node.left, hints, line), _size_value(node.right, hints, line)
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b == 0:
+            raise WrapperNotUnderstood(f"a size divided by zero in: {line}")
+        return _BINARY[type(node.op)](a, b)
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min")
+            and node.args and not node.keywords):
+        values = [_size_value(a, hints, line) for a in node.args]
+        return max(values) if node.func.id == "max" else min(values)
+    raise WrapperNotUnderstood(f"a size this reader does not evaluate ({ast.unparse(node)}) in: {line}")
+
+
+def _size_tuple(text: str, hints: Mapping[str, int], line: str) -> tuple[int, ...]:
+    """A shape or stride tuple of an ``empty_strided_*`` call, evaluated
+    with the traced value of each size symbol."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError:
+        raise WrapperNotUnderstood(f"a size tuple this reader cannot parse in: {line}") from None
+    if not isinstance(tree, ast.Tuple):
+        raise WrapperNotUnderstood(f"a size that is not a tuple in: {line}")
+    return tuple(_size_value(e, hints, line) for e in tree.elts)
+
+
 def _storage_bytes(shape: Sequence[int], stride: Sequence[int], itemsize: int) -> int:
     if any(s == 0 for s in shape):
         return 0
@@ -269,8 +334,8 @@ def _call_body(code: str) -> list[str]:
     return body
 
 
-def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, int] | None = None
-                   ) -> tuple[list[int], int]:
+def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, int] | None = None,
+                   hints: Mapping[str, int] | None = None) -> tuple[list[int], int]:
     """The live activation bytes after each allocation and free the wrapper
     ``code`` (inductor's generated Python wrapper of ``module``) performs,
     and the bytes live at its return.  The module's placeholders say what
@@ -279,8 +344,13 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
     counted.  Sizes of the wrapper's own allocations come from its
     ``empty_strided_*`` calls; an extern kernel that allocates its result
     (a fallback op, an item of its tuple) is sized by ``buffer_bytes``
-    (the lowering's buffers by name: :func:`ask_inductor` passes them)."""
+    (the lowering's buffers by name: :func:`ask_inductor` passes them).
+    ``hints``: the traced value of each size symbol (:func:`size_hints`),
+    for a module traced with dynamic shapes, whose wrapper sizes buffers
+    by them (``empty_strided_cpu((s33, 64), ...)``) and binds them from its
+    arguments (``s33 = primals_3``)."""
     known = buffer_bytes or {}
+    symbols = hints or {}
 
     def allocated_by_kernel(name: str, line: str) -> int:
         if name not in known:
@@ -333,9 +403,7 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
             dtype = m.group(4)
             if dtype not in _ITEMSIZE:
                 raise WrapperNotUnderstood(f"unknown dtype {dtype} in: {line}")
-            shape, stride = ast.literal_eval(m.group(2)), ast.literal_eval(m.group(3))
-            if not all(isinstance(x, int) for x in (*shape, *stride)):
-                raise WrapperNotUnderstood(f"a symbolic size (dynamic shapes are not read): {line}")
+            shape, stride = _size_tuple(m.group(2), symbols, line), _size_tuple(m.group(3), symbols, line)
             allocate(m.group(1), _storage_bytes(shape, stride, _ITEMSIZE[dtype]))
         elif (m := _REUSE.match(line)) is not None:
             new, old, dead = m.group(1), m.group(2) or m.group(3), m.group(4)
@@ -346,6 +414,8 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
         elif (m := _ALIAS.match(line)) is not None:
             if m.group(2) in owner:
                 hold(m.group(1), owner[m.group(2)])
+        elif (m := _ASSIGN.match(line)) is not None and m.group(1) in symbols:
+            continue  # a size symbol bound from the arguments (``s33 = primals_3``, ``s0 = arg0_1.size(0)``)
         elif (m := _ITEM.match(line)) is not None:
             # an item of an extern kernel's tuple: the kernel allocated it
             allocate(m.group(1), allocated_by_kernel(m.group(1), line))
@@ -375,4 +445,4 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
 
 
 __all__ = ["InductorBuffer", "InductorMemory", "WrapperNotUnderstood", "ask_inductor", "donated_indices",
-           "wrapper_events"]
+           "size_hints", "wrapper_events"]
