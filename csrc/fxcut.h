@@ -454,9 +454,14 @@ enum fxcut_extract_mark {
  *    buffer.  A POINTWISE node is a buffer when read by two or more nodes
  *    of the module (an output counts as a reader) and one of them is EXTERN
  *    or it is HEAVY (after inlining) or its inlined expression reads more
- *    than realize_reuse_reads buffers or has more than realize_opcount ops;
- *    or, whatever its readers, when its expression reads more than
- *    realize_acc_reads buffers or has more than realize_opcount ops.
+ *    than realize_reuse_reads distinct buffers or has more than
+ *    realize_opcount ops; or, whatever its readers, when its expression
+ *    reads more than realize_acc_reads distinct buffers or has more than
+ *    realize_opcount ops.  Reads are counted once per buffer (inductor's
+ *    num_reads is a set of memory dependencies), up to 64; a threshold of
+ *    64 or more is compared with the reads counted once per path, an upper
+ *    bound.  Ops are counted once per path (inductor counts them after CSE:
+ *    the model may realize a value inductor inlines).
  *    Otherwise it is inlined into every kernel that reads it: no memory.
  *    A COPIES_INPUTS kernel also holds, while it runs, a copy of each of its
  *    tensor inputs (nbytes of the input node, parameters included).  An

@@ -4,6 +4,7 @@
 #include "memory_internal.h"
 #include "fxcut_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +44,8 @@ void fxcut_memsim_free(fxcut_memsim *s)
     void *ptrs[] = {s->root, s->cost, s->tangent_dep, s->user_ptr,
                     s->user_idx, s->mark, s->body, s->order, s->stack,
                     s->found, s->last, s->charge, s->realized, s->donated,
-                    s->inlined_reads, s->inlined_ops, s->inlined_heavy,
+                    s->inlined_reads, s->read_set, s->read_n,
+                    s->inlined_ops, s->inlined_heavy,
                     s->visit, s->kernels, s->group_of, s->made_in,
                     s->read_in, s->group_reads, s->leaf_ptr, s->leaf_end,
                     s->leaf_idx};
@@ -88,6 +90,18 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
         s->realized = calloc(m, 1);
         s->donated = calloc(m, 1);
         s->inlined_reads = malloc(m * sizeof *s->inlined_reads);
+        /* distinct reads are counted up to one past the larger threshold
+         * (past it every comparison is decided), at most READ_SET_MAX */
+        int64_t top = opt->realize_reuse_reads > opt->realize_acc_reads
+                          ? opt->realize_reuse_reads
+                          : opt->realize_acc_reads;
+        s->read_cap = top < 0 ? 1
+                      : top >= FXCUT_READ_SET_MAX ? FXCUT_READ_SET_MAX
+                                                  : (int32_t)top + 1;
+        s->read_set = (size_t)s->read_cap <= SIZE_MAX / sizeof *s->read_set / m
+                          ? malloc(m * (size_t)s->read_cap * sizeof *s->read_set)
+                          : NULL;
+        s->read_n = malloc(m * sizeof *s->read_n);
         s->inlined_ops = malloc(m * sizeof *s->inlined_ops);
         s->inlined_heavy = malloc(m);
         s->visit = malloc(m * sizeof *s->visit);
@@ -107,7 +121,8 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
         s->leaf_idx = malloc(cap * sizeof *s->leaf_idx);
         s->iteration = opt->iteration;
         fused_ok = s->realized != NULL && s->donated != NULL &&
-                   s->inlined_reads != NULL && s->inlined_ops != NULL &&
+                   s->inlined_reads != NULL && s->read_set != NULL &&
+                   s->read_n != NULL && s->inlined_ops != NULL &&
                    s->inlined_heavy != NULL && s->visit != NULL &&
                    s->kernels != NULL && s->group_of != NULL &&
                    s->made_in != NULL && s->read_in != NULL &&

@@ -77,6 +77,44 @@ static int absorbed_here(const fxcut_memsim *s, int32_t v, uint8_t kept)
     return n == 1 && kind_of(s, reader) == FXCUT_FUSE_EXTERN;
 }
 
+/* The distinct buffers an inlined expression reads: node v's set is its
+ * own id until realize() builds it (a buffer, an input: one read). */
+static void reads_only_itself(fxcut_memsim *s, int32_t v)
+{
+    s->read_set[(size_t)v * (size_t)s->read_cap] = v;
+    s->read_n[v] = 1;
+}
+
+/* Adds the reads of input r (its set when it is inlined, else r itself) to
+ * the set of length n at set; returns the new length (at most read_cap). */
+static int32_t add_reads(const fxcut_memsim *s, int32_t *set, int32_t n,
+                         int32_t r, int inlined)
+{
+    const int32_t cap = s->read_cap;
+    const int32_t *from = inlined ? s->read_set + (size_t)r * (size_t)cap : &r;
+    int32_t count = inlined ? s->read_n[r] : 1;
+    for (int32_t i = 0; i < count && n < cap; i++) {
+        int32_t j = 0;
+        while (j < n && set[j] != from[i])
+            j++;
+        if (j == n)
+            set[n++] = from[i];
+    }
+    return n;
+}
+
+/* Does an inlined expression reading `distinct` buffers (`paths` counted
+ * once per path) read more than `threshold`?  Inductor counts distinct
+ * reads (a set of memory dependencies); the set stops at read_cap, past
+ * which only a threshold below it is decided by the set alone. */
+static int reads_over(const fxcut_memsim *s, int32_t distinct, int32_t paths,
+                      int32_t threshold)
+{
+    if (distinct < s->read_cap || threshold < s->read_cap)
+        return distinct > threshold;
+    return paths > threshold;
+}
+
 /* Which computed nodes of the module are buffers (s->realized), in module
  * order.  s->last must already hold END for the module's outputs. */
 static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
@@ -87,6 +125,7 @@ static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
         int32_t v = s->body[k];
         s->realized[v] = 0;
         s->inlined_reads[v] = 1;
+        reads_only_itself(s, v);
         s->inlined_ops[v] = 0;
         s->inlined_heavy[v] = 0;
     }
@@ -117,11 +156,14 @@ static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
             continue;
         }
         /* POINTWISE: the expression inlining it would build */
-        int32_t reads = 0, ops = 1;
+        int32_t reads = 0, ops = 1, distinct = 0;
+        int32_t *set = s->read_set + (size_t)v * (size_t)s->read_cap;
         uint8_t heavy = (s->fusion[v] & FXCUT_FUSE_HEAVY) != 0;
         for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
             int32_t r = s->root[g->in_idx[e]];
-            if (inlinable(s, r, kept)) {
+            int inlined = inlinable(s, r, kept);
+            distinct = add_reads(s, set, distinct, r, inlined);
+            if (inlined) {
                 reads = capped_add(reads, s->inlined_reads[r]);
                 ops = capped_add(ops, s->inlined_ops[r]);
                 heavy = (uint8_t)(heavy | s->inlined_heavy[r]);
@@ -129,16 +171,19 @@ static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
                 reads = capped_add(reads, 1);
             }
         }
+        s->read_n[v] = distinct;
         s->inlined_reads[v] = reads;
         s->inlined_ops[v] = ops;
         s->inlined_heavy[v] = heavy;
         int extern_reader = 0;
         int32_t readers = readers_in_module(s, v, kept, s->last[v] == END,
                                             &extern_reader);
-        if ((readers > 1 && (extern_reader || heavy ||
-                             reads > s->realize_reuse_reads ||
-                             ops > s->realize_opcount)) ||
-            reads > s->realize_acc_reads || ops > s->realize_opcount)
+        if ((readers > 1 &&
+             (extern_reader || heavy ||
+              reads_over(s, distinct, reads, s->realize_reuse_reads) ||
+              ops > s->realize_opcount)) ||
+            reads_over(s, distinct, reads, s->realize_acc_reads) ||
+            ops > s->realize_opcount)
             s->realized[v] = 1;
     }
     /* module outputs are buffers */
@@ -152,6 +197,7 @@ static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
         int32_t v = s->body[k];
         if (s->realized[v]) {
             s->inlined_reads[v] = 1;
+            reads_only_itself(s, v);
             s->inlined_ops[v] = 0;
             s->inlined_heavy[v] = 0;
         }
@@ -452,8 +498,10 @@ static void reset_walk(fxcut_memsim *s)
     size_t n = (size_t)s->g->n;
     int32_t *reads = s->inlined_reads;
     memset(s->realized, 0, n);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         reads[i] = 1;
+        reads_only_itself(s, (int32_t)i);
+    }
     memset(s->inlined_ops, 0, n * sizeof *s->inlined_ops);
     memset(s->inlined_heavy, 0, n);
     /* all bytes 0xFF: -1 in each of these two's-complement arrays */

@@ -10,6 +10,12 @@
 
 #include "fxcut.h"
 
+/* The most distinct reads the inductor model counts per inlined value
+ * (inductor compares them with realize_reads_threshold, 4, and the CPU
+ * accumulated-reads threshold, 12 in torch 2.13: any count past both
+ * decides alike). */
+#define FXCUT_READ_SET_MAX 64
+
 /* Per-node marks of one evaluation (bits of fxcut_memsim.mark). */
 enum {
     M_SAVED = 1u << 0,      /* a backward input (after the unused are dropped) */
@@ -49,7 +55,12 @@ struct fxcut_memsim {
                                walked last (the backward after an eval) */
     uint8_t *donated;       /* per root: a saved storage the backward may
                                update in place */
-    int32_t *inlined_reads; /* per node: reads of its inlined expression */
+    int32_t *inlined_reads; /* per node: reads of its inlined expression,
+                               counted once per path (an upper bound) */
+    int32_t *read_set;      /* per node: read_cap entries, the distinct
+                               buffers its inlined expression reads */
+    int32_t *read_n;        /* per node: how many (read_cap: at least) */
+    int32_t read_cap;
     int32_t *inlined_ops;   /* per node: ops of its inlined expression */
     uint8_t *inlined_heavy; /* per node: a HEAVY op in it */
     int32_t *visit;         /* per node: the visit epoch that last saw it */
