@@ -749,3 +749,37 @@ def test_lm_loss_gradient_is_inlined_at_budget_0_as_inductor_does() -> None:
                           model="inductor")
     b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
     assert abs(est.bw_peak_bytes - b.wrapper_peak) <= 0.1 * b.wrapper_peak, (est.bw_peak_bytes, b.wrapper_peak)
+
+
+def test_leaves_past_the_record_are_walked_with_the_same_reads() -> None:
+    """Each kernel's leaves (the buffers its inlined expression reads) are
+    recorded once per module walk in room for 2(n + edges) entries; past
+    it the kernels are walked each time they are asked.  40 leaf buffers,
+    10 inlined values reading 4 each, 20 reductions reading all 10 (40
+    leaves each) and a final reduction: 860 leaves against room for 828,
+    so the last reduction and the final one are walked.  Their reads keep
+    every leaf alive until the last reduction: the peak is all 40 leaves
+    and 20 reductions at once (and so under scripts/sanitize.sh, in
+    bounds)."""
+    n_in: list[list[int]] = [[] for _ in range(40)]
+    n_in += [[i] for i in range(40)]                              # 40..79: leaf buffers
+    n_in += [[40 + 4 * j + i for i in range(4)] for j in range(10)]  # 80..89: inlined, 4 leaves each
+    n_in += [list(range(80, 90)) for _ in range(20)]              # 90..109: reductions of all 10
+    n_in += [list(range(90, 110)), [110]]                         # 110: the final reduction; the output
+    ptr = [0]
+    for ins in n_in:
+        ptr.append(ptr[-1] + len(ins))
+    idx = [i for ins in n_in for i in ins]
+    n = len(n_in)
+    arrays = GraphArrays(nodes=[], index={}, kind=array("B", [_C.KIND_PLACEHOLDER] * 40 +
+                                                      [_C.KIND_CALL_FUNCTION] * 71 + [_C.KIND_OUTPUT]),
+                         flags=array("I", [_C.F_PRIMAL] * 40 + [0] * 72), tag=array("b", [-1] * n),
+                         ac_graph_id=array("i", [-1] * n), nbytes=array("q", [64] * n),
+                         arg_ptr=array("i", ptr), arg_idx=array("i", idx), in_ptr=array("i", ptr),
+                         in_idx=array("i", idx), outputs=array("i", [110]))
+    assert 40 + 20 * 40 + 20 > 2 * (n + 1 + len(idx))  # the record overflows
+    fusion = bytes([_C.FUSE_POINTWISE] * 40 + [_C.FUSE_REDUCTION] * 40 + [_C.FUSE_POINTWISE] * 10 +
+                   [_C.FUSE_REDUCTION] * 21 + [_C.FUSE_POINTWISE])
+    r = core.memory_simulate(arrays, [], num_fwd_outputs=1, fusion=fusion, timeline=True, realize=(4, 12, 64))
+    assert list(r.schedule) == list(range(40, 80)) + list(range(90, 111))
+    assert r.peak_bytes == (40 + 20) * 64
