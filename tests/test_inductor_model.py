@@ -18,7 +18,6 @@ and the plan on it.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import sys
 from array import array
@@ -642,17 +641,18 @@ def test_kernel_walk_through_shared_inlined_leaves_stays_in_bounds() -> None:
     assert r.peak_bytes == 64
 
 
-def _reread_arrays(extra: int) -> tuple[GraphArrays, int]:
+def _reread_arrays(extra: int, one_reader: bool = False) -> tuple[GraphArrays, int]:
     """Primals x, y and ``extra`` more; a = f(x, y), c = f(x, a) and
-    b = f(a, c, x, extras...) pointwise; two reductions of b, the forward's
-    outputs.  b's inlined expression reaches x three times and y twice
-    (6 + extra reads counted per path) but reads 2 + extra distinct
-    buffers.  Returns the arrays and b's index."""
+    b = f(a, c, x, extras...) pointwise; two reductions of b (``one_reader``:
+    the second reduces x instead), the forward's outputs.  b's inlined
+    expression reaches x three times and y twice (6 + extra reads counted
+    per path) but reads 2 + extra distinct buffers.  Returns the arrays and
+    b's index."""
     p = 2 + extra
     x, y = 0, 1
     a, c, b = p, p + 1, p + 2
     n_in: list[list[int]] = [[] for _ in range(p)]
-    n_in += [[x, y], [x, a], [a, c, x, *range(2, p)], [b], [b], [b + 1, b + 2]]
+    n_in += [[x, y], [x, a], [a, c, x, *range(2, p)], [b], [x] if one_reader else [b], [b + 1, b + 2]]
     ptr = [0]
     for ins in n_in:
         ptr.append(ptr[-1] + len(ins))
@@ -690,12 +690,9 @@ def test_accumulated_reads_are_counted_once_per_buffer(extra: int, realized: boo
     """Any pointwise value reading more than the accumulated-reads
     threshold (here 8) distinct buffers is a buffer: 2 + 6 distinct (12
     per path) inline, 2 + 7 do not."""
-    arrays, b = _reread_arrays(extra)
-    n = len(arrays.kind)
     # one reduction reads b (the other reads x): only the accumulated rule can realize b
-    in_idx = list(arrays.in_idx)
-    in_idx[arrays.in_ptr[b + 2]] = 0
-    arrays = dataclasses.replace(arrays, in_idx=array("i", in_idx), arg_idx=array("i", in_idx))
+    arrays, b = _reread_arrays(extra, one_reader=True)
+    n = len(arrays.kind)
     fusion = bytes([_C.FUSE_POINTWISE] * (n - 3) + [_C.FUSE_REDUCTION] * 2 + [_C.FUSE_POINTWISE])
     r = core.memory_simulate(arrays, [], num_fwd_outputs=2, fusion=fusion, timeline=True, realize=(64, 8, 64))
     assert list(r.schedule) == ([b] if realized else []) + [b + 1, b + 2]
@@ -707,11 +704,8 @@ def test_a_read_count_past_the_set_falls_back_to_paths(extra: int, realized: boo
     the set's size the distinct count decides exactly (62 distinct, 66 per
     path: within a threshold of 65); past it the count per path (an upper
     bound) decides (70 distinct, 74 per path: over 65)."""
-    arrays, b = _reread_arrays(extra)
+    arrays, b = _reread_arrays(extra, one_reader=True)
     n = len(arrays.kind)
-    in_idx = list(arrays.in_idx)
-    in_idx[arrays.in_ptr[b + 2]] = 0
-    arrays = dataclasses.replace(arrays, in_idx=array("i", in_idx), arg_idx=array("i", in_idx))
     fusion = bytes([_C.FUSE_POINTWISE] * (n - 3) + [_C.FUSE_REDUCTION] * 2 + [_C.FUSE_POINTWISE])
     r = core.memory_simulate(arrays, [], num_fwd_outputs=2, fusion=fusion, timeline=True, realize=(65, 65, 1000))
     assert list(r.schedule) == ([b] if realized else []) + [b + 1, b + 2]
