@@ -611,23 +611,29 @@ def test_simulate_rejects_an_unknown_model(chain: Any) -> None:
                         model="gpu")  # type: ignore[arg-type]
 
 
-def _shared_leaves_arrays() -> GraphArrays:
-    """Three primals c, d, e; b2 = f(c, d, e), b1 = f(c, d, e, b2) pointwise
-    (inlined); cat(c, d, e, b1) the forward's one output.  The cat's kernel
-    reads c, d, e through every inlined level: its walk meets each of them
-    once per edge before visiting it -- more than the graph has nodes."""
-    n_in = [[], [], [], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 4], [5]]
+def _primal_graph(n_in: list[list[int]], primals: int, outputs: list[int]) -> GraphArrays:
+    """A graph array from each node's inputs: the first ``primals`` nodes
+    primal placeholders, the last the output node, the rest computed; 64
+    bytes each."""
     ptr = [0]
     for ins in n_in:
         ptr.append(ptr[-1] + len(ins))
     idx = [i for ins in n_in for i in ins]
     n = len(n_in)
-    kinds = [_C.KIND_PLACEHOLDER] * 3 + [_C.KIND_CALL_FUNCTION] * 3 + [_C.KIND_OUTPUT]
+    kinds = [_C.KIND_PLACEHOLDER] * primals + [_C.KIND_CALL_FUNCTION] * (n - primals - 1) + [_C.KIND_OUTPUT]
     return GraphArrays(nodes=[], index={}, kind=array("B", kinds),
-                       flags=array("I", [_C.F_PRIMAL] * 3 + [0] * 4), tag=array("b", [-1] * n),
+                       flags=array("I", [_C.F_PRIMAL] * primals + [0] * (n - primals)), tag=array("b", [-1] * n),
                        ac_graph_id=array("i", [-1] * n), nbytes=array("q", [64] * n),
                        arg_ptr=array("i", ptr), arg_idx=array("i", idx), in_ptr=array("i", ptr),
-                       in_idx=array("i", idx), outputs=array("i", [5]))
+                       in_idx=array("i", idx), outputs=array("i", outputs))
+
+
+def _shared_leaves_arrays() -> GraphArrays:
+    """Three primals c, d, e; b2 = f(c, d, e), b1 = f(c, d, e, b2) pointwise
+    (inlined); cat(c, d, e, b1) the forward's one output.  The cat's kernel
+    reads c, d, e through every inlined level: its walk meets each of them
+    once per edge before visiting it -- more than the graph has nodes."""
+    return _primal_graph([[], [], [], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 4], [5]], primals=3, outputs=[5])
 
 
 def test_kernel_walk_through_shared_inlined_leaves_stays_in_bounds() -> None:
@@ -653,18 +659,7 @@ def _reread_arrays(extra: int, one_reader: bool = False) -> tuple[GraphArrays, i
     a, c, b = p, p + 1, p + 2
     n_in: list[list[int]] = [[] for _ in range(p)]
     n_in += [[x, y], [x, a], [a, c, x, *range(2, p)], [b], [x] if one_reader else [b], [b + 1, b + 2]]
-    ptr = [0]
-    for ins in n_in:
-        ptr.append(ptr[-1] + len(ins))
-    idx = [i for ins in n_in for i in ins]
-    n = len(n_in)
-    kinds = [_C.KIND_PLACEHOLDER] * p + [_C.KIND_CALL_FUNCTION] * 5 + [_C.KIND_OUTPUT]
-    arrays = GraphArrays(nodes=[], index={}, kind=array("B", kinds),
-                         flags=array("I", [_C.F_PRIMAL] * p + [0] * 6), tag=array("b", [-1] * n),
-                         ac_graph_id=array("i", [-1] * n), nbytes=array("q", [64] * n),
-                         arg_ptr=array("i", ptr), arg_idx=array("i", idx), in_ptr=array("i", ptr),
-                         in_idx=array("i", idx), outputs=array("i", [b + 1, b + 2]))
-    return arrays, b
+    return _primal_graph(n_in, primals=p, outputs=[b + 1, b + 2]), b
 
 
 @pytest.mark.parametrize("extra, realized", [(0, False), (2, False), (3, True)])
@@ -760,18 +755,9 @@ def test_leaves_past_the_record_are_walked_with_the_same_reads() -> None:
     n_in += [[40 + 4 * j + i for i in range(4)] for j in range(10)]  # 80..89: inlined, 4 leaves each
     n_in += [list(range(80, 90)) for _ in range(20)]              # 90..109: reductions of all 10
     n_in += [list(range(90, 110)), [110]]                         # 110: the final reduction; the output
-    ptr = [0]
-    for ins in n_in:
-        ptr.append(ptr[-1] + len(ins))
-    idx = [i for ins in n_in for i in ins]
-    n = len(n_in)
-    arrays = GraphArrays(nodes=[], index={}, kind=array("B", [_C.KIND_PLACEHOLDER] * 40 +
-                                                      [_C.KIND_CALL_FUNCTION] * 71 + [_C.KIND_OUTPUT]),
-                         flags=array("I", [_C.F_PRIMAL] * 40 + [0] * 72), tag=array("b", [-1] * n),
-                         ac_graph_id=array("i", [-1] * n), nbytes=array("q", [64] * n),
-                         arg_ptr=array("i", ptr), arg_idx=array("i", idx), in_ptr=array("i", ptr),
-                         in_idx=array("i", idx), outputs=array("i", [110]))
-    assert 40 + 20 * 40 + 20 > 2 * (n + 1 + len(idx))  # the record overflows
+    arrays = _primal_graph(n_in, primals=40, outputs=[110])
+    edges = sum(len(ins) for ins in n_in)
+    assert 40 + 20 * 40 + 20 > 2 * (len(n_in) + 1 + edges)  # the record overflows
     fusion = bytes([_C.FUSE_POINTWISE] * 40 + [_C.FUSE_REDUCTION] * 40 + [_C.FUSE_POINTWISE] * 10 +
                    [_C.FUSE_REDUCTION] * 21 + [_C.FUSE_POINTWISE])
     r = core.memory_simulate(arrays, [], num_fwd_outputs=1, fusion=fusion, timeline=True, realize=(4, 12, 64))
