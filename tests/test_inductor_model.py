@@ -277,6 +277,27 @@ def test_model_equals_inductors_own_answer_on_mlp(budget: float | None) -> None:
     assert (est.fw_peak_bytes, est.bw_peak_bytes) == (f.wrapper_peak, b.wrapper_peak)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama_bf16", "resnet", "moe"])
+def test_scalar_kernels_give_the_same_wrapper_memory(name: str) -> None:
+    """The check generates C++ kernels without their vectorized versions
+    (less than half the time): the wrapper allocates, reuses and frees
+    exactly as with them, event by event, forward and backward, at
+    torch's default decision and at budget 0."""
+    from fxcut.torchrules.inductor import ask_inductor, donated_indices
+
+    cap = zoo.capture_inductor(name)
+    for budget in (None, 0.0):
+        fw, bw = _route(cap, budget).modules
+        for module, backward in ((fw, False), (bw, True)):
+            donated = donated_indices(fw, bw) if backward else None
+            scalar = ask_inductor(module, is_backward=backward, donated=donated)
+            full = ask_inductor(module, is_backward=backward, donated=donated, scalar_kernels=False)
+            assert (scalar.live_bytes, scalar.end_bytes) == (full.live_bytes, full.end_bytes), (budget, backward)
+            assert len(scalar.live_bytes) > 2
+            # the vectorized kernels were generated only without the setting (this CPU picks a vector ISA)
+            assert ("at::vec::" in full.wrapper_code) and ("at::vec::" not in scalar.wrapper_code)
+
+
 def test_model_within_ten_percent_of_inductor_on_gpt2() -> None:
     """gpt2 at torch's default decision: within the stated 10% (inductor's
     kernel fusion beyond inlining and its peak-memory reordering are not

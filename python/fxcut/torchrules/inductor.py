@@ -39,8 +39,9 @@ source), so this is for validation, tests and benchmarks, not for a search.
 from __future__ import annotations
 
 import ast
+import contextlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,13 +136,15 @@ def donated_indices(fw_module: fx.GraphModule, bw_module: fx.GraphModule) -> lis
 
 
 def ask_inductor(module: fx.GraphModule, *, is_backward: bool, donated: Sequence[int] | None = None,
-                 wrapper: bool = True) -> InductorMemory:
+                 wrapper: bool = True, scalar_kernels: bool = True) -> InductorMemory:
     """Inductor's lowering, scheduling and (``wrapper``) wrapper code of
     ``module`` (a forward or backward module a partition built; its
     placeholders' ``meta["val"]`` are fake tensors), read as an
     :class:`InductorMemory`.  ``donated``: the backward's donated
-    placeholder positions (:func:`donated_indices`).  ``module`` is not
-    modified."""
+    placeholder positions (:func:`donated_indices`).  ``scalar_kernels``:
+    generate the C++ kernels' scalar versions only (:func:`_scalar_cpu_kernels`;
+    the same wrapper memory events, in less than half the time).  ``module``
+    is not modified."""
     from torch._inductor.compile_fx import _recursive_post_grad_passes
     from torch._inductor.debug import DebugContext
     from torch._inductor.fx_passes.post_grad import view_to_reshape
@@ -173,7 +176,8 @@ def ask_inductor(module: fx.GraphModule, *, is_backward: bool, donated: Sequence
             if wrapper:
                 wrapper_code: Any = graph.wrapper_code  # its methods are unannotated in torch
                 wrapper_code.push_codegened_graph(graph)
-                graph.scheduler.codegen()
+                with _scalar_cpu_kernels() if scalar_kernels else contextlib.nullcontext():
+                    graph.scheduler.codegen()
                 generated = wrapper_code.generate(graph.is_inference)
                 wrapper_code.pop_codegened_graph()
                 code = generated[0].value
@@ -182,6 +186,24 @@ def ask_inductor(module: fx.GraphModule, *, is_backward: bool, donated: Sequence
         result.live_bytes, result.end_bytes = wrapper_events(code, module, sizes, size_hints(fake_mode.shape_env))
         result.wrapper_peak = max(result.live_bytes, default=0)
     return result
+
+
+@contextlib.contextmanager
+def _scalar_cpu_kernels() -> Iterator[None]:
+    """Inductor's C++ code generation without its vectorized kernels.
+
+    The wrapper's allocations, reuses and frees do not depend on them: the
+    C++ backend generates a kernel's scalar version first, and the buffers
+    that kernel keeps local (``removed_buffers``) come from it alone; the
+    vectorized and tiled versions only add loop bodies.  Generating them was
+    about 60% of an ask's time (cProfile on HF Llama's partitions); the
+    wrappers' memory events are the same with and without (tests/
+    test_inductor_model.py checks it).  The setting holds only while the
+    ask generates code; the step's own compile is untouched."""
+    from torch._inductor import config
+
+    with config.patch({"cpp.simdlen": 1}):  # no vector ISA has 1 bit: scalar kernels only
+        yield
 
 
 def _read_scheduler(graph: Any) -> tuple[list[InductorBuffer], list[tuple[str, ...]], int]:
