@@ -235,6 +235,8 @@ def _child_measured(model: str, labels: list[str], steps: int, rounds: int) -> l
                                                       "picked": check.picked, "limit": check.limit,
                                                       "torch_peak": check.torch_peak, "failed": check.failed,
                                                       "picked_torch_budget": check.picked_torch_budget,
+                                                      "picked_peak": check.picked_peak,
+                                                      "picked_by_model": check.picked_by_model,
                                                       "skipped": check.skipped, "seconds": check.seconds}}
         recorded.setdefault(label, []).append(graph)
         return choice

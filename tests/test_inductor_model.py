@@ -359,9 +359,9 @@ def _torch(*points: tuple[float, int, int]) -> list[Any]:
 def test_checked_pick_follows_inductors_peaks() -> None:
     """The pick on inductor's own peaks.  Candidates 0-3: the model's
     frontier; 4: torch's default decision (cost 12), 5: torch's decision at
-    budgets 0.3-0.5 (cost 16), 6: at 0-0.2 (cost 40).  b=0: the lowest peak
-    asked; b>0: the cheapest whose peak is at most the lowest of torch's
-    decisions at budgets >= b -- never above torch's at b, never costlier."""
+    budgets 0.3-0.5 (cost 16), 6: at 0-0.2 (cost 40).  The same candidates
+    are asked at every b; b=0: the lowest peak; b>0: the cheapest whose
+    peak is at most the lowest of torch's decisions at budgets >= b."""
     from fxcut.planned_check import checked_pick
 
     front = _frontier([100, 120, 150, 400], [30, 20, 10, 1])   # the model's frontier
@@ -379,50 +379,112 @@ def test_checked_pick_follows_inductors_peaks() -> None:
         assert j == report.picked
         return asked, report
 
-    # b=1: torch's default, the lowest-model point, then cheapest first: 3 is skipped (400 > 1.3 * 160), 2, 1
+    # the order, whatever b: the model's lowest, torch's default, torch's others by modelled peak (5: 140,
+    # 6: 200), then the frontier by modelled peak (1: 120) -- four asks besides the first
+    for b in (0.0, 0.5, 1.0):
+        assert run(b)[0] == [0, 4, 5, 6, 1]
     asked, r = run(1.0)
-    assert asked == [4, 0, 2, 1]
     assert (r.picked, r.limit, r.lowest_peak, r.torch_peak) == (4, 160, 125, 160)
-    # b=0.5: torch's at 0.5 asked second; limit min(128, 160); within: 5 (16), 1 (20), 0 (30): 5
+    # b=0.5: torch's decisions at >= 0.5 are 4 (160) and 5 (128): limit 128; within: 5 (cost 16), 1 (20): 5
     asked, r = run(0.5)
-    assert asked[:3] == [4, 5, 0] and (r.picked, r.limit) == (5, 128)
-    assert r.torch_asked == {1.0: 160, 0.5: 128} and r.picked_torch_budget == 0.5
-    # b=0.1: torch's at 0.2 (210) and 0.5 (128): limit 128 -- torch's cheaper decision above b
-    asked, r = run(0.1)
-    assert asked[:4] == [4, 6, 5, 0] and (r.picked, r.limit) == (5, 128)
-    # b=0 (the pick: the lowest asked): the lowest-model point, torch's decisions by modelled peak (5: 140,
-    # 4: 170, 6: 200), then the frontier by modelled peak (1): the lowest asked is 1 (125) ...
+    assert (r.picked, r.limit, r.picked_peak) == (5, 128, 128) and r.picked_torch_budget == 0.5
+    assert r.torch_asked == {1.0: 160, 0.5: 128, 0.2: 210} and not r.picked_by_model
+    # b=0.1: torch's at 0.2 (210), 0.5 (128) and 1 (160): limit 128 -- torch's cheaper decision above b
+    assert (run(0.1)[1].picked, run(0.1)[1].limit) == (5, 128)
+    # b=0: the lowest peak asked, 1 (125)
     asked, r = run(0.0)
-    assert asked == [0, 5, 4, 6, 1] and (r.picked, r.limit) == (1, 125) and r.picked_torch_budget is None
-    # ... with three asks besides the first, torch's at 0.5 (128)
-    asked, r = run(0.0, max_asks=3)
-    assert asked == [0, 5, 4, 6] and (r.picked, r.limit) == (5, 128)
-    # with one, torch's default is not asked: the model's lowest and torch's lowest-modelled decision
+    assert (r.picked, r.limit) == (1, 125) and r.picked_torch_budget is None
+    # two asks besides the first: 0, 4, 5; torch's at 0.2 on the model (200): b=0 is 5 (128)
+    asked, r = run(0.0, max_asks=2)
+    assert asked == [0, 4, 5] and (r.picked, r.limit) == (5, 128)
+    # one: 0 and 4 asked; torch's at 0.5 counts at the model's 140 (it costs more than the default)
     asked, r = run(0.0, max_asks=1)
-    assert asked == [0, 5] and (r.picked, r.torch_peak) == (5, 0)
-    picks = {b: run(b)[1] for b in (0.0, 0.1, 0.2, 0.5, 0.7, 1.0)}
-    peaks = [truth[r.picked] for r in picks.values()]
-    assert peaks == sorted(peaks), peaks
-    costs = [([30, 20, 10, 1, 12, 16, 40])[r.picked] for r in picks.values()]
-    assert costs == sorted(costs, reverse=True), costs
-    # with the saved bytes: at b=0.2 torch's decision there (6) saves 70; torch's decision at 0.5 (5) is
-    # lower (128) but saves 80, its default 100: neither sets the limit, 6 does (210); within it and
-    # saving at most 70: 0 (130, 50 B, cost 30) and 2 (170, 30 B, cost 10): 2
-    saved = [50, 90, 30, 10, 100, 80, 70]
-    asked, r = run(0.2, saved_bytes=saved)
-    assert asked == [4, 6, 5, 0, 2] and (r.picked, r.limit, r.saved_limit) == (2, 210, 70)
-    assert run(0.2)[1].picked == 5      # the peaks alone: torch's at 0.5, which saves more than torch's at 0.2
-    # b=0 does not bound the saved bytes; of equal peaks it takes the one saving fewest
-    assert run(0.0, saved_bytes=saved)[1].picked == 1
-    truth[1] = 128                                   # 1 (90 B, cost 20) now ties with torch's at 0.5 (80 B)
+    assert asked == [0, 4] and (r.picked, r.limit) == (0, 130)
+    asked, r = run(0.5, max_asks=1)
+    assert (r.picked, r.limit, r.picked_peak) == (5, 140, 140) and r.picked_by_model
+    assert run(1.0, max_asks=1)[1].picked == 4
+    # the peaks and costs of the picks, b = 0 .. 1: the peak never falls, the cost never rises
+    for kw in ({}, {"max_asks": 1}, {"max_asks": 2}):
+        picks = [run(b, **kw)[1] for b in (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)]
+        peaks = [r.picked_peak for r in picks]
+        assert peaks == sorted(peaks), (kw, peaks)
+        costs = [([30, 20, 10, 1, 12, 16, 40])[r.picked] for r in picks]
+        assert costs == sorted(costs, reverse=True), (kw, costs)
+    # saved bytes: nothing saving more than torch's default (100) -- 1 (120) is out at every b
+    saved = [50, 120, 30, 10, 100, 80, 70]
+    asked, r = run(0.0, saved_bytes=saved)
+    assert (r.picked, r.limit, r.saved_limit) == (5, 128, 100)
+    assert run(0.5, saved_bytes=saved)[1].picked == 5
+    # of equal lowest peaks b=0 takes the one saving fewest bytes, then the cheapest
+    truth[1] = 128                                   # 1 (70 B, cost 20) now ties with torch's at 0.5 (80 B)
     assert run(0.0)[1].picked == 5 and run(0.0, saved_bytes=[50, 70, 30, 10, 100, 80, 70])[1].picked == 1
     truth[1] = 125
-    # max_asks counts the asks besides torch's default
+    # max_asks counts the asks besides the first
     assert len(run(1.0, max_asks=1)[1].asked) == 2
     # a candidate with the saved set of one asked before is not asked again
     asked, r = run(0.5, same=lambda j: 0 if j == 5 else j)
-    assert asked[:2] == [4, 5] and 0 not in asked and r.asked[0] == r.asked[5] == 128
-    assert r.picked == 5 and r.picked_torch_budget == 0.5
+    assert asked == [0, 4, 6, 1, 2] and r.asked[0] == r.asked[5] == 130
+    # b=0.5: torch's at 0.5 is 0's saved set (130), its default 160: limit 130; within: 0/5 (cost 30/16), 1
+    assert (r.picked, r.limit) == (5, 130) and r.picked_torch_budget == 0.5
+
+
+def test_unasked_decision_cheaper_than_torchs_default_is_not_taken() -> None:
+    """A decision of torch's that the model prices below its default, not
+    asked, does not count: b=1 is never a pick on the model's word alone."""
+    from fxcut.planned_check import checked_pick
+
+    front = _frontier([100], [30])
+    for cost, at_half in ((8, 1), (16, 2)):
+        picks = [checked_pick(front, _torch((1.0, 170, 12), (0.5, 140, cost)), b,
+                              lambda j: {0: 130}[j], max_asks=0)[1] for b in (0.5, 1.0)]
+        # cost 8: torch's at 0.5 is out; the limit at 0.5 is the default's 170 and the cheapest within it
+        # the default itself.  cost 16: it counts (model 140) and is the cheapest within 140 at b=0.5
+        assert [r.picked for r in picks] == [at_half, 1], (cost, picks)
+        assert picks[0].picked_by_model and picks[1].picked_by_model  # the default, not asked here
+
+
+def test_checked_pick_is_monotonic_on_random_candidates() -> None:
+    """On random frontiers, torch decisions, inductor peaks, saved bytes
+    and ask budgets: as b grows the picked peak never falls and the cost
+    never rises; at b > 0 the pick is within the lowest of torch's
+    eligible decisions at budgets >= b and no costlier than it; b=1 is
+    torch's default or a candidate asked, at most the default's peak; the
+    pick never saves more than torch's default."""
+    import random
+
+    from fxcut.planned_check import checked_pick
+
+    budgets = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    for seed in range(300):
+        rng = random.Random(seed)
+        n = rng.randint(1, 6)
+        fpeaks = sorted(rng.randint(50, 200) for _ in range(n))
+        front = _frontier(fpeaks, sorted((rng.randint(1, 100) for _ in range(n)), reverse=True))
+        t_budgets = [1.0] + sorted(rng.sample(budgets[:-1], rng.randint(0, 5)), reverse=True)
+        torch = _torch(*[(b, rng.randint(50, 250), rng.randint(1, 120)) for b in t_budgets])
+        m = n + len(torch)
+        truth = [rng.randint(50, 250) for _ in range(m)]
+        saved = [rng.randint(0, 100) for _ in range(m)]
+        costs = list(front.recompute_flops) + [t.cost for t in torch]
+        max_asks = rng.randint(0, m)
+        picks = [checked_pick(front, torch, b, lambda j: truth[j], max_asks=max_asks, saved_bytes=saved)[1]
+                 for b in budgets]
+        peaks = [r.picked_peak for r in picks]
+        assert peaks == sorted(peaks), (seed, peaks)
+        assert [costs[r.picked] for r in picks[1:]] == sorted((costs[r.picked] for r in picks[1:]), reverse=True)
+        assert len({tuple(sorted(r.asked)) for r in picks}) == 1      # the same candidates asked at every b
+        for b, r in zip(budgets, picks):
+            assert saved[r.picked] <= saved[n]
+            peak = {j: (r.asked[j] if j in r.asked else torch[j - n].peak) for j in range(n, m)}
+            ok = [j for j in range(n, m) if torch[j - n].budget >= b and saved[j] <= saved[n]
+                  and (j in r.asked or j == n or torch[j - n].cost > torch[0].cost)]
+            if b > 0.0:
+                best = min(ok, key=lambda j: (peak[j], costs[j]))
+                assert r.picked_peak <= peak[best] and costs[r.picked] <= costs[best], (seed, b)
+        last = picks[-1]
+        assert last.picked == n or last.picked in last.asked
+        if n in last.asked:
+            assert last.picked_peak <= last.asked[n]
 
 
 def test_checked_pick_needs_torchs_default_first() -> None:
@@ -436,24 +498,25 @@ def test_inductor_check_in_the_plan_keeps_b1_at_or_below_torch(chain: Any) -> No
     from fxcut.planned import planned_partitioner
 
     picked = []
-    for b in (0.0, 0.5, 1.0):
+    asked = []
+    for b in (0.0, 0.3, 0.5, 1.0):
         fn = planned_partitioner(b, memory_model="inductor")
         chain.partition(fn)
         report = fn.planner.last.check
         assert report is not None and not report.failed and report.asked, report
-        picked.append(report.asked[report.picked])
-        assert report.asked[report.picked] <= report.limit
+        picked.append(report.picked_peak)
+        asked.append(sorted(report.asked))
+        assert report.picked_peak <= report.limit
         if b > 0.0:
-            # torch's decision at b (filed under the largest budget choosing its saved set) was asked, and
-            # the plan is no higher and saves no more than it
-            at_b = min(k for k in report.torch_asked if k >= b)
-            assert report.asked[report.picked] <= report.torch_asked[at_b]
+            # no higher than any of torch's decisions asked at budgets >= b, saving no more than its default
+            assert all(report.picked_peak <= p for k, p in report.torch_asked.items() if k >= b)
             prob = fn.planner.last_problem
             assert report.saved_limit is not None
             assert prob.simulate(fn.planner.last.saved).saved_bytes <= report.saved_limit
         if b == 1.0:
-            assert report.limit == report.torch_peak
-    assert picked[0] <= picked[1] <= picked[2]
+            assert report.limit == report.torch_peak and report.picked_peak <= report.torch_peak
+    assert picked == sorted(picked), picked
+    assert all(a == asked[0] for a in asked), asked   # the same candidates asked whatever the budget
 
 
 def test_check_time_budget_is_spent_by_prediction_not_by_the_clock() -> None:
@@ -461,8 +524,8 @@ def test_check_time_budget_is_spent_by_prediction_not_by_the_clock() -> None:
     same answer whatever the machine's load."""
     from fxcut.planned_check import ASK_SECONDS_PER_NODE, asks_within
 
-    assert asks_within(20.0, 470) == int(20.0 // (470 * ASK_SECONDS_PER_NODE)) == 5
-    assert asks_within(20.0, 5202) == 0          # the 24-layer GPT: no candidate fits in 20 s
+    assert asks_within(20.0, 470) == int(20.0 // (470 * ASK_SECONDS_PER_NODE)) == 8
+    assert asks_within(20.0, 4860) == 0          # the 24-layer GPT: no candidate fits in 20 s
     assert asks_within(0.0, 10) == 0
     assert asks_within(1.0, 0) == int(1.0 // ASK_SECONDS_PER_NODE)
 
@@ -485,35 +548,46 @@ def test_checked_pick_stops_asking_when_told() -> None:
     assert (j, report.limit) == (0, 130)
 
 
-@pytest.mark.parametrize("budget", [0.0, 0.5, 1.0])
-def test_skipped_check_plans_torchs_decision_at_b_and_the_models_lowest_at_0(budget: float) -> None:
+def test_skipped_check_picks_among_torchs_decisions_on_the_model() -> None:
     """check_time_limit=0 fits no ask: the check is skipped (said in the
-    report); b > 0 is then torch's own decision at b -- the promise "never
-    above torch at the same budget" does not rest on the model -- and b=0
-    the model's own pick, the same as check=None."""
+    report); b > 0 is then one of torch's own decisions, the cheapest whose
+    modelled peak is at most the lowest of torch's decisions at budgets
+    >= b (no search runs), and b=0 the model's own pick, the same as
+    check=None: the modelled peak monotonic in b."""
     from fxcut.planned import planned_partitioner
 
-    cap = zoo.capture_inductor("mlp")
-    skipped = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000, check_time_limit=0.0)
-    cap.partition(skipped)
-    report = skipped.planner.last.check
-    assert report is not None and report.skipped and not report.asked, report
-    assert "check_time_limit=0" in report.skipped
-    model_only = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000, check=None)
-    cap.partition(model_only)
-    nodes = skipped.planner.last_problem.arrays.nodes
-    planned = {nodes[i].name for i in skipped.planner.last.saved}
-    if budget > 0.0:
-        routed = _route(cap, budget)
-        torch_saved = {routed.decision.decision.arrays.nodes[i].name for i in routed.saved}
-        assert planned == torch_saved
-        # the model alone would have planned something else here: the rule is what made it torch's
-        assert {nodes[i].name for i in model_only.planner.last.saved} != torch_saved
-        # no search ran: nothing enumerated, no frontier point
-        assert not skipped.planner.last.exact and skipped.planner.last.frontier_points == 0
-    else:
-        assert skipped.planner.last.saved == model_only.planner.last.saved
-        assert skipped.planner.last.peak_bytes <= skipped.planner.last.torch_peak_bytes
+    cap = zoo.capture_inductor("gpt2")
+    peaks = []
+    picked_at = []
+    for budget in (0.0, 0.3, 0.5, 0.8, 1.0):
+        skipped = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000, check_time_limit=0.0)
+        cap.partition(skipped)
+        last = skipped.planner.last
+        report = last.check
+        assert report is not None and report.skipped and not report.asked, report
+        assert "check_time_limit=0" in report.skipped
+        peaks.append(last.peak_bytes)
+        nodes = skipped.planner.last_problem.arrays.nodes
+        planned = {nodes[i].name for i in last.saved}
+        if budget > 0.0:
+            assert report.picked_by_model and report.picked_torch_budget is not None
+            picked_at.append(report.picked_torch_budget)
+            routed = _route(cap, report.picked_torch_budget if report.picked_torch_budget < 1.0 else None)
+            assert planned == {routed.decision.decision.arrays.nodes[i].name for i in routed.saved}
+            above = [p for b, (p, _) in last.torch_points.items() if b >= budget]
+            assert last.peak_bytes <= min(above) and report.limit == min(above)
+            # no search ran: nothing enumerated, no frontier point
+            assert not last.exact and last.frontier_points == 0
+        else:
+            model_only = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000, check=None)
+            cap.partition(model_only)
+            assert last.saved == model_only.planner.last.saved
+            assert last.peak_bytes <= last.torch_peak_bytes
+    assert peaks == sorted(peaks), peaks
+    assert peaks[0] < peaks[-1]
+    # torch's own decisions are not monotonic on the model here: at 0.3 a decision of a larger budget is lower
+    # (on torch 2.13: 0.6's); taking torch's decision at b would have left the peak non-monotonic
+    assert picked_at[0] > 0.3, picked_at
 
 
 def test_time_cost_prices_an_inlined_recompute_below_a_kernel(chain: Any) -> None:

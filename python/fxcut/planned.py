@@ -57,6 +57,8 @@ MAX_WORK = 2**62
 MAX_TIME_LIMIT = 1e6
 #: seconds inductor's check may spend per graph (fxcut.planned_check.asks_within)
 DEFAULT_CHECK_TIME_LIMIT = 20.0
+#: candidates the check may ask besides the first (the time limit usually binds first)
+DEFAULT_MAX_CHECKS = 10
 
 
 def check_seed_budgets(seed_budgets: object) -> list[float]:
@@ -150,16 +152,18 @@ class PeakPlanner:
     under inductor, ``"flops"`` unfused).  ``machine``: the rates of the
     time model (None: :func:`fxcut.solve.cost.machine_for` the graph's device).
     ``check``: ``"inductor"`` (the default under the inductor model) asks
-    inductor itself for the peaks of torch's default decision and at most
-    ``max_checks`` more candidates (torch's decision at b first) and picks
-    on those (:mod:`fxcut.planned_check`: at b > 0 never above torch's
-    decision at b as inductor runs it, never saving more bytes, nor
-    costlier by the model); None
+    inductor itself for the peaks of the model's lowest point, torch's
+    default decision and at most ``max_checks - 1`` more candidates (the
+    same ones whatever the budget) and picks on those
+    (:mod:`fxcut.planned_check`: the peak monotonic in b; at b > 0 never
+    above the lowest of torch's decisions at budgets >= b, nor costlier
+    by the model; never saving more bytes than torch's default); None
     picks on the model alone.  ``check_time_limit``: the seconds the check
     may spend per graph (0 to 10**6; default 20): it asks only as many
     candidates as its measured per-node cost predicts fit, the same on
     every machine; where none but torch's fits it is skipped, and then b > 0
-    plans torch's own decision at b, b=0 the model's lowest.
+    plans the same pick among torch's decisions on the model's peaks, b=0
+    the model's lowest.
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
@@ -167,7 +171,7 @@ class PeakPlanner:
                  seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, solver: str = "search",
                  exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT, memory_model: str = "unfused",
                  cost: str | None = None, machine: MachineModel | None = None, check: str | None = "default",
-                 max_checks: int = 4, check_time_limit: float = DEFAULT_CHECK_TIME_LIMIT) -> None:
+                 max_checks: int = DEFAULT_MAX_CHECKS, check_time_limit: float = DEFAULT_CHECK_TIME_LIMIT) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}, got {solver!r}")
         self.exact_time_limit = check_number("exact_time_limit", exact_time_limit, 1e-3, MAX_TIME_LIMIT)
@@ -183,9 +187,6 @@ class PeakPlanner:
         if check not in (None, "inductor"):
             raise ValueError(f"check must be None or 'inductor', got {check!r}")
         self.check = check
-        if check == "inductor" and self.memory_budget not in self.seed_budgets:
-            # the check asks torch's decision at the plan's own budget
-            self.seed_budgets = sorted(set(self.seed_budgets) | {self.memory_budget})
         self.max_checks = check_int("max_checks", max_checks, 1, 1000)
         self.check_time_limit = check_number("check_time_limit", check_time_limit, 0.0, MAX_TIME_LIMIT)
         if machine is not None and not isinstance(machine, MachineModel):
@@ -273,12 +274,12 @@ class PeakPlanner:
         for budget, members in groups:
             skipped = self._check_skipped(n) if self.check == "inductor" and len(groups) == 1 else None
             if skipped is not None and budget > 0.0:
-                # b>0 without inductor's check is torch's own decision at b: no search to run
-                from .planned_check import CheckReport
-
-                log.info("plan: inductor not asked: %s; torch's decision at budget %g", skipped, budget)
-                report = CheckReport(skipped=skipped)
-                current = self._torch_at(plan, prob, seeds, budget, estimates)
+                # b > 0 without inductor's check: the same pick among torch's decisions, on the model's
+                # peaks -- no search to run (the model's lowest, b=0's plan, is below all of them)
+                log.info("plan: inductor not asked: %s; torch's decisions at budget %g on the model", skipped,
+                         budget)
+                current, report = self._checked(plan, prob, _NO_FRONTIER, seeds, budget, num_fwd_outputs,
+                                                skipped=skipped)
                 per_region[budget] = prob.simulate(current).peak_bytes
                 continue
             roles = roles_for(prob.roles, members, current)
@@ -290,9 +291,7 @@ class PeakPlanner:
             peak_limit = limit_of(front, budget, base)
             mask = front.masks[k]
             if self.check == "inductor" and len(groups) == 1:
-                mask, report = self._checked(plan, prob, front, seeds, budget, num_fwd_outputs,
-                                             mask if budget == 0.0 else self._torch_at(plan, prob, seeds, budget,
-                                                                                        estimates))
+                mask, report = self._checked(plan, prob, front, seeds, budget, num_fwd_outputs, lowest=mask)
             current = mask
             lowest = min(lowest, front.peak_bytes[0])
             points += len(front.peak_bytes)
@@ -331,16 +330,6 @@ class PeakPlanner:
                  self.last.seconds * 1e3)
         return self.last
 
-    @staticmethod
-    def _torch_at(plan: Plan, prob: PlanProblem, seeds: dict[float, list[int]], budget: float,
-                  estimates: RuntimeEstimates) -> bytes:
-        """The saved mask of torch's own decision at ``budget`` (a seed's, or
-        torch's knapsack run at it)."""
-        saved = seeds.get(budget)
-        if saved is None:
-            saved = list(plan.budget_pass(prob.arrays, budget, estimates).saved)
-        return saved_mask(len(prob.arrays), saved)
-
     def _check_skipped(self, nodes: int) -> str | None:
         """Why inductor's check cannot run on a graph of ``nodes`` nodes
         within ``check_time_limit`` (None: it can)."""
@@ -353,23 +342,21 @@ class PeakPlanner:
                 f"graph; 2 are needed (torch's decision and one candidate)")
 
     def _checked(self, plan: Plan, prob: PlanProblem, front: Frontier, seeds: dict[float, list[int]],
-                 budget: float, num_fwd_outputs: int, fallback: bytes) -> tuple[bytes, Any]:
-        """The saved mask :func:`fxcut.planned_check.checked_pick` picks on
-        inductor's own peaks, among the frontier's points and torch's
-        decisions at the seed budgets ``seeds`` (1.0: its default).  Where
-        inductor cannot be asked (the time budget fits no candidate besides
-        torch's; inductor fails on one: logged), the plan is ``fallback``:
-        torch's own decision at b > 0, the model's lowest at b=0."""
+                 budget: float, num_fwd_outputs: int, *, lowest: bytes | None = None,
+                 skipped: str | None = None) -> tuple[bytes, Any]:
+        """The saved mask :func:`fxcut.planned_check.checked_pick` picks among
+        the frontier's points and torch's decisions at the seed budgets
+        ``seeds`` (1.0: its default), on inductor's own peaks where it is
+        asked.  Where it cannot be asked (``skipped``: the time budget fits
+        no candidate besides torch's; inductor fails on one: logged), the
+        same rule picks among torch's decisions on the model's peaks, and at
+        b=0 the plan is ``lowest``, the model's lowest point (below all of
+        torch's decisions by the model)."""
         from .planned_check import OVERRUN, CheckReport, TorchDecision, asks_within, checked_pick, decision_peak
 
         nodes = prob.arrays.nodes
         n = len(nodes)
         fits = asks_within(self.check_time_limit, n)
-        why = self._check_skipped(n)  # None exactly when fits >= 2
-        if why is not None:
-            log.info("plan: inductor not asked: %s; %s", why,
-                     "the memory model's lowest" if budget == 0.0 else f"torch's decision at budget {budget:g}")
-            return fallback, CheckReport(skipped=why, budget_asks=fits)
         # torch's decisions, one per saved set, each under the largest seed budget choosing it
         torch_masks: dict[bytes, float] = {}
         for b, saved in sorted(seeds.items(), key=lambda item: -item[0]):
@@ -378,9 +365,25 @@ class PeakPlanner:
         sims = [prob.simulate(m) for m in candidates]
         torch_decisions = [TorchDecision(b, sim.peak_bytes, sim.recompute_flops)
                            for b, sim in zip(torch_masks.values(), sims[len(front.masks):])]
+        saved_bytes = [sim.saved_bytes for sim in sims]
         first: dict[bytes, int] = {}
         for j, m in enumerate(candidates):
             first.setdefault(m, j)
+
+        def on_the_model(why: str, report: CheckReport) -> tuple[bytes, CheckReport]:
+            if budget == 0.0 and lowest is not None:
+                return lowest, report
+            j, picked = checked_pick(front, torch_decisions, budget, None, same=lambda k: first[candidates[k]],
+                                     saved_bytes=saved_bytes)
+            picked.skipped, picked.failed = report.skipped, report.failed
+            picked.budget_asks, picked.seconds = report.budget_asks, report.seconds
+            log.info("plan: %s; torch's decision at budget %g picked on the model", why, picked.picked_torch_budget)
+            return candidates[j], picked
+
+        why = skipped if skipped is not None else self._check_skipped(n)  # None exactly when fits >= 2
+        if why is not None:
+            log.info("plan: inductor not asked: %s", why)
+            return on_the_model(why, CheckReport(skipped=why, budget_asks=fits))
         t0 = time.perf_counter()
 
         def peak_of(j: int) -> int:
@@ -392,19 +395,23 @@ class PeakPlanner:
         try:
             j, report = checked_pick(front, torch_decisions, budget, peak_of, max_asks=min(self.max_checks, fits - 1),
                                      keep_asking=keep_asking, same=lambda k: first[candidates[k]],
-                                     saved_bytes=[sim.saved_bytes for sim in sims])
+                                     saved_bytes=saved_bytes)
         except Exception as e:  # inductor could not lower a candidate
             log.warning("plan: inductor could not be asked (%s: %s); %s", type(e).__name__,
                         str(e).splitlines()[0] if str(e) else "",
                         "the memory model's lowest stands" if budget == 0.0 else
-                        f"torch's decision at budget {budget:g} stands")
-            return fallback, CheckReport(failed=f"{type(e).__name__}: {e}", budget_asks=fits,
-                                          seconds=time.perf_counter() - t0)
+                        "torch's decisions are compared on the memory model")
+            return on_the_model("inductor failed", CheckReport(failed=f"{type(e).__name__}: {e}", budget_asks=fits,
+                                                               seconds=time.perf_counter() - t0))
         report.budget_asks = fits
         report.seconds = time.perf_counter() - t0
         log.info("plan: inductor's peaks of %d candidates %s, limit %d, picked %d (%.1f s)", len(report.asked),
                  report.asked, report.limit, j, report.seconds)
         return candidates[j], report
+
+
+#: no frontier: where the check is skipped at b > 0 no search runs, and the pick is among torch's decisions
+_NO_FRONTIER = Frontier([], [], [], 0, 0, True, False, 0, False)
 
 
 def _record(choice: PlanChoice, cert: exact_solver.Certificate, budget: float) -> None:
@@ -442,7 +449,7 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
                         seed_budgets: Sequence[float] = DEFAULT_SEED_BUDGETS, solver: str = "search",
                         exact_time_limit: float = DEFAULT_EXACT_TIME_LIMIT, memory_model: str = "unfused",
                         cost: str | None = None, machine: MachineModel | None = None, check: str | None = "default",
-                        max_checks: int = 4, check_time_limit: float = DEFAULT_CHECK_TIME_LIMIT) -> Any:
+                        max_checks: int = DEFAULT_MAX_CHECKS, check_time_limit: float = DEFAULT_CHECK_TIME_LIMIT) -> Any:
     """A partition_fn with torch's signature ``(joint_module, joint_inputs,
     compiler="inductor", *, num_fwd_outputs, static_lifetime_input_indices=None)``
     whose saved set is :class:`PeakPlanner`'s (options as there; a bad one

@@ -12,31 +12,37 @@ a compiled step measures, to the bytes of the loss on the zoo.
 
 The pick on those peaks (:func:`checked_pick`): the candidates are the
 search's frontier and torch's own decisions at the seed budgets (its
-knapsack at 0, 0.1, ..., 1).  At b=0 the plan is the lowest peak asked; at
-b > 0 the cheapest candidate (by modelled recompute cost) that saves no more
-bytes than torch's decision at b and whose inductor peak is at most L(b),
-the lowest peak of torch's decisions asked at budgets >= b that save no
-more.  At b > 0 torch's decision at b is asked (second, after its default),
-so the plan at b is never above torch's at b as inductor runs it, never
-saves more, and is never costlier by the model: the plan dominates torch at
-the same budget.  The saved bytes matter where a step runs several graphs:
-what one graph saves is held while the others run, which no graph's own peak
-shows (measured on wav2vec2, four graphs: a pick on the graphs' own peaks
-alone was 11% above stock at b=0.5).  b=1 is never above torch's default.
-At b=0 the model's lowest point and torch's decisions in the order of their
-modelled peaks are asked (torch's mid-budget decisions are often lower than
-its budget-0 one under inductor, which fuses the recomputation).  Each
-candidate asked costs an inductor lowering and code generation of both
-modules, about as long as inductor's own compile of the step without its C++
-build: ``max_asks`` and a time budget bound them.  The budget is spent
-deterministically: before asking, the check predicts one ask's seconds from
-the graph's size (:data:`ASK_SECONDS_PER_NODE`, measured) and asks only as
-many candidates as fit (:func:`asks_within`), so a call asks the same
-candidates on every machine; a wall-clock stop at :data:`OVERRUN` times the
-budget is only a safety net.  Where no candidate besides torch's fits (a
-24-layer GPT at the default 20 s), the check is skipped: the plan at b > 0
-is then torch's own decision at b, at b=0 the model's lowest
-(``CheckReport.skipped`` says why).
+knapsack at 0, 0.1, ..., 1).  Which are asked does not depend on the
+budget: the model's lowest point, torch's default, torch's other decisions
+in the order of their modelled peaks, then the frontier's, as many as the
+time budget fits.  A candidate's peak is inductor's where asked; torch's
+decisions not asked keep the model's (they are not optimized against it;
+the search's points are, so those count only where asked), and count only
+where the model prices them above torch's default, so that b=1 is torch's
+default or a candidate asked: never above torch's default as inductor
+runs it.  Candidates saving more bytes than torch's default are out: what
+one graph saves is held while a step's other graphs run, which no graph's
+own peak shows (measured on wav2vec2, four graphs).  The limit L(b): at
+b=0 the lowest peak; at b > 0 the lowest of torch's decisions at budgets
+>= b.  The pick: the cheapest candidate (modelled recompute cost) within
+L(b).  L(b) grows with b over the same candidates, so the
+plan's peak is monotonic in b: a cheaper candidate within a smaller
+budget's limit would have been that budget's pick.  And at b > 0 the plan
+is never above, nor by the model costlier than, the lowest of torch's
+decisions at budgets >= b -- the stock point at b, or one below it that
+recomputes no more by torch's knapsack.  Each candidate asked costs an
+inductor lowering and code generation of both modules (their scalar C++
+kernels only: the wrapper's memory is the same), a few seconds on a model
+of a few hundred nodes: ``max_asks`` and a time budget bound them.  The
+budget is spent deterministically: before asking, the check predicts one
+ask's seconds from the graph's size (:data:`ASK_SECONDS_PER_NODE`,
+measured) and asks only as many candidates as fit (:func:`asks_within`),
+so a call asks the same candidates on every machine; a wall-clock stop at
+:data:`OVERRUN` times the budget is only a safety net.  Where no candidate
+besides torch's fits (a 24-layer GPT at the default 20 s), the check is
+skipped: the same rule then picks among torch's decisions on the model's
+peaks at b > 0, and b=0 is the model's lowest (``CheckReport.skipped``
+says why).
 """
 
 from __future__ import annotations
@@ -73,8 +79,11 @@ class CheckReport:
     seconds: float = 0.0
     #: inductor's peak of each of torch's decisions asked, by the largest seed budget choosing it
     torch_asked: dict[float, int] = field(default_factory=dict)
-    #: at b > 0: the bytes torch's decision at b saves, which the pick does not exceed (None: not compared)
+    #: the bytes torch's default decision saves, which the pick does not exceed (None: not compared)
     saved_limit: int | None = None
+    #: the picked candidate's peak (inductor's, or the model's where it was not asked) and whether it was not asked
+    picked_peak: int = 0
+    picked_by_model: bool = False
     #: the pick is torch's own decision at this budget (None: a decision of the search's only)
     picked_torch_budget: float | None = None
 
@@ -129,10 +138,11 @@ def decision_peak(plan: Any, nodes: Sequence[fx.Node], saved: Sequence[int], num
 
 
 #: Seconds one candidate's ask takes per joint-graph node (building both
-#: modules, inductor's lowering, scheduling and wrapper code of each):
-#: measured 8.3 ms on HF Llama (470 nodes, 3.9 s per ask) and 6.9 ms on a
-#: 24-layer GPT (5,202 nodes, 36 s) on the 2-core machine the benchmarks run on.
-ASK_SECONDS_PER_NODE = 0.008
+#: modules, inductor's lowering, scheduling and wrapper code of each, its
+#: C++ kernels scalar only): measured 4.6 ms on HF Llama (505 nodes, 2.3 s
+#: per ask) and 5.3 ms on a 24-layer GPT (4,860 nodes, 26 s) on the 2-core
+#: machine the benchmarks run on (with the vectorized kernels: 8.3 and 6.9 ms).
+ASK_SECONDS_PER_NODE = 0.005
 #: The asks stop (safety net) once they have run this many times the budget.
 OVERRUN = 2.0
 
@@ -142,11 +152,6 @@ def asks_within(time_limit: float, nodes: int) -> int:
     asks within ``time_limit`` seconds on a joint graph of ``nodes`` nodes."""
     per_ask = max(1, nodes) * ASK_SECONDS_PER_NODE
     return int(time_limit // per_ask)
-
-
-#: Candidates whose modelled peak exceeds the limit by more than this factor
-#: are not asked (the model's error on the benchmark stays well inside it).
-MODEL_SLACK = 1.3
 
 
 @dataclass(frozen=True)
@@ -161,51 +166,52 @@ class TorchDecision:
     cost: int
 
 
-def _asking_order(front: Frontier, torch: Sequence[TorchDecision], budget: float,
-                  lowest_candidates: int) -> list[int]:
+def _asking_order(front: Frontier, torch: Sequence[TorchDecision], lowest_candidates: int) -> list[int]:
     """The candidates in the order the check asks them (index ``n + k`` is
-    ``torch[k]``; ``torch[0]`` is torch's default decision).  At b=0, where
-    the pick is the lowest asked: the model's lowest point, then torch's
-    decisions by modelled peak.  At b > 0: torch's default first, then at
-    b < 1 torch's decisions at budgets >= b (the one at b first), then the
-    model's lowest.  More frontier points come after (:func:`checked_pick`)."""
+    ``torch[k]``; ``torch[0]`` is torch's default decision): the model's
+    lowest point, torch's default, torch's other decisions by modelled peak,
+    then the rest of the frontier by modelled peak.  The order does not
+    depend on the budget: every call on a graph asks the same candidates,
+    which is what keeps the plan's peak monotonic in b (:func:`checked_pick`)."""
     n = len(front.peak_bytes)
     lowest = list(range(min(lowest_candidates, n)))
-    others = list(range(n + 1, n + len(torch)))
-    if budget == 0.0:
-        # the pick is the lowest asked: torch's default is only one more of its decisions here
-        return lowest + sorted(range(n, n + len(torch)), key=lambda j: (torch[j - n].peak, j))
-    if budget < 1.0:
-        rest = sorted((j for j in others if torch[j - n].budget >= budget), key=lambda j: (torch[j - n].budget, j))
-        rest += lowest
-    else:
-        rest = lowest
-    return [n] + rest
+    others = sorted(range(n + 1, n + len(torch)), key=lambda j: (torch[j - n].peak, j))
+    rest = sorted(range(len(lowest), n), key=lambda k: (front.peak_bytes[k], k))
+    return lowest + [n] + others + rest
 
 
-def checked_pick(front: Frontier, torch: Sequence[TorchDecision], budget: float, peak_of: Callable[[int], int], *,
-                 lowest_candidates: int = 1, max_asks: int = 4, keep_asking: Callable[[], bool] = lambda: True,
-                 same: Callable[[int], int] = lambda j: j,
+def checked_pick(front: Frontier, torch: Sequence[TorchDecision], budget: float,
+                 peak_of: Callable[[int], int] | None, *, lowest_candidates: int = 1, max_asks: int = 4,
+                 keep_asking: Callable[[], bool] = lambda: True, same: Callable[[int], int] = lambda j: j,
                  saved_bytes: Sequence[int] | None = None) -> tuple[int, CheckReport]:
     """The candidate to use: an index into ``front``'s points, or ``n + k``
     (``n = len(front.peak_bytes)``) for torch's decision ``torch[k]``
     (``torch[0]``: its default, budget 1).  ``peak_of(j)``: inductor's peak
-    of candidate ``j``; ``same(j)``: the first candidate with ``j``'s saved
-    set (asked once); ``saved_bytes[j]``: the bytes candidate ``j`` saves
-    (None: not compared).
+    of candidate ``j`` (None: inductor is not asked; the model's peaks of
+    torch's decisions alone); ``same(j)``: the first candidate with ``j``'s
+    saved set (asked once); ``saved_bytes[j]``: the bytes candidate ``j``
+    saves (None: not compared).
 
-    At most ``max_asks + 1`` candidates are asked, in :func:`_asking_order`,
-    then at b=0 the frontier's next-lowest points, at b > 0 its cheapest
-    (modelled cost) whose modelled peak is within ``MODEL_SLACK`` times the
-    limit.  The pick: at b=0 the lowest peak asked (of equal peaks, the one saving
-    fewest bytes, then the cheapest); at b > 0 the cheapest candidate
-    that saves no more bytes than torch's decision at b and whose peak is
-    at most the limit L(b), the lowest inductor peak of torch's decisions
-    asked at budgets >= b that save no more than that.  So the plan at b is
-    never above torch's decision at b as inductor runs it, never saves more
-    (what a step of several graphs holds while the others run), nor is
-    costlier where torch's cost falls with its budget, as its knapsack
-    makes it."""
+    At most ``max_asks + 1`` candidates are asked, in :func:`_asking_order`
+    (the same for every budget).  The eligible candidates: those asked,
+    torch's default, and torch's decisions not asked that the model prices
+    above its default -- each at inductor's peak where asked, else the
+    model's (torch's decisions are not optimized against the model; the
+    search's points are, so they count only where asked) -- saving no more
+    bytes than torch's default (what a step of several graphs holds while
+    the others run).  The limit L(b): at b=0 the lowest eligible peak; at
+    b > 0 the lowest peak of torch's eligible decisions at budgets >= b.
+    The pick: the cheapest eligible candidate (modelled cost) with a peak at
+    most L(b); at b=0, of the lowest peaks the one saving fewest bytes, then
+    the cheapest.
+
+    L(b) only grows with b and the eligible set is the same at every b, so
+    the picked peak never falls as b grows: a cheaper pick at a larger b
+    that were also within the smaller b's limit would have been picked
+    there.  At b > 0 the pick is never above, nor by the model costlier
+    than, the lowest of torch's decisions at budgets >= b; at b=1 it is
+    torch's default or a candidate asked, so never above torch's default
+    as inductor runs it."""
     n = len(front.peak_bytes)
     if not torch or torch[0].budget != 1.0:
         raise ValueError("checked_pick: torch[0] must be torch's default decision (budget 1)")
@@ -216,52 +222,45 @@ def checked_pick(front: Frontier, torch: Sequence[TorchDecision], budget: float,
     def ask(j: int) -> bool:
         key = same(j)
         if key not in by_key:
-            # the first ask always runs (at b > 0 it is torch's default, the limit's last resort)
+            # the first ask always runs
             if len(by_key) > max_asks or (by_key and not keep_asking()):
                 return False
+            assert peak_of is not None
             by_key[key] = peak_of(j)
         report.asked[j] = by_key[key]
         return True
 
-    at_b = min((k for k in range(len(torch)) if torch[k].budget >= budget), key=lambda k: (torch[k].budget, k))
-    held = None if budget == 0.0 or saved_bytes is None else saved_bytes[n + at_b]
-
-    def saves_within(j: int) -> bool:
-        return held is None or saved_bytes is None or saved_bytes[j] <= held
-
-    def limit() -> int | None:
-        if budget == 0.0:
-            return None
-        above = [(p, saves_within(j)) for j, p in report.asked.items() if j >= n and torch[j - n].budget >= budget]
-        return min((p for p, ok in above if ok), default=min(p for p, _ in above))
-
-    for j in _asking_order(front, torch, budget, lowest_candidates):
-        if not ask(j):
-            break
-    cap = limit()
-    near = cap if cap is not None else 0
-    # then at b=0 the frontier's next-lowest points, at b > 0 its cheapest within reach of the limit
-    rank = (lambda k: (front.peak_bytes[k], k)) if budget == 0.0 else (lambda k: (costs[k], k))
-    for j in sorted(range(n), key=rank):
-        if len(by_key) > max_asks:
-            break
-        if j not in report.asked and (budget == 0.0 or front.peak_bytes[j] <= MODEL_SLACK * near) and not ask(j):
-            break
-    report.torch_peak = report.asked.get(n, 0)
-    report.lowest_peak = min(report.asked.values())
-    cap = limit()
-    if cap is None:
-        report.limit = report.lowest_peak
-        # among equal peaks the one saving least (held while a step's other graphs run), then the cheapest
-        report.picked = min(report.asked, key=lambda j: (report.asked[j], 0 if saved_bytes is None else saved_bytes[j],
-                                                         costs[j], j))
+    if peak_of is not None:
+        for j in _asking_order(front, torch, lowest_candidates):
+            if not ask(j):
+                break
+    # inductor's peak where asked (or asked for the same saved set); torch's decisions otherwise the model's,
+    # those costlier than its default only, so that no candidate on the model's word alone beats the default
+    peaks = dict(report.asked)
+    for k, t in enumerate(torch):
+        key = same(n + k)
+        if key in by_key:
+            peaks[n + k] = by_key[key]
+        elif k == 0 or t.cost > torch[0].cost:
+            peaks[n + k] = t.peak
+    held = None if saved_bytes is None else saved_bytes[n]
+    eligible = [j for j in sorted(peaks) if held is None or saved_bytes is None or saved_bytes[j] <= held]
+    if budget == 0.0:
+        cap = min(peaks[j] for j in eligible)
     else:
-        report.limit = cap
-        report.saved_limit = held
-        within = [j for j, p in report.asked.items() if p <= cap and saves_within(j)]
-        if not within:  # torch's decision at b not asked (the wall-clock stop): the peak limit alone
-            within = [j for j, p in report.asked.items() if p <= cap]
-        report.picked = min(within, key=lambda j: (costs[j], report.asked[j], j))
+        cap = min(peaks[j] for j in eligible if j >= n and torch[j - n].budget >= budget)
+    within = [j for j in eligible if peaks[j] <= cap]
+    saved = (lambda j: 0) if saved_bytes is None else (lambda j: saved_bytes[j])
+    if budget == 0.0:
+        report.picked = min(within, key=lambda j: (saved(j), costs[j], j))
+    else:
+        report.picked = min(within, key=lambda j: (costs[j], peaks[j], saved(j), j))
+    report.limit = cap
+    report.saved_limit = held
+    report.picked_peak = peaks[report.picked]
+    report.picked_by_model = report.picked not in report.asked
+    report.torch_peak = report.asked.get(n, 0)
+    report.lowest_peak = min(report.asked.values(), default=0)
     report.torch_asked = {torch[j - n].budget: p for j, p in report.asked.items() if j >= n}
     key = same(report.picked)
     report.picked_torch_budget = next((t.budget for k, t in enumerate(torch) if same(n + k) == key), None)
