@@ -357,6 +357,10 @@ class PeakPlanner:
         nodes = prob.arrays.nodes
         n = len(nodes)
         fits = asks_within(self.check_time_limit, n)
+        why = skipped if skipped is not None else self._check_skipped(n)  # None exactly when fits >= 2
+        if why is not None and budget == 0.0 and lowest is not None:
+            log.info("plan: inductor not asked: %s; the memory model's lowest", why)
+            return lowest, CheckReport(skipped=why, budget_asks=fits)
         # torch's decisions, one per saved set, each under the largest seed budget choosing it
         torch_masks: dict[bytes, float] = {}
         for b, saved in sorted(seeds.items(), key=lambda item: -item[0]):
@@ -380,7 +384,6 @@ class PeakPlanner:
             log.info("plan: %s; torch's decision at budget %g picked on the model", why, picked.picked_torch_budget)
             return candidates[j], picked
 
-        why = skipped if skipped is not None else self._check_skipped(n)  # None exactly when fits >= 2
         if why is not None:
             log.info("plan: inductor not asked: %s", why)
             return on_the_model(why, CheckReport(skipped=why, budget_asks=fits))
