@@ -456,6 +456,9 @@ _LISTED: list[Private] = [
            "torch._inductor.virtualized.V.set_fake_mode", "torch._inductor.virtualized.V.set_graph_handler",
            when=_INDUCTOR_PLAN),
     Private("torch.utils._ordered_set.OrderedSet", TORCH, (_INDUCTOR, "fxcut.planned_check"), when=_INDUCTOR_PLAN),
+    # the check's code generation without vectorized C++ kernels (its simdlen option, patched while it runs)
+    *_rows(TORCH, (_INDUCTOR,), "torch._inductor.config", "torch._inductor.config.patch",
+           "torch._inductor.config.cpp.simdlen", when=_INDUCTOR_PLAN),
     Private("torch.utils._pytree.arg_tree_leaves", TORCH, (_LOWER, _PREPARE)),
     Private("torch.utils._pytree.tree_is_leaf", TORCH, (_PREPARE,)),
     *_rows(TORCH, (_PREPARE, _GATE), "torch.utils._pytree.tree_flatten", "torch.utils._pytree.TreeSpec._children"),
