@@ -8,7 +8,9 @@ candidate saved sets it builds the forward and backward modules (torch's
 extraction), hands them to inductor's lowering, scheduler and wrapper code
 generation on fake tensors (:func:`fxcut.torchrules.inductor.ask_inductor`,
 nothing compiled) and reads the peak the generated code allocates -- what
-a compiled step measures, to the bytes of the loss on the zoo.
+a compiled step measures, to the bytes of the loss on the zoo (the buffers
+a fallback kernel allocates and frees inside aside: SDPA's per-thread
+ones, tens of KiB).
 
 The pick on those peaks (:func:`checked_pick`): the candidates are the
 search's frontier and torch's own decisions at the seed budgets (its

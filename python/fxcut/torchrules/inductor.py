@@ -382,6 +382,15 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
     owner: dict[str, Any] = {}          # a name in the wrapper -> its storage's key
     size: dict[Any, int] = {}           # a storage's key -> its bytes
     refs: dict[Any, set[str]] = {}      # a storage's key -> the names holding it
+    body = _call_body(code)
+    # an extern kernel returning a tuple allocates all its items while it runs (its inputs still alive);
+    # the wrapper names them later, one by one (``buf69 = buf68[0]``), and the tuple holds them until deleted
+    items: dict[str, list[str]] = {}
+    for line in body:
+        if (m := _ITEM.match(line)) is not None:
+            items.setdefault(m.group(2), []).append(m.group(1))
+    held_items: dict[str, list[Any]] = {}   # a tuple's name -> the storages of its items
+    item_key: dict[str, Any] = {}           # an item's name -> its storage, allocated by the kernel's call
     live = 0
     events: list[int] = []
     for n in module.graph.find_nodes(op="placeholder"):
@@ -400,15 +409,19 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
         owner[name] = key
         refs.setdefault(key, set()).add(name)
 
-    def drop(name: str) -> None:
+    def release(name: str, key: Any) -> None:
         nonlocal live
-        key = owner.pop(name, None)
-        if key is None:
-            return
         refs[key].discard(name)
         if not refs[key]:
             live -= size[key]
             events.append(live)
+
+    def drop(name: str) -> None:
+        for key in held_items.pop(name, ()):
+            release(name, key)
+        key = owner.pop(name, None)
+        if key is not None:
+            release(name, key)
 
     def allocate(name: str, nbytes: int) -> None:
         nonlocal live
@@ -418,7 +431,7 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
         live += nbytes
         events.append(live)
 
-    for line in _call_body(code):
+    for line in body:
         if not line or line.startswith(("#", "assert_", "args.clear()", "return ")) or "= args" in line:
             continue
         if (m := _ALLOC.match(line)) is not None:
@@ -439,8 +452,11 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
         elif (m := _ASSIGN.match(line)) is not None and m.group(1) in symbols:
             continue  # a size symbol bound from the arguments (``s33 = primals_3``, ``s0 = arg0_1.size(0)``)
         elif (m := _ITEM.match(line)) is not None:
-            # an item of an extern kernel's tuple: the kernel allocated it
-            allocate(m.group(1), allocated_by_kernel(m.group(1), line))
+            # an item of an extern kernel's tuple: allocated by the kernel's call, or here if that was not seen
+            if m.group(1) in item_key:
+                hold(m.group(1), item_key[m.group(1)])
+            else:
+                allocate(m.group(1), allocated_by_kernel(m.group(1), line))
         elif (m := _RENAME.match(line)) is not None:
             if m.group(2) in owner:
                 hold(m.group(1), owner[m.group(2)])
@@ -449,8 +465,19 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
                 drop(name.strip())
         elif (m := _ASSIGN.match(line)) is not None:
             name, rhs = m.group(1), m.group(2)
-            if rhs.startswith(("torch.ops.", "extern_kernels.", "aten.")) and "out=" not in rhs:
-                # an extern kernel that allocates its result; a tuple is paid by its items
+            if rhs.startswith(("torch.ops.", "extern_kernels.", "aten.")) and "out=" not in rhs and name in items:
+                # an extern kernel that allocates a tuple: every item named later, allocated now
+                for item in items.pop(name):
+                    nbytes = allocated_by_kernel(item, line)
+                    key = ("item", item, len(events))
+                    size[key] = nbytes
+                    refs.setdefault(key, set()).add(name)
+                    held_items.setdefault(name, []).append(key)
+                    item_key[item] = key
+                    live += nbytes
+                    events.append(live)
+            elif rhs.startswith(("torch.ops.", "extern_kernels.", "aten.")) and "out=" not in rhs:
+                # an extern kernel that allocates its result
                 allocate(name, allocated_by_kernel(name, line))
             elif rhs.startswith(("torch.ops.", "extern_kernels.")):
                 continue
