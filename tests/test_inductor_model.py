@@ -163,19 +163,26 @@ def test_model_and_inductors_own_wrapper_on_the_chain(chain: Any) -> None:
     assert found == {None: (4, 0), 0.0: (0, 0)}, found
 
 
+def _one_input_module() -> Any:
+    """A module of one input, ``primals_1`` (not counted: not a saved value), for hand-written wrappers."""
+    gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    (ph,) = gm.graph.find_nodes(op="placeholder")
+    ph.name = "primals_1"
+    return gm
+
+
+#: the first lines of a hand-written wrapper of :func:`_one_input_module`
+_WRAPPER_HEAD = ("def call(self, args):", "    primals_1, = args", "    args.clear()")
+
+
 def test_wrapper_reader_follows_a_renamed_buffer() -> None:
     """``buf1 = buf0``: inductor names a single-output fallback's result
     again (HF Mixtral's histc and grouped_mm fallbacks): one storage, freed
     when its last name is deleted, not an unknown line."""
     from fxcut.torchrules.inductor import wrapper_events
 
-    gm = torch.fx.symbolic_trace(lambda x: x + 1)
-    (ph,) = gm.graph.find_nodes(op="placeholder")
-    ph.name = "primals_1"
-    code = "\n".join([
-        "def call(self, args):",
-        "    primals_1, = args",
-        "    args.clear()",
+    gm = _one_input_module()
+    code = "\n".join([*_WRAPPER_HEAD,
         "    buf0 = torch.ops.aten.histc.default(primals_1, 4, 0, 3)",
         "    buf1 = buf0",
         "    del buf0",
@@ -200,13 +207,8 @@ def test_wrapper_reader_allocates_a_tuples_items_at_the_kernels_call() -> None:
     fact."""
     from fxcut.torchrules.inductor import wrapper_events
 
-    gm = torch.fx.symbolic_trace(lambda x: x + 1)
-    (ph,) = gm.graph.find_nodes(op="placeholder")
-    ph.name = "primals_1"
-    code = "\n".join([
-        "def call(self, args):",
-        "    primals_1, = args",
-        "    args.clear()",
+    gm = _one_input_module()
+    code = "\n".join([*_WRAPPER_HEAD,
         "    buf0 = empty_strided_cpu((8, ), (1, ), torch.float32)",
         "    buf1 = empty_strided_cpu((8, ), (1, ), torch.float32)",
         "    buf2 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default(buf0, buf1)",
