@@ -423,13 +423,17 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
         if key is not None:
             release(name, key)
 
-    def allocate(name: str, nbytes: int) -> None:
+    def new_storage(name: str, nbytes: int) -> Any:
         nonlocal live
         key = ("buffer", name, len(events))
         size[key] = nbytes
-        hold(name, key)
+        refs[key] = set()
         live += nbytes
         events.append(live)
+        return key
+
+    def allocate(name: str, nbytes: int) -> None:
+        hold(name, new_storage(name, nbytes))
 
     for line in body:
         if not line or line.startswith(("#", "assert_", "args.clear()", "return ")) or "= args" in line:
@@ -465,18 +469,14 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
                 drop(name.strip())
         elif (m := _ASSIGN.match(line)) is not None:
             name, rhs = m.group(1), m.group(2)
-            if rhs.startswith(("torch.ops.", "extern_kernels.", "aten.")) and "out=" not in rhs and name in items:
-                # an extern kernel that allocates a tuple: every item named later, allocated now
+            allocates = rhs.startswith(("torch.ops.", "extern_kernels.", "aten.")) and "out=" not in rhs
+            if allocates and name in items:
+                # an extern kernel that allocates a tuple: every item named later, allocated now, held by the tuple
                 for item in items.pop(name):
-                    nbytes = allocated_by_kernel(item, line)
-                    key = ("item", item, len(events))
-                    size[key] = nbytes
-                    refs.setdefault(key, set()).add(name)
+                    key = item_key[item] = new_storage(item, allocated_by_kernel(item, line))
+                    refs[key].add(name)
                     held_items.setdefault(name, []).append(key)
-                    item_key[item] = key
-                    live += nbytes
-                    events.append(live)
-            elif rhs.startswith(("torch.ops.", "extern_kernels.", "aten.")) and "out=" not in rhs:
+            elif allocates:
                 # an extern kernel that allocates its result
                 allocate(name, allocated_by_kernel(name, line))
             elif rhs.startswith(("torch.ops.", "extern_kernels.")):
