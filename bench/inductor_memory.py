@@ -237,6 +237,8 @@ def _child_measured(model: str, labels: list[str], steps: int, rounds: int) -> l
                                                       "picked_torch_budget": check.picked_torch_budget,
                                                       "picked_peak": check.picked_peak,
                                                       "picked_by_model": check.picked_by_model,
+                                                      "holds_saved": check.holds_saved,
+                                                      "held_limit": check.held_limit,
                                                       "skipped": check.skipped, "seconds": check.seconds}}
         recorded.setdefault(label, []).append(graph)
         return choice

@@ -482,11 +482,52 @@ def test_unasked_decision_cheaper_than_torchs_default_is_not_taken() -> None:
         assert picks[0].picked_by_model and picks[1].picked_by_model  # the default, not asked here
 
 
+def test_checked_pick_counts_saved_bytes_where_the_graph_holds_them() -> None:
+    """A graph whose saved tensors outlive its own run (its output goes on
+    to a next graph): at b > 0 the pick is within torch's lowest peak and
+    its lowest peak + saved bytes at budgets >= b.  Candidates 0-1: the
+    frontier; 2: torch's default (peak 150, saves 100); 3: torch's
+    decision at 0.5 (151, saves 20)."""
+    from fxcut.planned_check import checked_pick
+
+    front = _frontier([100, 110], [30, 20])
+    torch = _torch((1.0, 170, 12), (0.5, 160, 16))
+    truth = {0: 120, 1: 130, 2: 150, 3: 151}
+    saved = [60, 10, 100, 20]
+
+    def pick(b: float, holds: bool, sb: list[int] | None = None) -> Any:
+        return checked_pick(front, torch, b, lambda j: truth[j], saved_bytes=saved if sb is None else sb,
+                            holds_saved=holds)[1]
+
+    # on peaks alone b=0.5's limit is the default's 150 and the default the cheapest within it -- 80 bytes
+    # more held than torch's decision at 0.5 through the rest of the step
+    r = pick(0.5, False)
+    assert (r.picked, r.limit, r.holds_saved) == (2, 150, False)
+    # held: peaks 120, 130, 150, 151; sums 180, 140, 250, 171.  Limits at 0.5: peak 150 (the default's),
+    # sum 171 (torch's at 0.5): within both only 1
+    r = pick(0.5, True)
+    assert (r.picked, r.limit, r.held_limit, r.holds_saved, r.picked_peak) == (1, 150, 171, True, 130)
+    # b=0.7 and 1: only the default at >= b, (150, 250): 0, 1 and 2 within, the default the cheapest
+    assert [(pick(b, True).picked, pick(b, True).held_limit) for b in (0.7, 1.0)] == [(2, 250), (2, 250)]
+    # b=0 is unchanged: the lowest peak (0), not the lowest sum (1)
+    r = pick(0.0, True)
+    assert (r.picked, r.limit, r.holds_saved) == (0, 120, False)
+    # none within both (1 now saves 45: sum 175): within the peak and sum of torch's lowest sum, 3 (151, 171)
+    r = pick(0.5, True, [60, 45, 100, 20])
+    assert (r.picked, r.limit, r.held_limit) == (3, 151, 171)
+    # without saved bytes there is nothing to add: the peaks alone
+    r = checked_pick(front, torch, 0.5, lambda j: truth[j], holds_saved=True)[1]
+    assert (r.picked, r.holds_saved) == (2, False)
+
+
 def test_checked_pick_is_monotonic_on_random_candidates() -> None:
     """On random frontiers, torch decisions, inductor peaks, saved bytes
     and ask budgets: as b grows the picked peak never falls and the cost
     never rises; at b > 0 the pick is within the lowest of torch's
-    eligible decisions at budgets >= b and no costlier than it; b=1 is
+    eligible decisions at budgets >= b and no costlier than it.  For
+    graphs holding their saved tensors: within torch's lowest peak + saved
+    at budgets >= b by both measures, and where every pick is within the
+    larger budgets' limits the cost never rises.  b=1 is
     torch's default or a candidate asked, at most the default's peak; the
     pick never saves more than torch's default."""
     import random
@@ -494,6 +535,7 @@ def test_checked_pick_is_monotonic_on_random_candidates() -> None:
     from fxcut.planned_check import checked_pick
 
     budgets = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    held_cases = {True: 0, False: 0}
     for seed in range(300):
         rng = random.Random(seed)
         n = rng.randint(1, 6)
@@ -506,24 +548,63 @@ def test_checked_pick_is_monotonic_on_random_candidates() -> None:
         saved = [rng.randint(0, 100) for _ in range(m)]
         costs = list(front.recompute_flops) + [t.cost for t in torch]
         max_asks = rng.randint(0, m)
-        picks = [checked_pick(front, torch, b, lambda j: truth[j], max_asks=max_asks, saved_bytes=saved)[1]
-                 for b in budgets]
+        holds = seed % 2 == 1
+        picks = [checked_pick(front, torch, b, lambda j: truth[j], max_asks=max_asks, saved_bytes=saved,
+                              holds_saved=holds)[1] for b in budgets]
+        assert [r.holds_saved for r in picks] == [False] + [holds] * (len(budgets) - 1)
+        # b=0's peak is the lowest of every pick's
+        assert all(picks[0].picked_peak <= r.picked_peak for r in picks), seed
         peaks = [r.picked_peak for r in picks]
-        assert peaks == sorted(peaks), (seed, peaks)
-        assert [costs[r.picked] for r in picks[1:]] == sorted((costs[r.picked] for r in picks[1:]), reverse=True)
+        picked_costs = [costs[r.picked] for r in picks[1:]]
+        if not holds:
+            assert peaks == sorted(peaks) and picked_costs == sorted(picked_costs, reverse=True), (seed, peaks)
+        else:
+            # each pick within every larger budget's limits (no budget fell back): the cost never rises
+            # and no larger budget's pick is below a smaller one's by both its peak and its sum
+            nested = all(r.picked_peak <= q.limit and r.picked_peak + saved[r.picked] <= q.held_limit
+                         for i, r in enumerate(picks[1:], 1) for q in picks[i + 1:])
+            if nested:
+                assert picked_costs == sorted(picked_costs, reverse=True), seed
+                sums = [r.picked_peak + saved[r.picked] for r in picks]
+                assert not any(peaks[k] < peaks[i] and sums[k] < sums[i]
+                               for i in range(1, len(picks)) for k in range(i + 1, len(picks))), seed
+            held_cases[nested] += 1
         assert len({tuple(sorted(r.asked)) for r in picks}) == 1      # the same candidates asked at every b
         for b, r in zip(budgets, picks):
             assert saved[r.picked] <= saved[n]
             peak = {j: (r.asked[j] if j in r.asked else torch[j - n].peak) for j in range(n, m)}
             ok = [j for j in range(n, m) if torch[j - n].budget >= b and saved[j] <= saved[n]
                   and (j in r.asked or j == n or torch[j - n].cost > torch[0].cost)]
-            if b > 0.0:
+            if b > 0.0 and not holds:
                 best = min(ok, key=lambda j: (peak[j], costs[j]))
                 assert r.picked_peak <= peak[best] and costs[r.picked] <= costs[best], (seed, b)
+            if b > 0.0 and holds:
+                # never above torch's lowest sum at budgets >= b by either measure
+                best = min(ok, key=lambda j: (peak[j] + saved[j], peak[j]))
+                assert r.picked_peak <= peak[best], (seed, b)
+                assert r.picked_peak + saved[r.picked] <= peak[best] + saved[best], (seed, b)
+                assert r.picked_peak <= min(peak[j] for j in ok) or r.limit == peak[best], (seed, b)
         last = picks[-1]
         assert last.picked == n or last.picked in last.asked
         if n in last.asked:
             assert last.picked_peak <= last.asked[n]
+    # both kinds of held case were drawn
+    assert held_cases[True] > 20 and held_cases[False] > 5, held_cases
+
+
+def test_a_graph_holds_its_saved_tensors_when_it_returns_more_than_a_loss(chain: Any) -> None:
+    """The chain's joint graph ends in its loss (one scalar tangent): its
+    backward runs next.  The same model compiled without its loss returns
+    its 16 x 32 output (a tangent of that shape), which goes on to other
+    work before the backward, as a graph cut off by a graph break does."""
+    from fxcut.planned_check import holds_saved_tensors
+    from fxcut.tools.capture import capture
+
+    assert not holds_saved_tensors(chain.gm)
+    torch.manual_seed(0)
+    cap = capture(_Chain(), [torch.randn(16, 64)], lambda out, _: out * 2, compiler="inductor")
+    assert [tuple(t.meta["val"].shape) for t in cap.tangents()] == [(16, 32)]
+    assert holds_saved_tensors(cap.gm)
 
 
 def test_checked_pick_needs_torchs_default_first() -> None:

@@ -352,7 +352,8 @@ class PeakPlanner:
         same rule picks among torch's decisions on the model's peaks, and at
         b=0 the plan is ``lowest``, the model's lowest point (below all of
         torch's decisions by the model)."""
-        from .planned_check import OVERRUN, CheckReport, TorchDecision, asks_within, checked_pick, decision_peak
+        from .planned_check import (OVERRUN, CheckReport, TorchDecision, asks_within, checked_pick, decision_peak,
+                                     holds_saved_tensors)
 
         nodes = prob.arrays.nodes
         n = len(nodes)
@@ -370,6 +371,7 @@ class PeakPlanner:
         torch_decisions = [TorchDecision(b, sim.peak_bytes, sim.recompute_flops)
                            for b, sim in zip(torch_masks.values(), sims[len(front.masks):])]
         saved_bytes = [sim.saved_bytes for sim in sims]
+        holds = holds_saved_tensors(plan.joint_module)
         first: dict[bytes, int] = {}
         for j, m in enumerate(candidates):
             first.setdefault(m, j)
@@ -378,7 +380,7 @@ class PeakPlanner:
             if budget == 0.0 and lowest is not None:
                 return lowest, report
             j, picked = checked_pick(front, torch_decisions, budget, None, same=lambda k: first[candidates[k]],
-                                     saved_bytes=saved_bytes)
+                                     saved_bytes=saved_bytes, holds_saved=holds)
             picked.skipped, picked.failed = report.skipped, report.failed
             picked.budget_asks, picked.seconds = report.budget_asks, report.seconds
             log.info("plan: %s; torch's decision at budget %g picked on the model", why, picked.picked_torch_budget)
@@ -398,7 +400,7 @@ class PeakPlanner:
         try:
             j, report = checked_pick(front, torch_decisions, budget, peak_of, max_asks=min(self.max_checks, fits - 1),
                                      keep_asking=keep_asking, same=lambda k: first[candidates[k]],
-                                     saved_bytes=saved_bytes)
+                                     saved_bytes=saved_bytes, holds_saved=holds)
         except Exception as e:  # inductor could not lower a candidate
             log.warning("plan: inductor could not be asked (%s: %s); %s", type(e).__name__,
                         str(e).splitlines()[0] if str(e) else "",
