@@ -358,8 +358,8 @@ def plan_vs_stock_markdown(data: dict[str, Any]) -> list[str]:
     budgets = ("0", "0.5", "1")
     lines = ["**The plan against stock `torch.compile`, both under inductor, measured** (one training step, "
              "the profiler's allocation peak in MiB; step: the plan's step time over stock's at the same b, "
-             "the median of per-round ratios, rounds interleaved in one process, on a loaded 2-core machine, so "
-             "only large ratios mean anything; planning: fxcut's whole partition_fn over torch's, summed over "
+             "the median of per-round ratios, rounds interleaved in one process, on a 2-core machine (what ran "
+             "beside each row: the note under the tables), so ratios within a few percent of 1 are noise; planning: fxcut's whole partition_fn over torch's, summed over "
              "the step's graphs):", "",
              "| model | " + " | ".join(f"stock b={b} | plan b={b} | change | step" for b in budgets)
              + " | gradient error vs eager (stock) | planning s: plan b=0 / torch b=0 |",
