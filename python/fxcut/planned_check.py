@@ -149,10 +149,11 @@ def holds_saved_tensors(joint_module: fx.GraphModule) -> bool:
     after that work's.  A graph ending in its loss (one scalar tangent)
     runs its backward next: its saved tensors count in its own peak alone."""
     import torch
+    from torch._functorch._aot_autograd.utils import _is_tangent  # the extraction's own test (gated in versions)
 
     for node in joint_module.graph.find_nodes(op="placeholder"):
         val = node.meta.get("val")
-        if "tangents" in node.name and isinstance(val, torch.Tensor):
+        if _is_tangent(node) and isinstance(val, torch.Tensor):
             numel = val.numel()
             if not (isinstance(numel, int) and numel <= 1):
                 return True
