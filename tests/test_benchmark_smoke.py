@@ -363,3 +363,20 @@ def test_inductor_benchmark_counts_a_stock_point_dominated_across_budgets() -> N
     assert im._cross_dominated(slow, 0.0) is None  # median 1.1
     assert im._cross_dominated(higher, 0.0) is None  # that process measured the plan above stock
     assert im._cross_dominated(fast, 0.5) is None  # another stock point
+
+
+def test_a_step_of_several_graphs_peaks_as_they_run_not_as_their_sum() -> None:
+    """bench/inductor_memory.py's step_peak: graph 1's saved bytes are held
+    while graph 2 runs forward and backward; graph 2's gradients are held
+    while graph 1 runs backward; one graph is the larger of its peaks."""
+    import inductor_memory as im
+
+    assert im.step_peak([(10, 20, 5)], [3]) == 20
+    # forwards: 10, then 5 + 8; backwards: graph 2 with graph 1's 5 saved: 35; graph 1 with graph 2's 2 B of
+    # gradients: 22
+    assert im.step_peak([(10, 20, 5), (8, 30, 4)], [3, 2]) == 35
+    # graph 1's backward peaks highest once graph 2's gradients are large
+    assert im.step_peak([(10, 20, 5), (8, 12, 4)], [3, 9]) == 29
+    # a forward can be the peak: graph 2's forward over graph 1's saved bytes
+    assert im.step_peak([(10, 12, 9), (20, 6, 1)], [1, 1]) == 29
+    assert im.step_peak([(10, 20, 5), (8, 30, 4)], [3, 2]) < 20 + 30
