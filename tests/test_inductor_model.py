@@ -83,6 +83,52 @@ def test_heavy_and_copied_inputs_are_cpu_rules() -> None:
     assert cpu[0] == cpu[1] == cpu[5] == _C.FUSE_POINTWISE  # placeholders and the output: unused
 
 
+def test_heavy_ops_are_inductors_list_of_the_release() -> None:
+    """HEAVY follows should_realize_on_reuse's heavy_ops: exp, log*,
+    sigmoid, tanh (2.12: exp and sigmoid), and what lowers to them (silu:
+    sigmoid); not erf, exp2 or expm1, so not an exact GELU, but a tanh one."""
+    from fxcut.torchrules.versions import RELEASES
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    ops = [graph.call_function(aten.exp.default, (x,)), graph.call_function(aten.erf.default, (x,)),
+           graph.call_function(aten.tanh.default, (x,)), graph.call_function(aten.silu.default, (x,)),
+           graph.call_function(aten.expm1.default, (x,)), graph.call_function(aten.gelu.default, (x,)),
+           graph.call_function(aten.gelu.default, (x,), {"approximate": "tanh"})]
+    graph.output(tuple(ops))
+    nodes = list(graph.nodes)
+
+    def heavy(release: str) -> list[bool]:
+        kinds = fusion_kinds(nodes, "cpu", RELEASES[release])
+        return [bool(kinds[i] & _C.FUSE_HEAVY) for i in range(1, 1 + len(ops))]
+
+    assert heavy("2.13") == [True, False, True, True, False, False, True]
+    assert heavy("2.15") == heavy("2.14") == heavy("2.13")
+    assert heavy("2.12") == [True, False, False, True, False, False, False]
+    assert not any(k & _C.FUSE_HEAVY for k in fusion_kinds(nodes, "cuda"))
+
+
+def test_an_exact_gelu_recomputed_in_the_backward_is_inlined_as_inductor_does() -> None:
+    """An MLP with exact GELUs at budget 0: the backward recomputes each
+    GELU, and erf(h) + 1 is read twice (the GELU and its gradient).  erf is
+    no heavy op of inductor's, so inductor inlines it into both readers; the
+    model, which counted erf as heavy until 2026-12-05, made it a buffer and
+    was 24% above inductor's backward peak (206,880 against 167,200 B on
+    torch 2.13); now within 5%."""
+    from fxcut.tools.capture import capture
+    from fxcut.torchrules.inductor import ask_inductor, donated_indices
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64), nn.GELU(), nn.Linear(64, 8))
+    cap = capture(model, [torch.randn(32, 64)], lambda out, _: out.sum(), compiler="inductor")
+    routed = _route(cap, 0.0)
+    fw, bw = routed.modules
+    assert any(n.target is aten.erf.default for n in bw.graph.nodes)
+    est = memory.simulate(routed.decision.decision.arrays, list(routed.saved), cap.num_fwd_outputs, model="inductor")
+    b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
+    assert abs(est.bw_peak_bytes / b.wrapper_peak - 1) <= 0.05, (est.bw_peak_bytes, b.wrapper_peak)
+
+
 # --------------------------------------------------------------------------- the rules on a small graph
 
 

@@ -19,7 +19,8 @@ its kind, read here from inductor's own tables on the installed torch:
 - POINTWISE: everything else: inlined into the kernels that read it unless
   the model realizes it.  HEAVY marks a pointwise op inductor refuses to
   recompute per reader on CPU (``exp``, ``log``, ``sigmoid``, ``tanh``, ...:
-  ``StorageBox.should_realize_on_reuse``).  COPIES_INPUTS marks a CPU
+  ``StorageBox.should_realize_on_reuse``'s list, which differs by release;
+  not ``erf``, so not an exact GELU).  COPIES_INPUTS marks a CPU
   convolution: inductor's layout optimisation hands it channels-last copies
   of its input and weight.  ABSORBED marks an ``mm`` whose one user is an
   ``add`` of a tensor of its dtype and an expandable shape: inductor's
@@ -49,6 +50,8 @@ import torch.fx as fx
 
 import fxcut._C as _C
 
+from .versions import Rules, rules_or_nearest
+
 aten = torch.ops.aten
 
 #: Reductions as inductor lowers them (each lowering builds a Reduction).
@@ -77,11 +80,27 @@ _COPIES_INPUTS = frozenset({aten.convolution, aten.convolution_backward})
 #: being listed in needs_realized_inputs.
 _EXTERN_LOWERINGS = frozenset({aten.addmm, aten.baddbmm, aten._int_mm, aten.mm, aten.bmm, aten.convolution,
                                aten._scaled_mm, aten._addmm_activation})
-#: Pointwise ops inductor realizes when two kernels read them (CPU: the
-#: heavy_ops of StorageBox.should_realize_on_reuse, and the aten ops that
-#: lower to them).
-_HEAVY = frozenset({aten.exp, aten.log, aten.log10, aten.log1p, aten.log2, aten.sigmoid, aten.tanh, aten.exp2,
-                    aten.expm1, aten.silu, aten.gelu, aten.softplus, aten.mish, aten.logit, aten.erf})
+#: The inductor ops an aten pointwise op lowers to, where one of them may be
+#: heavy (:attr:`fxcut.torchrules.versions.Rules.cpu_heavy_ops`: a value
+#: using one, read by two or more kernels, is a buffer on CPU).  ``erf``,
+#: ``exp2`` and ``expm1`` are inductor ops of their own, none heavy; GELU
+#: lowers to ``erf`` (``approximate="tanh"``: ``tanh``, :func:`_heavy`).
+_LOWERS_TO: dict[Any, frozenset[str]] = {
+    aten.exp: frozenset({"exp"}), aten.log: frozenset({"log"}), aten.log10: frozenset({"log10"}),
+    aten.log1p: frozenset({"log1p"}), aten.log2: frozenset({"log2"}), aten.sigmoid: frozenset({"sigmoid"}),
+    aten.tanh: frozenset({"tanh"}), aten.exp2: frozenset({"exp2"}), aten.expm1: frozenset({"expm1"}),
+    aten.erf: frozenset({"erf"}), aten.silu: frozenset({"sigmoid"}), aten.softplus: frozenset({"exp", "log1p"}),
+    aten.mish: frozenset({"tanh", "exp", "log1p"}), aten.logit: frozenset({"log"}),
+}
+
+
+def _heavy(node: fx.Node, heavy_ops: frozenset[str]) -> bool:
+    """Whether ``node``'s lowering uses one of inductor's ``heavy_ops``."""
+    packet = getattr(node.target, "overloadpacket", None)
+    if packet is aten.gelu:
+        approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+        return ("tanh" if approximate == "tanh" else "erf") in heavy_ops
+    return not _LOWERS_TO.get(packet, frozenset()).isdisjoint(heavy_ops)
 
 
 @functools.cache
@@ -140,12 +159,14 @@ def _absorbing_add(mm: fx.Node) -> fx.Node | None:
         return None
 
 
-def fusion_kinds(nodes: Iterable[fx.Node], device: str = "cpu") -> bytes:
-    """Per node, its ``_C.FUSE_*`` kind with ``_C.FUSE_HEAVY``,
-    ``_C.FUSE_ABSORBED`` and (``device`` "cpu") ``_C.FUSE_COPIES_INPUTS``
-    where they apply (placeholders, get_attr and the output: POINTWISE,
-    unused)."""
+def fusion_kinds(nodes: Iterable[fx.Node], device: str = "cpu", rules: Rules | None = None) -> bytes:
+    """Per node, its ``_C.FUSE_*`` kind with ``_C.FUSE_HEAVY`` (``device``
+    "cpu": its lowering uses one of ``rules``' heavy ops; default: the
+    running torch's rules), ``_C.FUSE_ABSORBED`` and (``device`` "cpu")
+    ``_C.FUSE_COPIES_INPUTS`` where they apply (placeholders, get_attr and
+    the output: POINTWISE, unused)."""
     nodes = list(nodes)
+    heavy_ops = (rules or rules_or_nearest()).cpu_heavy_ops if device == "cpu" else frozenset()
     cache: dict[Any, int] = {}
     out = bytearray()
     absorbing: dict[fx.Node, fx.Node] = {}
@@ -164,11 +185,11 @@ def fusion_kinds(nodes: Iterable[fx.Node], device: str = "cpu") -> bytes:
         if kind is None:
             kind = op_kind(target)
             packet = getattr(target, "overloadpacket", None)
-            if packet in _HEAVY and device == "cpu":
-                kind |= _C.FUSE_HEAVY
             if packet in _COPIES_INPUTS and device == "cpu":
                 kind |= _C.FUSE_COPIES_INPUTS
             cache[target] = kind
+        if _heavy(node, heavy_ops):
+            kind |= _C.FUSE_HEAVY
         if node in absorbing:
             kind |= _C.FUSE_ABSORBED
         elif node in absorbers:

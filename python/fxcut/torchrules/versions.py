@@ -174,6 +174,10 @@ class Rules:
     marks_static_inputs: bool = False
     #: where ``enable_activation_offloading`` lives
     offloading_module: str = "torch._functorch._activation_offloading.activation_offloading"
+    #: inductor's ops whose use makes a pointwise value read by two or more
+    #: kernels a buffer on CPU (``StorageBox.should_realize_on_reuse``'s
+    #: ``heavy_ops``; 2.12: exp and sigmoid only)
+    cpu_heavy_ops: frozenset[str] = frozenset({"exp", "log", "log10", "log1p", "log2", "sigmoid", "tanh"})
 
     def __post_init__(self) -> None:
         if self.module_builder not in (BUILDER_FXCUT, BUILDER_TORCH):
@@ -198,6 +202,7 @@ _R212 = Rules(
     no_return_ops_take_no_memory=False,
     region_memory_budgets=False,
     flags_backward_nodes=False,
+    cpu_heavy_ops=frozenset({"exp", "sigmoid"}),
 )
 _R213 = Rules(release="2.13", tested="2.13.0", missing_config=_BEFORE_215)
 _R214 = Rules(
