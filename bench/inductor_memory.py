@@ -186,37 +186,14 @@ def run_inductor(args: argparse.Namespace) -> int:
 PROCESSES: tuple[tuple[str, ...], ...] = (("stock@1", "fxcut@1"), ("stock@0", "fxcut@0"), ("stock@0.5", "fxcut@0.5"))
 
 
-def _ask(route_plan: Any, prob: Any, saved: list[int]) -> int | None:
-    """Inductor's own peak (its generated code's, on fake tensors) of the
-    decision saving ``saved``, as the plan's check asks it; None where
-    inductor cannot be asked."""
-    from fxcut.planned_check import decision_peak
+def _ask(route_plan: Any, prob: Any, saved: list[int]) -> tuple[int, int] | None:
+    """Inductor's own forward and backward peaks (its generated code's, on
+    fake tensors) of the decision saving ``saved``, as the plan's check asks
+    it; None where inductor cannot be asked."""
+    from fxcut.planned_check import decision_peaks
 
     try:
-        return decision_peak(route_plan, prob.arrays.nodes, saved, prob.num_fwd_outputs)
-    except Exception as e:  # recorded as unknown; the measurement goes on
-        print(f"inductor not asked: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
-              file=sys.stderr)
-        return None
-
-
-def _ask_parts(route_plan: Any, prob: Any, saved: list[int]) -> tuple[int, int] | None:
-    """Inductor's own forward and backward peaks of the decision saving
-    ``saved`` (as :func:`_ask`, the two modules apart); None where inductor
-    cannot be asked."""
-    from fxcut.planned_check import prepared_copy
-    from fxcut.route import build
-    from fxcut.torchrules import extract
-    from fxcut.torchrules.inductor import ask_inductor, donated_indices
-    from torch.utils._ordered_set import OrderedSet
-
-    try:
-        nodes = prob.arrays.nodes
-        copy, by_name = prepared_copy(route_plan.joint_module, route_plan.prep, nodes)
-        fw, bw = build.torch_build_modules(copy, extract.split_saved([by_name[nodes[i].name] for i in saved]),
-                                           prob.num_fwd_outputs, OrderedSet(), False, False, route_plan.rules)
-        return (ask_inductor(fw, is_backward=False).wrapper_peak,
-                ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw)).wrapper_peak)
+        return decision_peaks(route_plan, prob.arrays.nodes, saved, prob.num_fwd_outputs)
     except Exception as e:  # recorded as unknown; the measurement goes on
         print(f"inductor not asked: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
               file=sys.stderr)
@@ -268,14 +245,14 @@ def _child_measured(model: str, labels: list[str], steps: int, rounds: int) -> l
                                    "parts": _model_parts(prob, s)}
                         for b, s in seeds.items() if any(abs(b - x) < 1e-9 for x in STOCK_BUDGETS)}
         t_record = time.perf_counter()
-        asked = None if check is None else check.asked.get(check.picked)
-        plan_inductor = asked if asked is not None else _ask(route_plan, prob, choice.saved)
-        plan_parts = _ask_parts(route_plan, prob, choice.saved)
+        plan_parts = _ask(route_plan, prob, choice.saved)
+        plan_inductor = None if plan_parts is None else max(plan_parts)
         if self.memory_budget == 1.0:
             for b, s in seeds.items():
                 if f"{b:g}" in torch_points:
-                    torch_points[f"{b:g}"]["inductor"] = _ask(route_plan, prob, s)
-                    torch_points[f"{b:g}"]["inductor_parts"] = _ask_parts(route_plan, prob, s)
+                    parts = _ask(route_plan, prob, s)
+                    torch_points[f"{b:g}"]["inductor"] = None if parts is None else max(parts)
+                    torch_points[f"{b:g}"]["inductor_parts"] = parts
         at_b = seeds.get(self.memory_budget)
         graph = {"plan_peak": choice.peak_bytes, "plan_cost": prob.step_cost(choice.saved),
                  "same_as_torch": at_b is not None and sorted(choice.saved) == sorted(at_b),
@@ -361,9 +338,9 @@ def step_peak(parts: list[tuple[int, int, int]], grads: list[int]) -> int:
 
 
 def _composed(graphs: list[dict[str, Any]], get: Callable[[dict[str, Any]], Any]) -> int | None:
-    """:func:`step_peak` of the graphs' figures ``get(graph)`` (a dict with
-    fw, bw, saved; or a (fw, bw) pair of inductor's with the model's saved
-    bytes, ``get`` returning (pair, model parts)); None where a graph lacks them."""
+    """:func:`step_peak` of the graphs' (forward peak, backward peak, saved
+    bytes), ``get(graph)``, and their recorded gradient bytes; None where a
+    graph lacks them."""
     parts, grads = [], []
     for g in graphs:
         got = get(g)

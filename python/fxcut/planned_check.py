@@ -121,12 +121,12 @@ def prepared_copy(joint_module: fx.GraphModule, prep: Any, lowered: Sequence[fx.
     return copy, {n.name: n for n in copy.graph.nodes}
 
 
-def inductor_peak(joint_module: fx.GraphModule, saved_nodes: Sequence[fx.Node], num_fwd_outputs: int,
-                  rules: Rules) -> int:
-    """The peak inductor's generated code allocates for the step whose
-    forward saves ``saved_nodes`` (nodes of ``joint_module``; the larger of
-    the forward's and the backward's); the modules built by torch's passes
-    as the release of ``rules`` runs them."""
+def inductor_peaks(joint_module: fx.GraphModule, saved_nodes: Sequence[fx.Node], num_fwd_outputs: int,
+                   rules: Rules) -> tuple[int, int]:
+    """The peaks inductor's generated code allocates in the forward and in
+    the backward of the step whose forward saves ``saved_nodes`` (nodes of
+    ``joint_module``); the modules built by torch's passes as the release of
+    ``rules`` runs them."""
     from torch.utils._ordered_set import OrderedSet
 
     from .route import build
@@ -137,7 +137,7 @@ def inductor_peak(joint_module: fx.GraphModule, saved_nodes: Sequence[fx.Node], 
                                        OrderedSet(), False, False, rules)
     f = ask_inductor(fw, is_backward=False)
     b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
-    return max(f.wrapper_peak, b.wrapper_peak)
+    return f.wrapper_peak, b.wrapper_peak
 
 
 def holds_saved_tensors(joint_module: fx.GraphModule) -> bool:
@@ -160,13 +160,20 @@ def holds_saved_tensors(joint_module: fx.GraphModule) -> bool:
     return False
 
 
-def decision_peak(plan: Any, nodes: Sequence[fx.Node], saved: Sequence[int], num_fwd_outputs: int) -> int:
-    """Inductor's peak of the decision saving ``saved`` (indices into
-    ``nodes``, the plan's lowered nodes) of the planned call ``plan``
-    (:class:`fxcut.route.plan.Plan`): the graph after the plan's DCE/CSE,
-    split and built as the route builds it, then :func:`inductor_peak`."""
+def decision_peaks(plan: Any, nodes: Sequence[fx.Node], saved: Sequence[int], num_fwd_outputs: int
+                   ) -> tuple[int, int]:
+    """Inductor's forward and backward peaks of the decision saving
+    ``saved`` (indices into ``nodes``, the plan's lowered nodes) of the
+    planned call ``plan`` (:class:`fxcut.route.plan.Plan`): the graph after
+    the plan's DCE/CSE, split and built as the route builds it, then
+    :func:`inductor_peaks`."""
     copy, by_name = prepared_copy(plan.joint_module, plan.prep, nodes)
-    return inductor_peak(copy, [by_name[nodes[i].name] for i in saved], num_fwd_outputs, plan.rules)
+    return inductor_peaks(copy, [by_name[nodes[i].name] for i in saved], num_fwd_outputs, plan.rules)
+
+
+def decision_peak(plan: Any, nodes: Sequence[fx.Node], saved: Sequence[int], num_fwd_outputs: int) -> int:
+    """The larger of :func:`decision_peaks`: the step's peak as inductor runs it."""
+    return max(decision_peaks(plan, nodes, saved, num_fwd_outputs))
 
 
 #: Seconds one candidate's ask takes per joint-graph node (building both
@@ -339,4 +346,4 @@ def checked_pick(front: Frontier, torch: Sequence[TorchDecision], budget: float,
 
 
 __all__ = ["ASK_SECONDS_PER_NODE", "CheckReport", "TorchDecision", "asks_within", "checked_pick", "decision_peak",
-           "holds_saved_tensors", "inductor_peak", "prepared_copy"]
+           "decision_peaks", "holds_saved_tensors", "inductor_peaks", "prepared_copy"]
