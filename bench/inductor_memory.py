@@ -358,12 +358,20 @@ def _compose_into(x: dict[str, Any], graphs: list[dict[str, Any]], model: Callab
     says so)."""
     if len(graphs) < 2:
         return
-    mp = _composed(graphs, lambda g: None if not model(g) else (model(g)["fw"], model(g)["bw"], model(g)["saved"]))
+
+    def modelled(g: dict[str, Any]) -> tuple[int, int, int] | None:
+        m = model(g)
+        return None if not m else (m["fw"], m["bw"], m["saved"])
+
+    def asked(g: dict[str, Any]) -> tuple[int, int, int] | None:
+        m, a = model(g), inductor(g)
+        return None if not m or not a else (a[0], a[1], m["saved"])  # the decision's saved bytes: the model's
+
+    mp = _composed(graphs, modelled)
     if mp is None:
         return
     x["model_peak"], x["composed"] = mp, True
-    ip = _composed(graphs, lambda g: None if not inductor(g) or not model(g)
-                   else (inductor(g)[0], inductor(g)[1], model(g)["saved"]))
+    ip = _composed(graphs, asked)
     if ip is not None:
         x["inductor_peak"] = ip
     else:
