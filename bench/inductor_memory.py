@@ -269,6 +269,7 @@ def _child_measured(model: str, labels: list[str], steps: int, rounds: int) -> l
                                                       "picked_by_model": check.picked_by_model,
                                                       "holds_saved": check.holds_saved,
                                                       "held_limit": check.held_limit,
+                                                      "settling": list(check.settling), "settled": check.settled,
                                                       "skipped": check.skipped, "seconds": check.seconds}}
         recorded.setdefault(label, []).append(graph)
         return choice

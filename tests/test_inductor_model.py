@@ -528,6 +528,49 @@ def test_unasked_decision_cheaper_than_torchs_default_is_not_taken() -> None:
         assert picks[0].picked_by_model and picks[1].picked_by_model  # the default, not asked here
 
 
+def test_settling_asks_the_picks_that_rest_on_the_model() -> None:
+    """BART's case: two of torch's decisions not asked, both picks, the
+    model under inductor by different margins.  Candidate 0: the model's
+    lowest (cost 50); 1: torch's default (cost 10); 2: its decision at
+    0.7 (model 150, inductor 160, cost 20); 3: at 0.5 (model 140, inductor
+    170, cost 30).  On the model's figures b=0.5 picks 3 and b=0.7 picks
+    2: inductor's peak falls from 170 to 160 as b grows.  Settling asks 3,
+    then 2 (b=0.5's pick once 3 is known), and both budgets pick 2."""
+    from fxcut.planned_check import checked_pick
+
+    front = _frontier([100], [50])
+    torch = _torch((1.0, 200, 10), (0.7, 150, 20), (0.5, 140, 30))
+    truth = {0: 110, 1: 200, 2: 160, 3: 170}
+
+    def run(b: float, settle: int) -> tuple[list[int], Any]:
+        asked: list[int] = []
+
+        def peak_of(j: int) -> int:
+            asked.append(j)
+            return truth[j]
+
+        return asked, checked_pick(front, torch, b, peak_of, max_asks=1, settle_asks=settle)[1]
+
+    unsettled = [run(b, 0)[1] for b in (0.5, 0.7)]
+    assert [(r.picked, r.picked_by_model, truth[r.picked]) for r in unsettled] == [(3, True, 170), (2, True, 160)]
+    assert not unsettled[0].settled and unsettled[0].settling == []
+    for b in (0.0, 0.5, 0.7, 1.0):
+        asked, r = run(b, 2)
+        assert asked == [0, 1, 3, 2] and r.settling == [3, 2] and r.settled, (b, asked, r)
+    settled = {b: run(b, 2)[1] for b in (0.0, 0.3, 0.5, 0.6, 0.7, 1.0)}
+    assert {b: (r.picked, r.picked_peak) for b, r in settled.items()} == {
+        0.0: (0, 110), 0.3: (2, 160), 0.5: (2, 160), 0.6: (2, 160), 0.7: (2, 160), 1.0: (1, 200)}
+    assert not any(r.picked_by_model for r in settled.values())
+    # one settling ask: 3 asked, then the picks rest on 2's figure again and the report says so
+    asked, r = run(0.5, 1)
+    assert asked == [0, 1, 3] and (r.picked, r.picked_by_model, r.settled) == (2, True, False)
+    # more asks than needed: it stops once every pick is asked
+    assert run(0.5, 5)[0] == [0, 1, 3, 2]
+    # not asking inductor at all settles nothing
+    r = checked_pick(front, torch, 0.5, None, settle_asks=5)[1]
+    assert r.picked_by_model and not r.settled and not r.settling
+
+
 def test_checked_pick_counts_saved_bytes_where_the_graph_holds_them() -> None:
     """A graph whose saved tensors outlive its own run (its output goes on
     to a next graph): at b > 0 the pick is within torch's lowest peak and
@@ -582,7 +625,8 @@ def test_checked_pick_is_monotonic_on_random_candidates() -> None:
 
     budgets = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
     held_cases = {True: 0, False: 0}
-    for seed in range(300):
+    settled_cases = 0
+    for seed in range(500):
         rng = random.Random(seed)
         n = rng.randint(1, 6)
         fpeaks = sorted(rng.randint(50, 200) for _ in range(n))
@@ -594,9 +638,20 @@ def test_checked_pick_is_monotonic_on_random_candidates() -> None:
         saved = [rng.randint(0, 100) for _ in range(m)]
         costs = list(front.recompute_flops) + [t.cost for t in torch]
         max_asks = rng.randint(0, m)
+        # drawn apart, so that the candidates above are the ones drawn before settling existed
+        settle = random.Random(-1 - seed).choice([0, m // 2, m])
         holds = seed % 2 == 1
         picks = [checked_pick(front, torch, b, lambda j: truth[j], max_asks=max_asks, saved_bytes=saved,
-                              holds_saved=holds)[1] for b in budgets]
+                              holds_saved=holds, settle_asks=settle)[1] for b in budgets]
+        # settled (always with as many settling asks as candidates): every budget's pick asked, so the
+        # peaks inductor would run are the picks' own -- monotonic in b where they were above
+        assert len({r.settled for r in picks}) == 1 and (picks[0].settled or settle < m), seed
+        if picks[0].settled:
+            settled_cases += 1
+            assert not any(r.picked_by_model for r in picks), seed
+            if not holds:
+                true_peaks = [truth[r.picked] for r in picks]
+                assert true_peaks == sorted(true_peaks), (seed, true_peaks)
         assert [r.holds_saved for r in picks] == [False] + [holds] * (len(budgets) - 1)
         # b=0's peak is the lowest of every pick's
         assert all(picks[0].picked_peak <= r.picked_peak for r in picks), seed
@@ -634,8 +689,9 @@ def test_checked_pick_is_monotonic_on_random_candidates() -> None:
         assert last.picked == n or last.picked in last.asked
         if n in last.asked:
             assert last.picked_peak <= last.asked[n]
-    # both kinds of held case were drawn
+    # both kinds of held case were drawn, and settled checks
     assert held_cases[True] > 20 and held_cases[False] > 5, held_cases
+    assert settled_cases > 100, settled_cases
 
 
 def test_a_graph_holds_its_saved_tensors_when_it_returns_more_than_a_loss(chain: Any) -> None:

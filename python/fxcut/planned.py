@@ -157,13 +157,17 @@ class PeakPlanner:
     same ones whatever the budget) and picks on those
     (:mod:`fxcut.planned_check`: the peak monotonic in b; at b > 0 never
     above the lowest of torch's decisions at budgets >= b, nor costlier
-    by the model; never saving more bytes than torch's default); None
-    picks on the model alone.  ``check_time_limit``: the seconds the check
-    may spend per graph (0 to 10**6; default 20): it asks only as many
-    candidates as its measured per-node cost predicts fit, the same on
-    every machine; where none but torch's fits it is skipped, and then b > 0
-    plans the same pick among torch's decisions on the model's peaks, b=0
-    the model's lowest.
+    by the model; never saving more bytes than torch's default); then,
+    where some budget's pick is one of torch's decisions not asked (its
+    peak the model's), it asks those picks, up to as many asks again, so
+    that every budget's pick stands at inductor's own peak; None picks on
+    the model alone.  ``check_time_limit``: the seconds the check's
+    ordered asks may spend per graph (0 to 10**6; default 20; settling
+    the picks may take as long again): it asks only as many candidates as
+    its measured per-node cost predicts fit, the same on every machine;
+    where none but torch's fits it is skipped, and then b > 0 plans the
+    same pick among torch's decisions on the model's peaks, b=0 the
+    model's lowest.
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
@@ -400,7 +404,8 @@ class PeakPlanner:
         try:
             j, report = checked_pick(front, torch_decisions, budget, peak_of, max_asks=min(self.max_checks, fits - 1),
                                      keep_asking=keep_asking, same=lambda k: first[candidates[k]],
-                                     saved_bytes=saved_bytes, holds_saved=holds)
+                                     saved_bytes=saved_bytes, holds_saved=holds,
+                                     settle_asks=self.max_checks)
         except Exception as e:  # inductor could not lower a candidate
             log.warning("plan: inductor could not be asked (%s: %s); %s", type(e).__name__,
                         str(e).splitlines()[0] if str(e) else "",
