@@ -770,6 +770,40 @@ def test_checked_pick_stops_asking_when_told() -> None:
     assert (j, report.limit) == (0, 130)
 
 
+def test_settling_asks_at_most_twice_what_the_time_budget_fits(monkeypatch: Any) -> None:
+    """The planner's settling bound: as many asks as twice ``check_time_limit``
+    fits by prediction (and ``max_checks``).  With a limit that fits two
+    asks (torch's default and one more), settling may ask four; what it
+    asked is in the report, and it stops early only once every budget's
+    pick is asked."""
+    import fxcut.planned_check as planned_check
+    from fxcut.planned import SETTLE_BUDGETS, planned_partitioner
+    from fxcut.planned_check import ASK_SECONDS_PER_NODE, asks_within
+
+    cap = zoo.capture_inductor("gpt2")
+    probe = planned_partitioner(0.5, memory_model="inductor", max_work=4_000_000, check_time_limit=0.0)
+    cap.partition(probe)
+    n = len(probe.planner.last_problem.arrays.nodes)
+    limit = 2.5 * n * ASK_SECONDS_PER_NODE
+    assert asks_within(limit, n) == 2
+    calls: list[tuple[int, int]] = []
+    original = planned_check.checked_pick
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append((kwargs["max_asks"], kwargs["settle_asks"]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(planned_check, "checked_pick", spy)
+    fn = planned_partitioner(0.5, memory_model="inductor", max_work=4_000_000, check_time_limit=limit)
+    cap.partition(fn)
+    assert calls == [(1, SETTLE_BUDGETS * 2)] and SETTLE_BUDGETS * 2 == 4
+    report = fn.planner.last.check
+    assert report is not None and not report.skipped
+    assert len(report.asked) <= 2 + 4 and len(report.settling) <= 4
+    assert report.settled or len(report.settling) == 4, report
+    assert set(report.settling) <= set(report.asked)
+
+
 def test_skipped_check_picks_among_torchs_decisions_on_the_model() -> None:
     """check_time_limit=0 fits no ask: the check is skipped (said in the
     report); b > 0 is then one of torch's own decisions, the cheapest whose

@@ -59,6 +59,10 @@ MAX_TIME_LIMIT = 1e6
 DEFAULT_CHECK_TIME_LIMIT = 20.0
 #: candidates the check may ask besides the first (the time limit usually binds first)
 DEFAULT_MAX_CHECKS = 10
+#: settling the picks (fxcut.planned_check.checked_pick) may ask, by the same prediction, as many
+#: candidates as this many times check_time_limit fits (and at most max_checks): on the 14 real models
+#: it took at most 5 asks where 3 fit (Whisper); cut shorter it can leave a pick worse than none
+SETTLE_BUDGETS = 2
 
 
 def check_seed_budgets(seed_budgets: object) -> list[float]:
@@ -159,12 +163,13 @@ class PeakPlanner:
     above the lowest of torch's decisions at budgets >= b, nor costlier
     by the model; never saving more bytes than torch's default); then,
     where some budget's pick is one of torch's decisions not asked (its
-    peak the model's), it asks those picks, up to as many asks again, so
-    that every budget's pick stands at inductor's own peak; None picks on
-    the model alone.  ``check_time_limit``: the seconds the check's
-    ordered asks may spend per graph (0 to 10**6; default 20; settling
-    the picks may take as long again): it asks only as many candidates as
-    its measured per-node cost predicts fit, the same on every machine;
+    peak the model's), it asks those picks (settling), so that every
+    budget's pick stands at inductor's own peak; None picks on the model
+    alone.  ``check_time_limit``: the seconds the check's ordered asks may
+    spend per graph (0 to 10**6; default 20; settling may take twice that
+    again, and at most ``max_checks`` asks): it asks only as many
+    candidates as its measured per-node cost predicts fit, the same on
+    every machine;
     where none but torch's fits it is skipped, and then b > 0 plans the
     same pick among torch's decisions on the model's peaks, b=0 the
     model's lowest.
@@ -405,7 +410,7 @@ class PeakPlanner:
             j, report = checked_pick(front, torch_decisions, budget, peak_of, max_asks=min(self.max_checks, fits - 1),
                                      keep_asking=keep_asking, same=lambda k: first[candidates[k]],
                                      saved_bytes=saved_bytes, holds_saved=holds,
-                                     settle_asks=self.max_checks)
+                                     settle_asks=min(self.max_checks, SETTLE_BUDGETS * fits))
         except Exception as e:  # inductor could not lower a candidate
             log.warning("plan: inductor could not be asked (%s: %s); %s", type(e).__name__,
                         str(e).splitlines()[0] if str(e) else "",

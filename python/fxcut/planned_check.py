@@ -18,7 +18,8 @@ knapsack at 0, 0.1, ..., 1).  Which are asked does not depend on the
 budget: the model's lowest point, torch's default, torch's other decisions
 in the order of their modelled peaks, then the frontier's, as many as the
 time budget fits; then, while some budget's pick is one of torch's
-decisions not asked, that pick (up to ``max_checks`` more asks), so that
+decisions not asked, that pick (settling: up to as many asks as twice the
+time budget fits, and ``max_checks``), so that
 every budget's pick stands at inductor's own peak and the peaks the
 compiled steps run are monotonic in b, not only the check's figures.  A
 candidate's peak is inductor's where asked; torch's

@@ -266,7 +266,7 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     the plan may spend asking inductor about its candidates, per graph
     (:class:`fxcut.planned.PeakPlanner`; None: its default, 20 s; where a
     budget's pick would rest on the model's figure, asking about the picks
-    may take as long again).
+    may take twice that again).
     ``safe_budget``: keep saved what torch's decision would recompute
     although it draws random numbers or reads state the step mutates
     (:func:`fxcut.min_cut_rematerialization_partition`); None leaves it to
