@@ -169,10 +169,9 @@ class PeakPlanner:
     spend per graph (0 to 10**6; default 20; settling may take twice that
     again, and at most ``max_checks`` asks): it asks only as many
     candidates as its measured per-node cost predicts fit, the same on
-    every machine;
-    where none but torch's fits it is skipped, and then b > 0 plans the
-    same pick among torch's decisions on the model's peaks, b=0 the
-    model's lowest.
+    every machine; where none but torch's fits it is skipped, and then
+    b > 0 plans the same pick among torch's decisions on the model's
+    peaks, b=0 the model's lowest.
     """
 
     def __init__(self, memory_budget: float = 1.0, *, exact_max_candidates: int = 16,
