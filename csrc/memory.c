@@ -53,20 +53,13 @@ void fxcut_memsim_free(fxcut_memsim *s)
     free(s);
 }
 
-int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
-                     fxcut_memsim **out, fxcut_error *err)
+/* The scratch arrays every evaluation uses, n + 1 entries each (the stack
+ * more under the inductor model).  Returns 1 when all were allocated; the
+ * caller frees s either way. */
+static int alloc_walk_arrays(fxcut_memsim *s, const fxcut_graph *g,
+                             const fxcut_memory_options *opt)
 {
-    *out = NULL;
-    fxcut_memsim *s = calloc(1, sizeof *s);
-    if (s == NULL)
-        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
-                          "out of memory for the memory model");
-    int32_t n = g->n;
-    size_t m = (size_t)n + 1;
-    s->g = g;
-    s->num_fwd_outputs = opt->num_fwd_outputs;
-    s->flops = opt->flops;
-    s->marks = opt->marks;
+    size_t m = (size_t)g->n + 1;
     s->root = malloc(m * sizeof *s->root);
     s->cost = malloc(m * sizeof *s->cost);
     s->tangent_dep = malloc(m);
@@ -75,75 +68,78 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
     s->order = malloc(m * sizeof *s->order);
     /* the inductor model's walks through inlined values push a node once
      * per edge reaching it before it is visited: up to n + edges entries */
-    size_t stack_len = m + (opt->fusion != NULL ? (size_t)g->in_ptr[n] : 0);
+    size_t stack_len = m + (opt->fusion != NULL ? (size_t)g->in_ptr[g->n] : 0);
     s->stack = malloc(stack_len * sizeof *s->stack);
     s->found = malloc(m * sizeof *s->found);
     s->last = malloc(m * sizeof *s->last);
     s->charge = malloc(m * sizeof *s->charge);
-    s->fusion = opt->fusion;
-    s->fused_cost = opt->fused_cost;
-    s->realize_reuse_reads = opt->realize_reuse_reads;
-    s->realize_acc_reads = opt->realize_acc_reads;
-    s->realize_opcount = opt->realize_opcount;
-    int fused_ok = 1;
-    if (opt->fusion != NULL) {
-        s->realized = calloc(m, 1);
-        s->donated = calloc(m, 1);
-        s->inlined_reads = malloc(m * sizeof *s->inlined_reads);
-        /* distinct reads are counted up to one past the larger threshold
-         * (past it every comparison is decided), at most READ_SET_MAX */
-        int64_t top = opt->realize_reuse_reads > opt->realize_acc_reads
-                          ? opt->realize_reuse_reads
-                          : opt->realize_acc_reads;
-        s->read_cap = top < 0 ? 1
-                      : top >= FXCUT_READ_SET_MAX ? FXCUT_READ_SET_MAX
-                                                  : (int32_t)top + 1;
-        s->read_set = (size_t)s->read_cap <= SIZE_MAX / sizeof *s->read_set / m
-                          ? malloc(m * (size_t)s->read_cap * sizeof *s->read_set)
-                          : NULL;
-        s->read_n = malloc(m * sizeof *s->read_n);
-        s->inlined_ops = malloc(m * sizeof *s->inlined_ops);
-        s->inlined_heavy = malloc(m);
-        s->visit = malloc(m * sizeof *s->visit);
-        s->kernels = malloc(m * sizeof *s->kernels);
-        s->group_of = malloc(m * sizeof *s->group_of);
-        s->made_in = malloc(m * sizeof *s->made_in);
-        s->read_in = malloc(m * sizeof *s->read_in);
-        s->group_reads = malloc(m * sizeof *s->group_reads);
-        s->leaf_ptr = malloc(m * sizeof *s->leaf_ptr);
-        s->leaf_end = malloc(m * sizeof *s->leaf_end);
-        /* room for each kernel's leaves read about twice over the graph's
-         * edges (kernels past it are walked each time they are asked) */
-        size_t cap = 2 * (m + (size_t)g->in_ptr[n]);
-        if (cap > (size_t)INT32_MAX / 2)
-            cap = (size_t)INT32_MAX / 2;
-        s->leaf_cap = (int32_t)cap;
-        s->leaf_idx = malloc(cap * sizeof *s->leaf_idx);
-        s->iteration = opt->iteration;
-        fused_ok = s->realized != NULL && s->donated != NULL &&
-                   s->inlined_reads != NULL && s->read_set != NULL &&
-                   s->read_n != NULL && s->inlined_ops != NULL &&
-                   s->inlined_heavy != NULL && s->visit != NULL &&
-                   s->kernels != NULL && s->group_of != NULL &&
-                   s->made_in != NULL && s->read_in != NULL &&
-                   s->group_reads != NULL && s->leaf_ptr != NULL &&
-                   s->leaf_end != NULL && s->leaf_idx != NULL;
-    }
-    if (s->root == NULL || s->cost == NULL || s->tangent_dep == NULL ||
-        s->mark == NULL || s->body == NULL || s->order == NULL ||
-        s->stack == NULL || s->found == NULL || s->last == NULL ||
-        s->charge == NULL || !fused_ok) {
-        fxcut_memsim_free(s);
-        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
-                          "out of memory for the memory model of %d nodes",
-                          (int)n);
-    }
-    int rc = fxcut_graph_users(g, &s->user_ptr, &s->user_idx, err);
-    if (rc != FXCUT_OK) {
-        fxcut_memsim_free(s);
-        return rc;
-    }
-    for (int32_t i = 0; i < n; i++) {
+    return s->root != NULL && s->cost != NULL && s->tangent_dep != NULL &&
+           s->mark != NULL && s->body != NULL && s->order != NULL &&
+           s->stack != NULL && s->found != NULL && s->last != NULL &&
+           s->charge != NULL;
+}
+
+/* Distinct reads are counted up to one past the larger threshold (past it
+ * every comparison is decided), at most FXCUT_READ_SET_MAX. */
+static int32_t read_set_cap(const fxcut_memory_options *opt)
+{
+    int64_t top = opt->realize_reuse_reads > opt->realize_acc_reads
+                      ? opt->realize_reuse_reads
+                      : opt->realize_acc_reads;
+    return top < 0 ? 1
+           : top >= FXCUT_READ_SET_MAX ? FXCUT_READ_SET_MAX
+                                       : (int32_t)top + 1;
+}
+
+/* The inductor model's arrays (opt->fusion != NULL).  Returns 1 when all
+ * were allocated; the caller frees s either way. */
+static int alloc_fused_arrays(fxcut_memsim *s, const fxcut_graph *g,
+                              const fxcut_memory_options *opt)
+{
+    size_t m = (size_t)g->n + 1;
+    s->realized = calloc(m, 1);
+    s->donated = calloc(m, 1);
+    s->inlined_reads = malloc(m * sizeof *s->inlined_reads);
+    s->read_cap = read_set_cap(opt);
+    s->read_set = (size_t)s->read_cap <= SIZE_MAX / sizeof *s->read_set / m
+                      ? malloc(m * (size_t)s->read_cap * sizeof *s->read_set)
+                      : NULL;
+    s->read_n = malloc(m * sizeof *s->read_n);
+    s->inlined_ops = malloc(m * sizeof *s->inlined_ops);
+    s->inlined_heavy = malloc(m);
+    s->visit = malloc(m * sizeof *s->visit);
+    s->kernels = malloc(m * sizeof *s->kernels);
+    s->group_of = malloc(m * sizeof *s->group_of);
+    s->made_in = malloc(m * sizeof *s->made_in);
+    s->read_in = malloc(m * sizeof *s->read_in);
+    s->group_reads = malloc(m * sizeof *s->group_reads);
+    s->leaf_ptr = malloc(m * sizeof *s->leaf_ptr);
+    s->leaf_end = malloc(m * sizeof *s->leaf_end);
+    /* room for each kernel's leaves read about twice over the graph's
+     * edges (kernels past it are walked each time they are asked) */
+    size_t cap = 2 * (m + (size_t)g->in_ptr[g->n]);
+    if (cap > (size_t)INT32_MAX / 2)
+        cap = (size_t)INT32_MAX / 2;
+    s->leaf_cap = (int32_t)cap;
+    s->leaf_idx = malloc(cap * sizeof *s->leaf_idx);
+    return s->realized != NULL && s->donated != NULL &&
+           s->inlined_reads != NULL && s->read_set != NULL &&
+           s->read_n != NULL && s->inlined_ops != NULL &&
+           s->inlined_heavy != NULL && s->visit != NULL &&
+           s->kernels != NULL && s->group_of != NULL &&
+           s->made_in != NULL && s->read_in != NULL &&
+           s->group_reads != NULL && s->leaf_ptr != NULL &&
+           s->leaf_end != NULL && s->leaf_idx != NULL;
+}
+
+/* Per node: its storage root, the bytes it costs as a root (inputs, non-
+ * tensors and unknown sizes cost 0) and whether it depends on a tangent
+ * or a backward seed. */
+static void fill_roots_and_costs(fxcut_memsim *s,
+                                 const fxcut_memory_options *opt)
+{
+    const fxcut_graph *g = s->g;
+    for (int32_t i = 0; i < g->n; i++) {
         int32_t so = opt->storage_of != NULL ? opt->storage_of[i] : i;
         s->root[i] = so < i ? s->root[so] : i;
         uint32_t f = g->flags[i];
@@ -157,10 +153,17 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
             dep = s->tangent_dep[g->in_idx[e]];
         s->tangent_dep[i] = dep;
     }
-    /* every total the evaluations form is at most these sums (the inductor
-     * model's layout copies included: each COPIES_INPUTS kernel's inputs) */
+}
+
+/* Every total the evaluations form is at most these sums (the inductor
+ * model's layout copies included: each COPIES_INPUTS kernel's inputs):
+ * FXCUT_E_OVERFLOW when either passes INT64_MAX. */
+static int check_sums(const fxcut_memsim *s, const fxcut_memory_options *opt,
+                      fxcut_error *err)
+{
+    const fxcut_graph *g = s->g;
     fxcut_wide bytes = 0, work = 0;
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < g->n; i++) {
         bytes += s->cost[i];
         if (opt->fusion != NULL && (opt->fusion[i] & FXCUT_FUSE_COPIES_INPUTS))
             for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
@@ -171,12 +174,49 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
         if (opt->fused_cost != NULL)
             work += opt->fused_cost[i];
     }
-    if (bytes > (fxcut_wide)INT64_MAX || work > (fxcut_wide)INT64_MAX) {
-        fxcut_memsim_free(s);
+    if (bytes > (fxcut_wide)INT64_MAX || work > (fxcut_wide)INT64_MAX)
         return fxcut_fail(err, FXCUT_E_OVERFLOW, -1,
                           "the graph's %s sum past 2^63 - 1",
                           bytes > (fxcut_wide)INT64_MAX ? "sizes (nbytes)"
                                                          : "flops");
+    return FXCUT_OK;
+}
+
+int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
+                     fxcut_memsim **out, fxcut_error *err)
+{
+    *out = NULL;
+    fxcut_memsim *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                          "out of memory for the memory model");
+    s->g = g;
+    s->num_fwd_outputs = opt->num_fwd_outputs;
+    s->flops = opt->flops;
+    s->marks = opt->marks;
+    s->fusion = opt->fusion;
+    s->fused_cost = opt->fused_cost;
+    s->realize_reuse_reads = opt->realize_reuse_reads;
+    s->realize_acc_reads = opt->realize_acc_reads;
+    s->realize_opcount = opt->realize_opcount;
+    s->iteration = opt->fusion != NULL ? opt->iteration : NULL;
+    int ok = alloc_walk_arrays(s, g, opt);
+    if (opt->fusion != NULL)
+        ok = alloc_fused_arrays(s, g, opt) && ok;
+    if (!ok) {
+        fxcut_memsim_free(s);
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                          "out of memory for the memory model of %d nodes",
+                          (int)g->n);
+    }
+    int rc = fxcut_graph_users(g, &s->user_ptr, &s->user_idx, err);
+    if (rc == FXCUT_OK) {
+        fill_roots_and_costs(s, opt);
+        rc = check_sums(s, opt, err);
+    }
+    if (rc != FXCUT_OK) {
+        fxcut_memsim_free(s);
+        return rc;
     }
     *out = s;
     return FXCUT_OK;
