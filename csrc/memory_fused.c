@@ -115,75 +115,117 @@ static int reads_over(const fxcut_memsim *s, int32_t distinct, int32_t paths,
     return paths > threshold;
 }
 
+/* Forgets node v's inlined expression: it reads only itself (a buffer, an
+ * input, or a node whose expression is not built yet). */
+static void forget_expression(fxcut_memsim *s, int32_t v)
+{
+    s->inlined_reads[v] = 1;
+    reads_only_itself(s, v);
+    s->inlined_ops[v] = 0;
+    s->inlined_heavy[v] = 0;
+}
+
+/* An item of a multi-output node that is a buffer of this module: a
+ * buffer too (its producer's kernel allocates it). */
+static int item_of_realized(const fxcut_memsim *s, int32_t v, uint8_t kept)
+{
+    const fxcut_graph *g = s->g;
+    if (!is_item(g, v))
+        return 0;
+    int32_t p = s->root[producer_of(g, v)];
+    return (s->mark[p] & kept) != 0 && s->realized[p];
+}
+
+/* EXTERN, REDUCTION and CAT nodes are buffers; an EXTERN kernel reads
+ * buffers, so the values it would inline become buffers too (but those its
+ * kernel absorbs). */
+static void realize_kernel(fxcut_memsim *s, int32_t v, int kind, uint8_t kept)
+{
+    const fxcut_graph *g = s->g;
+    s->realized[v] = 1;
+    if (kind != FXCUT_FUSE_EXTERN)
+        return;
+    for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
+        int32_t r = s->root[g->in_idx[e]];
+        if (inlinable(s, r, kept) && !absorbed_here(s, r, kept))
+            s->realized[r] = 1;
+    }
+}
+
+/* POINTWISE node v: the expression inlining it would build, from its
+ * inputs' (the inlined ones' expressions, the others one read each):
+ * distinct reads (read_set, read_n), reads counted per path, ops, and
+ * whether a HEAVY op is in it. */
+static void build_expression(fxcut_memsim *s, int32_t v, uint8_t kept)
+{
+    const fxcut_graph *g = s->g;
+    int32_t reads = 0, ops = 1, distinct = 0;
+    int32_t *set = s->read_set + (size_t)v * (size_t)s->read_cap;
+    uint8_t heavy = (s->fusion[v] & FXCUT_FUSE_HEAVY) != 0;
+    for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
+        int32_t r = s->root[g->in_idx[e]];
+        int inlined = inlinable(s, r, kept);
+        distinct = add_reads(s, set, distinct, r, inlined);
+        if (inlined) {
+            reads = capped_add(reads, s->inlined_reads[r]);
+            ops = capped_add(ops, s->inlined_ops[r]);
+            heavy = (uint8_t)(heavy | s->inlined_heavy[r]);
+        } else {
+            reads = capped_add(reads, 1);
+        }
+    }
+    s->read_n[v] = distinct;
+    s->inlined_reads[v] = reads;
+    s->inlined_ops[v] = ops;
+    s->inlined_heavy[v] = heavy;
+}
+
+/* Does inductor make POINTWISE node v (its expression built) a buffer?
+ * When read more than once and an extern kernel reads it, it is heavy or
+ * it is past the reuse thresholds; or when past the accumulated ones. */
+static int must_realize(const fxcut_memsim *s, int32_t v, uint8_t kept)
+{
+    int32_t distinct = s->read_n[v], reads = s->inlined_reads[v];
+    int32_t ops = s->inlined_ops[v];
+    int extern_reader = 0;
+    int32_t readers = readers_in_module(s, v, kept, s->last[v] == INT32_MAX,
+                                        &extern_reader);
+    return (readers > 1 &&
+            (extern_reader || s->inlined_heavy[v] ||
+             reads_over(s, distinct, reads, s->realize_reuse_reads) ||
+             ops > s->realize_opcount)) ||
+           reads_over(s, distinct, reads, s->realize_acc_reads) ||
+           ops > s->realize_opcount;
+}
+
 /* Which computed nodes of the module are buffers (s->realized), in module
  * order.  s->last must already hold END for the module's outputs. */
 static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
 {
-    const fxcut_graph *g = s->g;
     const int32_t END = INT32_MAX;
     for (int32_t k = 0; k < n_body; k++) {
         int32_t v = s->body[k];
         s->realized[v] = 0;
-        s->inlined_reads[v] = 1;
-        reads_only_itself(s, v);
-        s->inlined_ops[v] = 0;
-        s->inlined_heavy[v] = 0;
+        forget_expression(s, v);
     }
     for (int32_t k = 0; k < n_body; k++) {
         int32_t v = s->body[k];
         if (s->root[v] != v)
             continue; /* an alias: its root decides */
         int kind = kind_of(s, v);
-        if (is_item(g, v)) {
-            int32_t p = s->root[producer_of(g, v)];
-            if ((s->mark[p] & kept) != 0 && s->realized[p]) {
-                s->realized[v] = 1;
-                continue;
-            }
+        if (item_of_realized(s, v, kept)) {
+            s->realized[v] = 1;
+            continue;
         }
         if (absorbed_here(s, v, kept))
             continue; /* its reader's kernel computes it */
         if (kind == FXCUT_FUSE_EXTERN || kind == FXCUT_FUSE_REDUCTION ||
             kind == FXCUT_FUSE_CAT) {
-            s->realized[v] = 1;
-            if (kind != FXCUT_FUSE_EXTERN)
-                continue;
-            for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
-                int32_t r = s->root[g->in_idx[e]];
-                if (inlinable(s, r, kept) && !absorbed_here(s, r, kept))
-                    s->realized[r] = 1;
-            }
+            realize_kernel(s, v, kind, kept);
             continue;
         }
-        /* POINTWISE: the expression inlining it would build */
-        int32_t reads = 0, ops = 1, distinct = 0;
-        int32_t *set = s->read_set + (size_t)v * (size_t)s->read_cap;
-        uint8_t heavy = (s->fusion[v] & FXCUT_FUSE_HEAVY) != 0;
-        for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++) {
-            int32_t r = s->root[g->in_idx[e]];
-            int inlined = inlinable(s, r, kept);
-            distinct = add_reads(s, set, distinct, r, inlined);
-            if (inlined) {
-                reads = capped_add(reads, s->inlined_reads[r]);
-                ops = capped_add(ops, s->inlined_ops[r]);
-                heavy = (uint8_t)(heavy | s->inlined_heavy[r]);
-            } else {
-                reads = capped_add(reads, 1);
-            }
-        }
-        s->read_n[v] = distinct;
-        s->inlined_reads[v] = reads;
-        s->inlined_ops[v] = ops;
-        s->inlined_heavy[v] = heavy;
-        int extern_reader = 0;
-        int32_t readers = readers_in_module(s, v, kept, s->last[v] == END,
-                                            &extern_reader);
-        if ((readers > 1 &&
-             (extern_reader || heavy ||
-              reads_over(s, distinct, reads, s->realize_reuse_reads) ||
-              ops > s->realize_opcount)) ||
-            reads_over(s, distinct, reads, s->realize_acc_reads) ||
-            ops > s->realize_opcount)
+        build_expression(s, v, kept);
+        if (must_realize(s, v, kept))
             s->realized[v] = 1;
     }
     /* module outputs are buffers */
@@ -195,12 +237,8 @@ static void realize(fxcut_memsim *s, int32_t n_body, uint8_t kept)
     }
     for (int32_t k = 0; k < n_body; k++) {
         int32_t v = s->body[k];
-        if (s->realized[v]) {
-            s->inlined_reads[v] = 1;
-            reads_only_itself(s, v);
-            s->inlined_ops[v] = 0;
-            s->inlined_heavy[v] = 0;
-        }
+        if (s->realized[v])
+            forget_expression(s, v);
     }
 }
 
