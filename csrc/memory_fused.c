@@ -258,19 +258,46 @@ static int32_t next_epoch(fxcut_memsim *s)
  * expression's leaves.  Calls visit(s, root, k, ctx) once per leaf root. */
 typedef void (*leaf_fn)(fxcut_memsim *s, int32_t root, int32_t k, void *ctx);
 
-/* The walk itself: one visit epoch (s->visit holds the epoch that last saw
- * a node; the epochs restart from 0 before they could overflow). */
-static void walk_reads(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
-                       leaf_fn visit, void *ctx)
+/* Which of a kernel's leaves walk_leaves visits. */
+enum leaf_walk {
+    ALL_LEAVES,       /* every leaf of the inlined expression */
+    SAME_INDEX_LEAVES /* the leaves read at the index the kernel writes:
+                         through whole-storage views and inlined pointwise
+                         nodes over the kernel's own iteration space only */
+};
+
+/* Does the walk from a kernel over iteration space `space` (0: unknown)
+ * step through inlined node r?  Under SAME_INDEX_LEAVES only a pointwise
+ * node over that space: a slice, a broadcast or a reduction in between
+ * reads another index. */
+static int walks_through(const fxcut_memsim *s, int32_t r, int64_t space,
+                         enum leaf_walk which)
+{
+    if (which == ALL_LEAVES)
+        return 1;
+    return kind_of(s, r) == FXCUT_FUSE_POINTWISE &&
+           !(space > 0 && s->iteration != NULL && s->iteration[r] != space);
+}
+
+/* The walk itself, depth first from kernel v's inputs through the values
+ * it inlines, in one visit epoch (each root visited once). */
+static void walk_leaves(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
+                        enum leaf_walk which, leaf_fn visit, void *ctx)
 {
     const fxcut_graph *g = s->g;
+    int64_t space = which == SAME_INDEX_LEAVES && s->iteration != NULL
+                        ? s->iteration[v]
+                        : 0;
     int32_t ep = next_epoch(s);
     int32_t sp = 0;
     s->visit[v] = ep;
     for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
         s->stack[sp++] = g->in_idx[e];
     while (sp > 0) {
-        int32_t r = s->root[s->stack[--sp]];
+        int32_t u = s->stack[--sp];
+        int32_t r = s->root[u];
+        if (which == SAME_INDEX_LEAVES && u != r && g->nbytes[u] != s->cost[r])
+            continue; /* a partial view */
         if (s->visit[r] == ep)
             continue;
         s->visit[r] = ep;
@@ -278,6 +305,8 @@ static void walk_reads(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
             visit(s, r, k, ctx);
             continue;
         }
+        if (!walks_through(s, r, space, which))
+            continue;
         for (int32_t e = g->in_ptr[r]; e < g->in_ptr[r + 1]; e++)
             if (s->visit[s->root[g->in_idx[e]]] != ep)
                 s->stack[sp++] = g->in_idx[e];
@@ -304,7 +333,7 @@ static void record_reads(fxcut_memsim *s, int32_t nk, uint8_t kept)
         s->leaf_ptr[k] = -1;
         if (fill > s->leaf_cap)
             continue;
-        walk_reads(s, s->kernels[k], k, kept, record_leaf, &fill);
+        walk_leaves(s, s->kernels[k], k, kept, ALL_LEAVES, record_leaf, &fill);
         if (fill <= s->leaf_cap) {
             s->leaf_ptr[k] = (int32_t)start;
             s->leaf_end[k] = (int32_t)fill;
@@ -317,7 +346,7 @@ static void kernel_reads(fxcut_memsim *s, int32_t v, int32_t k, uint8_t kept,
 {
     int32_t at = s->leaf_ptr[k];
     if (at < 0) {
-        walk_reads(s, v, k, kept, visit, ctx);
+        walk_leaves(s, v, k, kept, ALL_LEAVES, visit, ctx);
         return;
     }
     for (int32_t end = s->leaf_end[k]; at < end; at++)
@@ -372,41 +401,6 @@ static void free_dead(fxcut_memsim *s, int32_t r, int32_t k, void *ctx)
     if (s->charge[r] > 0)
         c->live -= s->charge[r];
     s->last[r] = -2;
-}
-
-/* The in-place candidates among kernel v's reads: the buffers it reads at
- * the index it writes -- through whole-storage views and inlined nodes over
- * its own iteration space only (a slice, a broadcast or a reduction in
- * between reads another index: inductor does not update those in place). */
-static void same_index_reads(fxcut_memsim *s, int32_t v, int32_t k,
-                             uint8_t kept, step_ctx *c)
-{
-    const fxcut_graph *g = s->g;
-    int64_t space = s->iteration != NULL ? s->iteration[v] : 0;
-    int32_t ep = next_epoch(s);
-    int32_t sp = 0;
-    s->visit[v] = ep;
-    for (int32_t e = g->in_ptr[v]; e < g->in_ptr[v + 1]; e++)
-        s->stack[sp++] = g->in_idx[e];
-    while (sp > 0) {
-        int32_t u = s->stack[--sp];
-        int32_t r = s->root[u];
-        if (u != r && g->nbytes[u] != s->cost[r])
-            continue; /* a partial view */
-        if (s->visit[r] == ep)
-            continue;
-        s->visit[r] = ep;
-        if (!inlinable(s, r, kept)) {
-            find_inplace(s, r, k, c);
-            continue;
-        }
-        if (kind_of(s, r) != FXCUT_FUSE_POINTWISE ||
-            (space > 0 && s->iteration != NULL && s->iteration[r] != space))
-            continue;
-        for (int32_t e = g->in_ptr[r]; e < g->in_ptr[r + 1]; e++)
-            if (s->visit[s->root[g->in_idx[e]]] != ep)
-                s->stack[sp++] = g->in_idx[e];
-    }
 }
 
 /* Grouping: does kernel k read what the group made or reads? */
@@ -633,7 +627,9 @@ static int64_t alloc_kernel(fxcut_memsim *s, int32_t k, int32_t k0,
     c->taken = -1;
     if (own > 0 && kind_of(s, v) == FXCUT_FUSE_POINTWISE &&
         (g->flags[v] & FXCUT_F_VAL_IS_SEQ) == 0)
-        same_index_reads(s, v, k, c->kept, c);
+        /* the in-place candidates among its reads: those at the index it
+         * writes (inductor updates no other in place) */
+        walk_leaves(s, v, k, c->kept, SAME_INDEX_LEAVES, find_inplace, c);
     if (c->taken >= 0) {
         s->charge[v] = s->charge[c->taken];
         s->charge[c->taken] = 0;
