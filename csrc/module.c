@@ -336,56 +336,84 @@ static PyObject *get_field(PyObject *obj, const char *what, const char *name)
     return attr;
 }
 
-int fxcut_load_graph(PyObject *obj, fxcut_graph_buffers *gb)
+/* The index arrays while a graph is loaded: views of the caller's buffers,
+ * copied back to back into gb->copy (offsets in entries). */
+#define N_INDEX_ARRAYS (GB_COUNT - GB_FIRST_INDEX)
+typedef struct {
+    Py_buffer views[N_INDEX_ARRAYS];
+    int n_views; /* views held, released by fxcut_load_graph */
+    Py_ssize_t offset[N_INDEX_ARRAYS + 1];
+} graph_index_views;
+
+/* The length graph field k must have, n nodes known (-1: any length). */
+static Py_ssize_t expected_field_len(int k, Py_ssize_t n)
 {
-    memset(gb, 0, sizeof *gb);
-    Py_ssize_t n = -1;
-    /* The index arrays, copied back to back: offsets in entries. */
-    Py_buffer index_views[GB_COUNT - GB_FIRST_INDEX];
-    Py_ssize_t offset[GB_COUNT - GB_FIRST_INDEX + 1];
-    int n_index_views = 0;
-    int rc = -1;
+    if (k == GB_FLAGS || k == GB_TAG || k == GB_AC || k == GB_NBYTES)
+        return n;
+    if (k == GB_ARG_PTR || k == GB_IN_PTR)
+        return n + 1;
+    return -1;
+}
+
+/* Every field's buffer: the per-node ones held in gb, the index ones in
+ * iv; *n from the kind array.  -1 with an exception set; what was
+ * acquired is counted in gb->held and iv->n_views for the caller. */
+static int get_graph_views(PyObject *obj, fxcut_graph_buffers *gb,
+                           graph_index_views *iv, Py_ssize_t *n)
+{
     for (int k = 0; k < GB_COUNT; k++) {
         const struct graph_field *f = &graph_fields[k];
         PyObject *attr = get_field(obj, "graph arrays object", f->name);
         if (attr == NULL)
-            goto out;
-        Py_ssize_t expected = -1;
-        if (k == GB_FLAGS || k == GB_TAG || k == GB_AC || k == GB_NBYTES)
-            expected = n;
-        else if (k == GB_ARG_PTR || k == GB_IN_PTR)
-            expected = n + 1;
+            return -1;
         Py_buffer *view = k < GB_FIRST_INDEX ? &gb->views[k]
-                                             : &index_views[k - GB_FIRST_INDEX];
-        int got = fxcut_get_buffer(attr, f->name, f->itemsize, expected, view);
+                                             : &iv->views[k - GB_FIRST_INDEX];
+        int got = fxcut_get_buffer(attr, f->name, f->itemsize,
+                                   expected_field_len(k, *n), view);
         Py_DECREF(attr);
         if (got < 0)
-            goto out;
+            return -1;
         if (k < GB_FIRST_INDEX)
             gb->held[k] = 1;
         else
-            n_index_views++;
+            iv->n_views++;
         if (k == GB_KIND) {
-            n = view->len;
-            if (n > INT32_MAX - 1) {
+            *n = view->len;
+            if (*n > INT32_MAX - 1) {
                 PyErr_Format(PyExc_ValueError,
                              "graph has %zd nodes, more than int32 indexes",
-                             n);
-                goto out;
+                             *n);
+                return -1;
             }
         }
     }
-    offset[0] = 0;
-    for (int k = 0; k < GB_COUNT - GB_FIRST_INDEX; k++)
-        offset[k + 1] = offset[k] + index_views[k].len / 4;
-    gb->copy = malloc((size_t)offset[GB_COUNT - GB_FIRST_INDEX] * 4 + 4);
+    return 0;
+}
+
+/* The index arrays copied into gb->copy (the caller's may change while
+ * the core reads them); iv->offset set. */
+static int copy_index_arrays(fxcut_graph_buffers *gb, graph_index_views *iv)
+{
+    iv->offset[0] = 0;
+    for (int k = 0; k < N_INDEX_ARRAYS; k++)
+        iv->offset[k + 1] = iv->offset[k] + iv->views[k].len / 4;
+    gb->copy = malloc((size_t)iv->offset[N_INDEX_ARRAYS] * 4 + 4);
     if (gb->copy == NULL) {
         PyErr_NoMemory();
-        goto out;
+        return -1;
     }
-    for (int k = 0; k < GB_COUNT - GB_FIRST_INDEX; k++)
-        memcpy(gb->copy + offset[k], index_views[k].buf,
-               (size_t)index_views[k].len);
+    for (int k = 0; k < N_INDEX_ARRAYS; k++)
+        memcpy(gb->copy + iv->offset[k], iv->views[k].buf,
+               (size_t)iv->views[k].len);
+    return 0;
+}
+
+/* gb->graph pointed at the held views and the copy; the CSR edge counts
+ * checked against the index arrays before the core reads ptr[n] as a
+ * bound (of the copy: the caller's may change). */
+static int point_graph(fxcut_graph_buffers *gb, const graph_index_views *iv,
+                       Py_ssize_t n)
+{
     fxcut_graph *g = &gb->graph;
     g->n = (int32_t)n;
     g->kind = gb->views[GB_KIND].buf;
@@ -393,16 +421,14 @@ int fxcut_load_graph(PyObject *obj, fxcut_graph_buffers *gb)
     g->tag = gb->views[GB_TAG].buf;
     g->ac_graph_id = gb->views[GB_AC].buf;
     g->nbytes = gb->views[GB_NBYTES].buf;
-#define INDEX_ARRAY(k) (gb->copy + offset[(k) - GB_FIRST_INDEX])
-#define INDEX_LEN(k) (offset[(k) - GB_FIRST_INDEX + 1] - offset[(k) - GB_FIRST_INDEX])
+#define INDEX_ARRAY(k) (gb->copy + iv->offset[(k) - GB_FIRST_INDEX])
+#define INDEX_LEN(k) (iv->offset[(k) - GB_FIRST_INDEX + 1] - iv->offset[(k) - GB_FIRST_INDEX])
     g->arg_ptr = INDEX_ARRAY(GB_ARG_PTR);
     g->arg_idx = INDEX_ARRAY(GB_ARG_IDX);
     g->in_ptr = INDEX_ARRAY(GB_IN_PTR);
     g->in_idx = INDEX_ARRAY(GB_IN_IDX);
     g->outputs = INDEX_ARRAY(GB_OUTPUTS);
     g->n_outputs = (int32_t)INDEX_LEN(GB_OUTPUTS); /* checked below */
-    /* The CSR edge counts must match the index arrays before the core reads
-     * ptr[n] as a bound (of the copy: the caller's may change). */
     Py_ssize_t n_args = INDEX_LEN(GB_ARG_IDX), n_ins = INDEX_LEN(GB_IN_IDX),
                n_outs = INDEX_LEN(GB_OUTPUTS);
 #undef INDEX_ARRAY
@@ -411,7 +437,7 @@ int fxcut_load_graph(PyObject *obj, fxcut_graph_buffers *gb)
         PyErr_SetString(PyExc_ValueError,
                         "arg_idx, in_idx and outputs must have fewer than "
                         "2^31 entries");
-        goto out;
+        return -1;
     }
     if (g->arg_ptr[n] != n_args || g->in_ptr[n] != n_ins) {
         PyErr_Format(PyExc_ValueError,
@@ -419,16 +445,28 @@ int fxcut_load_graph(PyObject *obj, fxcut_graph_buffers *gb)
                      "arg_idx entries, in_ptr[%zd] = %d with %zd in_idx "
                      "entries", n, (int)g->arg_ptr[n], n_args, n,
                      (int)g->in_ptr[n], n_ins);
-        goto out;
+        return -1;
     }
-    rc = 0;
-out:
-    for (int k = 0; k < n_index_views; k++)
-        PyBuffer_Release(&index_views[k]);
+    return 0;
+}
+
+int fxcut_load_graph(PyObject *obj, fxcut_graph_buffers *gb)
+{
+    memset(gb, 0, sizeof *gb);
+    graph_index_views iv;
+    iv.n_views = 0;
+    Py_ssize_t n = -1;
+    int rc = -1;
+    if (get_graph_views(obj, gb, &iv, &n) == 0 &&
+        copy_index_arrays(gb, &iv) == 0)
+        rc = point_graph(gb, &iv, n);
+    for (int k = 0; k < iv.n_views; k++)
+        PyBuffer_Release(&iv.views[k]);
     if (rc < 0)
         fxcut_release_graph(gb);
     return rc;
 }
+#undef N_INDEX_ARRAYS
 
 /* ---- entry points ------------------------------------------------------ */
 
