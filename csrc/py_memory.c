@@ -98,6 +98,109 @@ static PyObject *build_result(PyObject *module, const fxcut_memory_result *r,
     return d;
 }
 
+/* num_fwd_outputs and saved are required (the "|$" format makes every
+ * keyword optional); num_fwd_outputs in [0, INT32_MAX] into *out. */
+static int required_args(PyObject *num_fwd, PyObject *saved_obj,
+                         int32_t *out)
+{
+    if (num_fwd == NULL || saved_obj == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "memory_simulate() missing required keyword-only "
+                     "argument: '%s'",
+                     num_fwd == NULL ? "num_fwd_outputs" : "saved");
+        return -1;
+    }
+    Py_ssize_t nfwd = PyNumber_AsSsize_t(num_fwd, PyExc_OverflowError);
+    if (nfwd == -1 && PyErr_Occurred())
+        return -1;
+    if (nfwd < 0 || nfwd > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError,
+                     "num_fwd_outputs (%zd) must be between 0 and %d", nfwd,
+                     (int)INT32_MAX);
+        return -1;
+    }
+    *out = (int32_t)nfwd;
+    return 0;
+}
+
+/* The arrays memory_simulate copies (GIL held) before the core runs
+ * without the GIL; zeroed before copy_arrays, freed by free_arrays. */
+typedef struct {
+    void *saved, *storage, *flops, *marks;
+    Py_ssize_t n_saved;
+    fxcut_fusion_args fa;
+} memory_arrays;
+
+static int copy_arrays(memory_arrays *a, Py_ssize_t n, PyObject *saved_obj,
+                       PyObject *storage_obj, PyObject *flops_obj,
+                       PyObject *marks_obj, PyObject *fusion_obj,
+                       PyObject *fused_cost_obj, PyObject *iteration_obj,
+                       PyObject *realize_obj)
+{
+    Py_ssize_t len = 0;
+    if (fxcut_copy_buffer(saved_obj, "saved", 4, -1, 0, &a->saved,
+                          &a->n_saved) < 0 ||
+        (storage_obj != Py_None &&
+         fxcut_copy_buffer(storage_obj, "storage_of", 4, n, 0, &a->storage,
+                           &len) < 0) ||
+        (flops_obj != Py_None &&
+         fxcut_copy_buffer(flops_obj, "flops", 8, n, 0, &a->flops, &len) < 0) ||
+        (marks_obj != Py_None &&
+         fxcut_copy_buffer(marks_obj, "marks", 1, n, 0, &a->marks, &len) < 0) ||
+        fxcut_fusion_load(fusion_obj, fused_cost_obj, iteration_obj,
+                          realize_obj, n, &a->fa) < 0)
+        return -1;
+    if (a->n_saved > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError,
+                        "saved must have fewer than 2^31 entries");
+        return -1;
+    }
+    return 0;
+}
+
+static void free_arrays(memory_arrays *a)
+{
+    void *const owned[] = {a->saved, a->storage, a->flops, a->marks};
+    fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
+    fxcut_fusion_release(&a->fa);
+}
+
+/* Runs the simulation without the GIL into a block for the result's
+ * arrays and returns the MemoryResult; NULL with an exception. */
+static PyObject *run_simulation(PyObject *module, const fxcut_graph *g,
+                                const memory_arrays *a, int32_t nfwd,
+                                int timeline)
+{
+    const int32_t n = g->n;
+    /* recomputed (n), schedule (2n int32), live_bytes (2n int64) */
+    size_t m = (size_t)n + 1;
+    void *block = malloc(m * (2 * 8 + 2 * 4 + 1));
+    if (block == NULL)
+        return PyErr_NoMemory();
+    fxcut_memory_result r;
+    memset(&r, 0, sizeof r);
+    r.live_bytes = (int64_t *)block;
+    r.schedule = (int32_t *)(r.live_bytes + 2 * m);
+    r.recomputed = (uint8_t *)(r.schedule + 2 * m);
+    fxcut_memory_options opt = {
+        .num_fwd_outputs = nfwd, .storage_of = a->storage,
+        .flops = a->flops, .marks = a->marks, .fusion = a->fa.fusion,
+        .fused_cost = a->fa.fused_cost, .iteration = a->fa.iteration,
+        .realize_reuse_reads = a->fa.reuse_reads,
+        .realize_acc_reads = a->fa.acc_reads,
+        .realize_opcount = a->fa.opcount};
+    fxcut_error err = {0, -1, {0}};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fxcut_memory_simulate(g, &opt, a->saved, (int32_t)a->n_saved, &r,
+                               &err);
+    Py_END_ALLOW_THREADS
+    PyObject *result = rc != FXCUT_OK ? fxcut_raise(module, &err, NULL, NULL)
+                                      : build_result(module, &r, n, timeline);
+    free(block);
+    return result;
+}
+
 PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
                                    PyObject *kwargs)
 {
@@ -117,84 +220,20 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
                                      &timeline, &fusion_obj, &fused_cost_obj,
                                      &iteration_obj, &realize_obj))
         return NULL;
-    if (num_fwd == NULL || saved_obj == NULL) {
-        PyErr_Format(PyExc_TypeError,
-                     "memory_simulate() missing required keyword-only "
-                     "argument: '%s'",
-                     num_fwd == NULL ? "num_fwd_outputs" : "saved");
+    int32_t nfwd;
+    if (required_args(num_fwd, saved_obj, &nfwd) < 0)
         return NULL;
-    }
-    Py_ssize_t nfwd = PyNumber_AsSsize_t(num_fwd, PyExc_OverflowError);
-    if (nfwd == -1 && PyErr_Occurred())
-        return NULL;
-    if (nfwd < 0 || nfwd > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError,
-                     "num_fwd_outputs (%zd) must be between 0 and %d", nfwd,
-                     (int)INT32_MAX);
-        return NULL;
-    }
-
     fxcut_graph_buffers gb;
     if (fxcut_load_graph(graph, &gb) < 0)
         return NULL;
-    const int32_t n = gb.graph.n;
     PyObject *result = NULL;
-    void *saved = NULL, *storage = NULL, *flops = NULL, *marks = NULL;
-    void *block = NULL;
-    fxcut_fusion_args fa = {NULL, NULL, NULL, 0, 0, 0};
-    Py_ssize_t n_saved = 0, len = 0;
-    if (fxcut_copy_buffer(saved_obj, "saved", 4, -1, 0, &saved,
-                          &n_saved) < 0 ||
-        (storage_obj != Py_None &&
-         fxcut_copy_buffer(storage_obj, "storage_of", 4, n, 0, &storage,
-                           &len) < 0) ||
-        (flops_obj != Py_None &&
-         fxcut_copy_buffer(flops_obj, "flops", 8, n, 0, &flops, &len) < 0) ||
-        (marks_obj != Py_None &&
-         fxcut_copy_buffer(marks_obj, "marks", 1, n, 0, &marks, &len) < 0) ||
-        fxcut_fusion_load(fusion_obj, fused_cost_obj, iteration_obj,
-                          realize_obj, n, &fa) < 0)
-        goto out;
-    if (n_saved > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError,
-                        "saved must have fewer than 2^31 entries");
-        goto out;
-    }
-    /* recomputed (n), schedule (2n int32), live_bytes (2n int64) */
-    size_t m = (size_t)n + 1;
-    block = malloc(m * (2 * 8 + 2 * 4 + 1));
-    if (block == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    fxcut_memory_result r;
-    memset(&r, 0, sizeof r);
-    r.live_bytes = (int64_t *)block;
-    r.schedule = (int32_t *)(r.live_bytes + 2 * m);
-    r.recomputed = (uint8_t *)(r.schedule + 2 * m);
-    fxcut_memory_options opt = {
-        .num_fwd_outputs = (int32_t)nfwd, .storage_of = storage,
-        .flops = flops, .marks = marks, .fusion = fa.fusion,
-        .fused_cost = fa.fused_cost, .iteration = fa.iteration,
-        .realize_reuse_reads = fa.reuse_reads,
-        .realize_acc_reads = fa.acc_reads, .realize_opcount = fa.opcount};
-    fxcut_error err = {0, -1, {0}};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fxcut_memory_simulate(&gb.graph, &opt, saved, (int32_t)n_saved, &r,
-                               &err);
-    Py_END_ALLOW_THREADS
-    if (rc != FXCUT_OK) {
-        fxcut_raise(module, &err, NULL, NULL);
-        goto out;
-    }
-    result = build_result(module, &r, n, timeline);
-out:
-    {
-        void *const owned[] = {saved, storage, flops, marks, block};
-        fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
-    }
-    fxcut_fusion_release(&fa);
+    memory_arrays a = {NULL, NULL, NULL, NULL, 0,
+                       {NULL, NULL, NULL, 0, 0, 0}};
+    if (copy_arrays(&a, gb.graph.n, saved_obj, storage_obj, flops_obj,
+                    marks_obj, fusion_obj, fused_cost_obj, iteration_obj,
+                    realize_obj) == 0)
+        result = run_simulation(module, &gb.graph, &a, nfwd, timeline);
+    free_arrays(&a);
     fxcut_release_graph(&gb);
     return result;
 }
