@@ -128,6 +128,50 @@ static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
     return 0;
 }
 
+/* Simulates c->saved without the GIL into buffers for 2 (n + 1) steps and
+ * returns plan_simulate's result tuple; NULL with an exception. */
+static PyObject *run_simulate(PyObject *module, plan_call *c)
+{
+    Py_ssize_t n = c->gb.graph.n;
+    PyObject *result = NULL;
+    int32_t *sched = malloc(2 * ((size_t)n + 1) * sizeof *sched);
+    int64_t *live = malloc(2 * ((size_t)n + 1) * sizeof *live);
+    PyObject *saved_out = PyBytes_FromStringAndSize(NULL, n);
+    if (sched == NULL || live == NULL) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (saved_out == NULL)
+        goto out;
+    fxcut_plan_eval r;
+    memset(&r, 0, sizeof r);
+    r.saved = (uint8_t *)PyBytes_AS_STRING(saved_out);
+    r.schedule = sched;
+    r.live_bytes = live;
+    fxcut_error err = {0, -1, {0}};
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = fxcut_plan_simulate(&c->gb.graph, &c->opt, c->saved, &r, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != FXCUT_OK) {
+        fxcut_raise(module, &err, NULL, NULL);
+        goto out;
+    }
+    result = Py_BuildValue("(LLLLLiiiONN)", (long long)r.peak_bytes,
+                           (long long)r.fw_peak_bytes,
+                           (long long)r.bw_peak_bytes,
+                           (long long)r.saved_bytes,
+                           (long long)r.recompute_flops, (int)r.peak_step,
+                           (int)r.n_fw_steps, (int)r.n_recomputed, saved_out,
+                           fxcut_typed_view(sched, r.n_steps, "i", 4),
+                           fxcut_typed_view(live, r.n_steps, "q", 8));
+out:
+    Py_XDECREF(saved_out);
+    free(sched);
+    free(live);
+    return result;
+}
+
 PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
                                  PyObject *kwargs)
 {
@@ -148,50 +192,12 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
         return NULL;
     plan_call c;
     PyObject *result = NULL;
-    int32_t *sched = NULL;
-    int64_t *live = NULL;
-    PyObject *saved_out = NULL;
+    Py_ssize_t len;
     if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
-             fused_cost, iteration, realize) < 0)
-        goto out;
-    Py_ssize_t n = c.gb.graph.n, len;
-    if (fxcut_copy_buffer(saved, "saved", 1, n, 0, &c.saved, &len) < 0)
-        goto out;
-    sched = malloc(2 * ((size_t)n + 1) * sizeof *sched);
-    live = malloc(2 * ((size_t)n + 1) * sizeof *live);
-    saved_out = PyBytes_FromStringAndSize(NULL, n);
-    if (sched == NULL || live == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    if (saved_out == NULL)
-        goto out;
-    fxcut_plan_eval r;
-    memset(&r, 0, sizeof r);
-    r.saved = (uint8_t *)PyBytes_AS_STRING(saved_out);
-    r.schedule = sched;
-    r.live_bytes = live;
-    fxcut_error err = {0, -1, {0}};
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = fxcut_plan_simulate(&c.gb.graph, &c.opt, c.saved, &r, &err);
-    Py_END_ALLOW_THREADS
-    if (rc != FXCUT_OK) {
-        fxcut_raise(module, &err, NULL, NULL);
-        goto out;
-    }
-    result = Py_BuildValue("(LLLLLiiiONN)", (long long)r.peak_bytes,
-                           (long long)r.fw_peak_bytes,
-                           (long long)r.bw_peak_bytes,
-                           (long long)r.saved_bytes,
-                           (long long)r.recompute_flops, (int)r.peak_step,
-                           (int)r.n_fw_steps, (int)r.n_recomputed, saved_out,
-                           fxcut_typed_view(sched, r.n_steps, "i", 4),
-                           fxcut_typed_view(live, r.n_steps, "q", 8));
-out:
-    Py_XDECREF(saved_out);
-    free(sched);
-    free(live);
+             fused_cost, iteration, realize) == 0 &&
+        fxcut_copy_buffer(saved, "saved", 1, c.gb.graph.n, 0, &c.saved,
+                          &len) == 0)
+        result = run_simulate(module, &c);
     plan_call_free(&c);
     return result;
 }
