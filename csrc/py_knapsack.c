@@ -76,38 +76,52 @@ static PyObject *as_tuple(PyObject *obj, const char *name)
     return t;
 }
 
-PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args,
-                            PyObject *kwargs)
+/* The solver named name_obj (fxcut_knapsack_solver_name); -1 with a
+ * ValueError listing the known ones. */
+static int solver_of(PyObject *name_obj)
 {
-    static char *keywords[] = {"", "", "", "", NULL};
-    PyObject *mem_obj, *rt_obj, *name_obj;
-    double max_memory;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOdU:knapsack", keywords,
-                                     &mem_obj, &rt_obj, &max_memory,
-                                     &name_obj))
-        return NULL;
     const char *name = PyUnicode_AsUTF8(name_obj);
     if (name == NULL)
-        return NULL;
+        return -1;
     int solver = -1;
     for (int s = 0; s < FXCUT_KNAPSACK_NUM_SOLVERS; s++)
         if (strcmp(name, fxcut_knapsack_solver_name(s)) == 0)
             solver = s;
-    if (solver < 0) {
+    if (solver < 0)
         PyErr_Format(PyExc_ValueError,
                      "unknown knapsack solver %R; fxcut's C solvers are 'dp', "
                      "'dp_lean', 'greedy' and 'dp_knapsack_sliding_hirschberg'",
                      name_obj);
+    return solver;
+}
+
+/* The KnapsackResult of a solve of n items; NULL with an exception. */
+static PyObject *build_result(PyObject *module, const fxcut_knapsack_result *r,
+                              Py_ssize_t n)
+{
+    PyObject *result = PyStructSequence_New(fxcut_state(module)->knapsack_type);
+    if (result == NULL)
         return NULL;
+    PyObject *items[4] = {fxcut_typed_view(r->save, n, "B", 1),
+                          fxcut_typed_view(r->order, n, "i", 4),
+                          PyFloat_FromDouble(r->value),
+                          PyLong_FromSize_t(r->peak_bytes)};
+    for (int k = 0; k < 4; k++) {
+        if (items[k] == NULL)
+            Py_CLEAR(result);
+        if (result != NULL)
+            PyStructSequence_SetItem(result, k, items[k]);
+        else
+            Py_XDECREF(items[k]);
     }
-    PyObject *mem = as_tuple(mem_obj, "memory");
-    if (mem == NULL)
-        return NULL;
-    PyObject *rt = as_tuple(rt_obj, "runtime");
-    if (rt == NULL) {
-        Py_DECREF(mem);
-        return NULL;
-    }
+    return result;
+}
+
+/* Solves the items of the tuples mem and rt (checked: same length, numbers)
+ * without the GIL; the KnapsackResult, or NULL with an exception. */
+static PyObject *solve(PyObject *module, PyObject *mem, PyObject *rt,
+                       double max_memory, int solver)
+{
     PyObject *result = NULL;
     double *values = NULL;
     uint8_t *save = NULL;
@@ -140,29 +154,40 @@ PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args,
     Py_BEGIN_ALLOW_THREADS
     rc = fxcut_knapsack_solve(&p, solver, &r, &err);
     Py_END_ALLOW_THREADS
-    if (rc != FXCUT_OK) {
+    if (rc != FXCUT_OK)
         fxcut_raise(module, &err, NULL, NULL);
-        goto out;
-    }
-    result = PyStructSequence_New(fxcut_state(module)->knapsack_type);
-    if (result == NULL)
-        goto out;
-    PyObject *items[4] = {fxcut_typed_view(save, n, "B", 1),
-                          fxcut_typed_view(order, n, "i", 4),
-                          PyFloat_FromDouble(r.value),
-                          PyLong_FromSize_t(r.peak_bytes)};
-    for (int k = 0; k < 4; k++) {
-        if (items[k] == NULL)
-            Py_CLEAR(result);
-        if (result != NULL)
-            PyStructSequence_SetItem(result, k, items[k]);
-        else
-            Py_XDECREF(items[k]);
-    }
+    else
+        result = build_result(module, &r, n);
 out:
     free(values);
     free(save);
     free(order);
+    return result;
+}
+
+PyObject *fxcut_py_knapsack(PyObject *module, PyObject *args,
+                            PyObject *kwargs)
+{
+    static char *keywords[] = {"", "", "", "", NULL};
+    PyObject *mem_obj, *rt_obj, *name_obj;
+    double max_memory;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOdU:knapsack", keywords,
+                                     &mem_obj, &rt_obj, &max_memory,
+                                     &name_obj))
+        return NULL;
+    int solver = solver_of(name_obj);
+    if (solver < 0)
+        return NULL;
+    /* tuple copies: the items' __float__ may change the caller's lists */
+    PyObject *mem = as_tuple(mem_obj, "memory");
+    if (mem == NULL)
+        return NULL;
+    PyObject *rt = as_tuple(rt_obj, "runtime");
+    if (rt == NULL) {
+        Py_DECREF(mem);
+        return NULL;
+    }
+    PyObject *result = solve(module, mem, rt, max_memory, solver);
     Py_DECREF(mem);
     Py_DECREF(rt);
     return result;
