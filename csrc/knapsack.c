@@ -433,37 +433,87 @@ static void profile_of(const quantized *q, int32_t from, int32_t to,
     }
 }
 
-static int solve_sliding_hirschberg(const fxcut_knapsack_problem *p,
-                                    const quantized *q, meter *m,
-                                    fxcut_knapsack_result *res,
-                                    fxcut_error *err)
+/* The float rows of q->width columns the sliding Hirschberg search works
+ * in: a profile, its shifted candidates, and the two halves' profiles. */
+typedef struct {
+    float *dp, *cand, *left, *right;
+} hirschberg_rows;
+
+/* The column torch's argmax picks over the sums of the upper half's
+ * profile and the lower half's reversed: the first maximum, or the first
+ * NaN (argmax takes NaN for the largest). */
+static int64_t split_column(const quantized *q, const hirschberg_rows *w,
+                            int32_t start, int32_t middle, int32_t end,
+                            int64_t width)
 {
-    if (p->n == 0) {
-        res->value = 0.0;
-        return FXCUT_OK;
-    }
-    const int64_t full = q->width;
-    size_t row_bytes = (size_t)full * sizeof(float);
-    /* Each pop pushes two segments at most, one level deeper: the stack
-     * holds at most depth + 1 <= 33 segments. */
-    enum { STACK_MAX = 70 };
-    int64_t stack[STACK_MAX][3];
-    int top = 0;
-    float *dp = meter_alloc(m, row_bytes), *cand = meter_alloc(m, row_bytes);
-    float *left = meter_alloc(m, row_bytes), *right = meter_alloc(m, row_bytes);
-    int rc = FXCUT_OK;
-    if (dp == NULL || cand == NULL || left == NULL || right == NULL) {
-        rc = fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
-        goto done;
-    }
-    stack[top][0] = 0;
-    stack[top][1] = p->n;
-    stack[top][2] = q->q_max;
-    top++;
-    while (top > 0) {
-        top--;
-        int32_t start = (int32_t)stack[top][0], end = (int32_t)stack[top][1];
-        int64_t capacity = stack[top][2];
+    float *left = w->left, *right = w->right;
+    /* torch names the upper half "left" and solves it first. */
+    profile_of(q, middle, end, width, w->dp, w->cand);
+    memcpy(left, w->dp, (size_t)width * sizeof *left);
+    profile_of(q, start, middle, width, w->dp, w->cand);
+    for (int64_t c = 0; c < width; c++)
+        right[c] = w->dp[width - 1 - c];
+    for (int64_t c = 0; c < width; c++)
+        left[c] = left[c] + right[c];
+    int64_t best = 0;
+    for (int64_t c = 1; c < width; c++)
+        if (left[best] != left[best] ? 0 : (left[c] > left[best] || left[c] != left[c]))
+            best = c;
+    return best;
+}
+
+/* Splits segment [start, end) of capacity `capacity` at its middle: the
+ * lower half's capacity in caps[0], the upper half's in caps[1], each
+ * clamped to [0, q_max]. */
+static void split_capacities(const quantized *q, const hirschberg_rows *w,
+                             int32_t start, int32_t middle, int32_t end,
+                             int64_t capacity, int64_t caps[2])
+{
+    int64_t width = capacity + 1;
+    int64_t best = split_column(q, w, start, middle, end, width);
+    int64_t left_capacity = best, right_capacity = width - best;
+    if (left_capacity > q->q_max)
+        left_capacity = q->q_max;
+    if (right_capacity < 0)
+        right_capacity = 0;
+    if (right_capacity > q->q_max)
+        right_capacity = q->q_max;
+    caps[0] = right_capacity;
+    caps[1] = left_capacity;
+}
+
+/* Each pop pushes two segments at most, one level deeper: the stack holds
+ * at most depth + 1 <= 33 segments. */
+enum { SEGMENT_STACK_MAX = 70 };
+
+typedef struct {
+    int64_t seg[SEGMENT_STACK_MAX][3]; /* start, end, capacity */
+    int top;
+} segment_stack;
+
+static void push_segment(segment_stack *st, int64_t start, int64_t end,
+                         int64_t capacity)
+{
+    st->seg[st->top][0] = start;
+    st->seg[st->top][1] = end;
+    st->seg[st->top][2] = capacity;
+    st->top++;
+}
+
+/* torch's segment loop: a one-item segment saves its item when it fits and
+ * runs for a positive time; a longer one is split in two. */
+static int hirschberg_segments(const fxcut_knapsack_problem *p,
+                               const quantized *q, const hirschberg_rows *w,
+                               fxcut_knapsack_result *res, fxcut_error *err)
+{
+    segment_stack st;
+    st.top = 0;
+    push_segment(&st, 0, p->n, q->q_max);
+    while (st.top > 0) {
+        st.top--;
+        int32_t start = (int32_t)st.seg[st.top][0];
+        int32_t end = (int32_t)st.seg[st.top][1];
+        int64_t capacity = st.seg[st.top][2];
         int32_t length = end - start;
         if (length == 0)
             continue;
@@ -473,48 +523,47 @@ static int solve_sliding_hirschberg(const fxcut_knapsack_problem *p,
             continue;
         }
         int32_t middle = start + length / 2;
-        int64_t width = capacity + 1;
-        /* torch names the upper half "left" and solves it first. */
-        profile_of(q, middle, end, width, dp, cand);
-        memcpy(left, dp, (size_t)width * sizeof *left);
-        profile_of(q, start, middle, width, dp, cand);
-        for (int64_t c = 0; c < width; c++)
-            right[c] = dp[width - 1 - c];
-        for (int64_t c = 0; c < width; c++)
-            left[c] = left[c] + right[c];
-        int64_t best = 0;
-        for (int64_t c = 1; c < width; c++)
-            if (left[best] != left[best] ? 0 : (left[c] > left[best] || left[c] != left[c]))
-                best = c;
-        int64_t left_capacity = best, right_capacity = width - best;
-        if (left_capacity > q->q_max)
-            left_capacity = q->q_max;
-        if (right_capacity < 0)
-            right_capacity = 0;
-        if (right_capacity > q->q_max)
-            right_capacity = q->q_max;
-        if (top + 2 > STACK_MAX) {
-            rc = fxcut_fail(err, FXCUT_E_INVALID, -1, "segment stack overflow");
-            goto done;
-        }
-        stack[top][0] = start;
-        stack[top][1] = middle;
-        stack[top][2] = right_capacity;
-        top++;
-        stack[top][0] = middle;
-        stack[top][1] = end;
-        stack[top][2] = left_capacity;
-        top++;
+        int64_t caps[2];
+        split_capacities(q, w, start, middle, end, capacity, caps);
+        if (st.top + 2 > SEGMENT_STACK_MAX)
+            return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                              "segment stack overflow");
+        push_segment(&st, start, middle, caps[0]);
+        push_segment(&st, middle, end, caps[1]);
     }
-    res->value = 0.0;
-    for (int32_t k = 0; k < p->n; k++)
-        if (res->save[k])
-            res->value += p->runtime[k];
-done:
-    meter_free(m, dp, row_bytes);
-    meter_free(m, cand, row_bytes);
-    meter_free(m, left, row_bytes);
-    meter_free(m, right, row_bytes);
+    return FXCUT_OK;
+}
+
+static int solve_sliding_hirschberg(const fxcut_knapsack_problem *p,
+                                    const quantized *q, meter *m,
+                                    fxcut_knapsack_result *res,
+                                    fxcut_error *err)
+{
+    if (p->n == 0) {
+        res->value = 0.0;
+        return FXCUT_OK;
+    }
+    size_t row_bytes = (size_t)q->width * sizeof(float);
+    hirschberg_rows w;
+    w.dp = meter_alloc(m, row_bytes);
+    w.cand = meter_alloc(m, row_bytes);
+    w.left = meter_alloc(m, row_bytes);
+    w.right = meter_alloc(m, row_bytes);
+    int rc;
+    if (w.dp == NULL || w.cand == NULL || w.left == NULL || w.right == NULL)
+        rc = fxcut_fail(err, FXCUT_E_NOMEM, -1, "out of memory");
+    else
+        rc = hirschberg_segments(p, q, &w, res, err);
+    if (rc == FXCUT_OK) {
+        res->value = 0.0;
+        for (int32_t k = 0; k < p->n; k++)
+            if (res->save[k])
+                res->value += p->runtime[k];
+    }
+    meter_free(m, w.dp, row_bytes);
+    meter_free(m, w.cand, row_bytes);
+    meter_free(m, w.left, row_bytes);
+    meter_free(m, w.right, row_bytes);
     return rc;
 }
 
