@@ -895,79 +895,94 @@ static int cse_step(planner *p, Py_ssize_t i, table_entry *e, PyObject *replace,
     return p->region[i] == p->region[*j] ? 2 : 1;
 }
 
+/* May fx_graph_cse merge live node i?  Not a placeholder, output or
+ * get_attr, not an op never merged (nor an impure one when those are
+ * skipped), not one of `bases`.  1 yes, 0 no, -1 on error. */
+static int cse_candidate(planner *p, Py_ssize_t i, PyObject *node, PyObject *bases) {
+    int kind;
+    unsigned long long bits;
+    if (kind_of(p, i, &kind) < 0) {
+        return -1;
+    }
+    if (kind == OP_PLACEHOLDER || kind == OP_OUTPUT || kind == OP_GET_ATTR) {
+        return 0;
+    }
+    if (facts_of(p, i, &bits) < 0) {
+        return -1;
+    }
+    if ((bits & p->cfg.never_merged) || (p->cfg.skips_impure && (bits & p->cfg.impure_cse))) {
+        return 0;
+    }
+    if (bases != NULL) {
+        int is_base = PySet_Contains(bases, node);
+        if (is_base != 0) {
+            return is_base < 0 ? -1 : 0;
+        }
+    }
+    return 1;
+}
+
+/* Node `node` merges into node j: replace[node] = nodes[j], and its rank
+ * is the number of replacements before it. */
+static int merge_into(planner *p, PyObject *node, Py_ssize_t j, PyObject *replace) {
+    PyObject *when = PyLong_FromSsize_t(PyDict_GET_SIZE(replace));
+    int failed = when == NULL || PyDict_SetItem(p->rank, node, when) < 0 ||
+                 PyDict_SetItem(replace, node, PyTuple_GET_ITEM(p->nodes, j)) < 0;
+    Py_XDECREF(when);
+    return failed ? -1 : 0;
+}
+
+/* fx_graph_cse's step at candidate node i: its key looked up in the table
+ * (the backward's nodes apart from the forward's when `backward` is
+ * given), then entered or merged.  0, or -1 on error. */
+static int cse_node(planner *p, cse_table *table, Py_ssize_t i, PyObject *node,
+                    PyObject *replace, PyObject *backward) {
+    p->env_size[i] = PyDict_GET_SIZE(replace);
+    int have = hash_of(p, i, node, replace);
+    if (have <= 0) {
+        /* torch never keys a node that aliases an output: no error then. */
+        return have == 0 || aliases_after_error(p, i) == 1 ? 0 : -1;
+    }
+    PyObject *target = p->target_of[i]; /* read by facts_of */
+    int extra = 0;
+    if (backward != NULL) {
+        int in = PySet_Contains(backward, node);
+        if (in < 0) {
+            return -1;
+        }
+        extra = in ? 2 : 1;
+    }
+    table_entry *e = cse_table_find(table, target, extra, p->hash_arg[i]);
+    if (e == NULL) {
+        return -1;
+    }
+    Py_ssize_t j;
+    int step = cse_step(p, i, e, replace, &j);
+    if (step < 0) {
+        return -1;
+    }
+    if (step == 1) {
+        e->node = i;
+    } else if (step == 2) {
+        return merge_into(p, node, j, replace);
+    }
+    return 0;
+}
+
 /* fx_graph_cse's choices over the live nodes, into `replace`. */
 static int plan_cse(planner *p, PyObject *replace, PyObject *bases, PyObject *backward) {
     cse_table table = {NULL, 0, 0};
-    int rc = -1;
-    for (Py_ssize_t i = 0; i < p->n; i++) {
+    int rc = 0;
+    for (Py_ssize_t i = 0; i < p->n && rc == 0; i++) {
         if (p->dead[i]) {
             continue;
         }
         PyObject *node = PyTuple_GET_ITEM(p->nodes, i);
-        int kind;
-        unsigned long long bits;
-        if (kind_of(p, i, &kind) < 0) {
-            goto done;
-        }
-        if (kind == OP_PLACEHOLDER || kind == OP_OUTPUT || kind == OP_GET_ATTR) {
-            continue;
-        }
-        if (facts_of(p, i, &bits) < 0) {
-            goto done;
-        }
-        if ((bits & p->cfg.never_merged) || (p->cfg.skips_impure && (bits & p->cfg.impure_cse))) {
-            continue;
-        }
-        if (bases != NULL) {
-            int is_base = PySet_Contains(bases, node);
-            if (is_base != 0) {
-                if (is_base < 0) {
-                    goto done;
-                }
-                continue;
-            }
-        }
-        p->env_size[i] = PyDict_GET_SIZE(replace);
-        int have = hash_of(p, i, node, replace);
-        if (have <= 0) {
-            /* torch never keys a node that aliases an output: no error then. */
-            if (have == 0 || aliases_after_error(p, i) == 1) {
-                continue;
-            }
-            goto done;
-        }
-        PyObject *target = p->target_of[i]; /* read by facts_of */
-        int extra = 0;
-        if (backward != NULL) {
-            int in = PySet_Contains(backward, node);
-            if (in < 0) {
-                goto done;
-            }
-            extra = in ? 2 : 1;
-        }
-        table_entry *e = cse_table_find(&table, target, extra, p->hash_arg[i]);
-        if (e == NULL) {
-            goto done;
-        }
-        Py_ssize_t j;
-        int step = cse_step(p, i, e, replace, &j);
-        if (step < 0) {
-            goto done;
-        }
-        if (step == 1) {
-            e->node = i;
-        } else if (step == 2) {
-            PyObject *when = PyLong_FromSsize_t(PyDict_GET_SIZE(replace));
-            int failed = when == NULL || PyDict_SetItem(p->rank, node, when) < 0 ||
-                         PyDict_SetItem(replace, node, PyTuple_GET_ITEM(p->nodes, j)) < 0;
-            Py_XDECREF(when);
-            if (failed) {
-                goto done;
-            }
+        int candidate = cse_candidate(p, i, node, bases);
+        if (candidate != 0) {
+            rc = candidate < 0 ? -1 : cse_node(p, &table, i, node, replace, backward);
         }
     }
-    rc = 0;
-done:
     free(table.e);
     return rc;
 }
