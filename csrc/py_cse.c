@@ -110,6 +110,73 @@ static int is_dict_type(const cse_config *cfg, PyObject *cls) {
     return 0;
 }
 
+static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leaves);
+
+/* flatten() of a value that is no container of fx's: a leaf's key, its
+ * substitute appended to `leaves`; Py_None when it is no known leaf. */
+static PyObject *flatten_leaf(const cse_config *cfg, PyObject *value, PyObject *leaves) {
+    int leaf = plain_scalar(value) ? 1 : known_leaf(cfg, value);
+    if (leaf < 0) {
+        return NULL;
+    }
+    if (!leaf) {
+        Py_RETURN_NONE;
+    }
+    PyObject *sub = substitute(cfg, value);
+    if (sub == NULL) {
+        return NULL;
+    }
+    int rc = PyList_Append(leaves, sub);
+    Py_DECREF(sub);
+    if (rc < 0) {
+        return NULL;
+    }
+    Py_INCREF(cfg->leaf_key);
+    return cfg->leaf_key;
+}
+
+/* A container's context (a dict's keys in order, else None) and items (a
+ * dict's values as a list, else a tuple), new references; -1 on error with
+ * what was made in *context / *items for the caller to release. */
+static int container_parts(const cse_config *cfg, PyObject *value, PyObject **context,
+                           PyObject **items) {
+    if (is_dict_type(cfg, (PyObject *)Py_TYPE(value))) {
+        *context = PySequence_List(value);                   /* the keys, in order */
+        *items = *context ? PyDict_Values(value) : NULL;
+    } else {
+        Py_INCREF(Py_None);
+        *context = Py_None;
+        if (PyTuple_Check(value)) {                         /* immutable: walked in place */
+            Py_INCREF(value);
+            *items = value;
+        } else {
+            *items = PySequence_Tuple(value);
+        }
+    }
+    return *items == NULL ? -1 : 0;
+}
+
+/* The keys of a container's items (a tuple or a list), as a tuple (new
+ * reference); Py_None (new reference) as soon as one is not fx's, NULL
+ * with an exception on error. */
+static PyObject *flatten_items(const cse_config *cfg, PyObject *items, PyObject *leaves) {
+    Py_ssize_t n = PyTuple_Check(items) ? PyTuple_GET_SIZE(items) : PyList_GET_SIZE(items);
+    PyObject *children = PyTuple_New(n);
+    if (children == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_Check(items) ? PyTuple_GET_ITEM(items, i) : PyList_GET_ITEM(items, i);
+        PyObject *child = flatten(cfg, item, leaves);
+        if (child == NULL || child == Py_None) {             /* None: not fx's, give up */
+            Py_DECREF(children);
+            return child;
+        }
+        PyTuple_SET_ITEM(children, i, child);
+    }
+    return children;
+}
+
 /* The structure key of `value` (new reference), its leaves appended to
  * `leaves`; Py_None (new reference) when a container is not fx's, NULL with
  * an exception on error. */
@@ -122,70 +189,26 @@ static PyObject *flatten(const cse_config *cfg, PyObject *value, PyObject *leave
         }
     }
     if (name == NULL) {
-        int leaf = plain_scalar(value) ? 1 : known_leaf(cfg, value);
-        if (leaf < 0) {
-            return NULL;
-        }
-        if (!leaf) {
-            Py_RETURN_NONE;
-        }
-        PyObject *sub = substitute(cfg, value);
-        if (sub == NULL) {
-            return NULL;
-        }
-        int rc = PyList_Append(leaves, sub);
-        Py_DECREF(sub);
-        if (rc < 0) {
-            return NULL;
-        }
-        Py_INCREF(cfg->leaf_key);
-        return cfg->leaf_key;
+        return flatten_leaf(cfg, value, leaves);
     }
     if (Py_EnterRecursiveCall(" in fxcut's CSE key")) {
         return NULL;
     }
-    PyObject *context = NULL, *items = NULL, *children = NULL, *result = NULL;
+    PyObject *context = NULL, *items = NULL, *result = NULL;
     Py_INCREF(name); /* a leaf test may drop the containers dict's entry */
-    if (is_dict_type(cfg, (PyObject *)Py_TYPE(value))) {
-        context = PySequence_List(value);                    /* the keys, in order */
-        items = context ? PyDict_Values(value) : NULL;
-    } else {
-        Py_INCREF(Py_None);
-        context = Py_None;
-        if (PyTuple_Check(value)) {                         /* immutable: walked in place */
-            Py_INCREF(value);
-            items = value;
+    if (container_parts(cfg, value, &context, &items) == 0) {
+        PyObject *children = flatten_items(cfg, items, leaves);
+        if (children == NULL || children == Py_None) {
+            result = children;
         } else {
-            items = PySequence_Tuple(value);
+            result = PyTuple_Pack(3, name, context, children);
+            Py_DECREF(children);
         }
     }
-    if (items == NULL) {
-        goto done;
-    }
-    Py_ssize_t n = PyTuple_Check(items) ? PyTuple_GET_SIZE(items) : PyList_GET_SIZE(items);
-    children = PyTuple_New(n);
-    if (children == NULL) {
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyTuple_Check(items) ? PyTuple_GET_ITEM(items, i) : PyList_GET_ITEM(items, i);
-        PyObject *child = flatten(cfg, item, leaves);
-        if (child == NULL) {
-            goto done;
-        }
-        if (child == Py_None) {
-            result = child;                                   /* not fx's: give up */
-            goto done;
-        }
-        PyTuple_SET_ITEM(children, i, child);
-    }
-    result = PyTuple_Pack(3, name, context, children);
-done:
     Py_LeaveRecursiveCall();
     Py_DECREF(name);
     Py_XDECREF(context);
     Py_XDECREF(items);
-    Py_XDECREF(children);
     return result;
 }
 
