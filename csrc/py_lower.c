@@ -702,6 +702,71 @@ static PyObject *value_of(const reader *r, PyObject *node) {
     return val;
 }
 
+/* Six nodes ahead: the node object's fields. */
+static void prefetch_fields(const reader *r, PyObject *ahead) {
+    const field *fs[] = {&r->f_op, &r->f_target, &r->f_meta, &r->f_args, &r->f_inputs};
+    for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++) {
+        if (fs[k]->offset >= 0) {
+            PREFETCH((char *)ahead + fs[k]->offset);
+        }
+    }
+}
+
+/* Five nodes ahead: the meta dict, args tuple and inputs dict objects. */
+static void prefetch_field_objects(const reader *r, PyObject *ahead) {
+    PyObject *objs[] = {field_peek(&r->f_meta, ahead), field_peek(&r->f_args, ahead),
+                        field_peek(&r->f_inputs, ahead)};
+    for (size_t k = 0; k < sizeof objs / sizeof objs[0]; k++) {
+        if (objs[k] != NULL) {
+            PREFETCH(objs[k]);
+        }
+    }
+}
+
+/* Four nodes ahead: the meta and inputs dicts' key tables. */
+static void prefetch_dict_tables(const reader *r, PyObject *ahead) {
+    PyObject *dicts[] = {field_peek(&r->f_meta, ahead), field_peek(&r->f_inputs, ahead)};
+    for (size_t k = 0; k < sizeof dicts / sizeof dicts[0]; k++) {
+        if (dicts[k] != NULL && PyDict_CheckExact(dicts[k])) {
+            const char *keys = (const char *)((PyDictObject *)dicts[k])->ma_keys;
+            for (int line = 0; line < 8; line++) {
+                PREFETCH(keys + 64 * line);
+            }
+        }
+    }
+}
+
+/* A tensor's numel() reads its instance dict (a method lookup) and its
+ * TensorImpl, the pointer torch's python_variable.h puts right after the
+ * object header (THPVariable.cdata): their heads d == 2 nodes ahead, their
+ * next lines at d == 1.  A hint only: nothing but a prefetch uses what is
+ * read here. */
+static void prefetch_tensor(const reader *r, PyObject *val, Py_ssize_t d) {
+    PyTypeObject *type = Py_TYPE(val);
+    if (!PyType_IsSubtype(type, (PyTypeObject *)r->cfg.tensor_cls) ||
+        type->tp_basicsize < (Py_ssize_t)(sizeof(PyObject) + sizeof(void *))) {
+        return;
+    }
+    const char *impl = *(const char *const *)(const void *)((const char *)val + sizeof(PyObject));
+    PyObject *dict = NULL;
+    if (type->tp_dictoffset > 0 && type->tp_dictoffset <= type->tp_basicsize - (Py_ssize_t)sizeof(PyObject *)) {
+        dict = *(PyObject **)(void *)((char *)val + type->tp_dictoffset);
+    }
+    if (d == 2) {
+        PREFETCH(impl);
+        if (dict != NULL) {
+            PREFETCH(dict);
+        }
+    } else {
+        for (int line = 1; line < 4; line++) {
+            PREFETCH(impl + 64 * line);
+        }
+        if (dict != NULL && PyDict_CheckExact(dict)) {
+            PREFETCH(((PyDictObject *)dict)->ma_keys);
+        }
+    }
+}
+
 /* Lowering reads each node's object, then its meta dict, args tuple and
  * inputs dict, then the dicts' tables, then meta["val"] and what numel()
  * reads of it: chains of loads that mostly miss the cache on a large graph.
@@ -710,35 +775,13 @@ static PyObject *value_of(const reader *r, PyObject *node) {
 static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
     Py_ssize_t n = PyTuple_GET_SIZE(nodes);
     if (i + 6 < n) {
-        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 6);
-        const field *fs[] = {&r->f_op, &r->f_target, &r->f_meta, &r->f_args, &r->f_inputs};
-        for (size_t k = 0; k < sizeof fs / sizeof fs[0]; k++) {
-            if (fs[k]->offset >= 0) {
-                PREFETCH((char *)ahead + fs[k]->offset);
-            }
-        }
+        prefetch_fields(r, PyTuple_GET_ITEM(nodes, i + 6));
     }
     if (i + 5 < n) {
-        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 5);
-        PyObject *objs[] = {field_peek(&r->f_meta, ahead), field_peek(&r->f_args, ahead),
-                            field_peek(&r->f_inputs, ahead)};
-        for (size_t k = 0; k < sizeof objs / sizeof objs[0]; k++) {
-            if (objs[k] != NULL) {
-                PREFETCH(objs[k]);
-            }
-        }
+        prefetch_field_objects(r, PyTuple_GET_ITEM(nodes, i + 5));
     }
     if (i + 4 < n) {
-        PyObject *ahead = PyTuple_GET_ITEM(nodes, i + 4);
-        PyObject *dicts[] = {field_peek(&r->f_meta, ahead), field_peek(&r->f_inputs, ahead)};
-        for (size_t k = 0; k < sizeof dicts / sizeof dicts[0]; k++) {
-            if (dicts[k] != NULL && PyDict_CheckExact(dicts[k])) {
-                const char *keys = (const char *)((PyDictObject *)dicts[k])->ma_keys;
-                for (int line = 0; line < 8; line++) {
-                    PREFETCH(keys + 64 * line);
-                }
-            }
-        }
+        prefetch_dict_tables(r, PyTuple_GET_ITEM(nodes, i + 4));
     }
     for (Py_ssize_t d = 3; d >= 1; d--) {
         PyObject *val = i + d < n ? value_of(r, PyTuple_GET_ITEM(nodes, i + d)) : NULL;
@@ -750,34 +793,7 @@ static void prefetch_ahead(const reader *r, PyObject *nodes, Py_ssize_t i) {
             PREFETCH((const char *)val + 32);
             continue;
         }
-        /* A tensor's numel() reads its instance dict (a method lookup)
-         * and its TensorImpl, the pointer torch's python_variable.h puts
-         * right after the object header (THPVariable.cdata): their heads
-         * at d == 2, their next lines at d == 1.  A hint only: nothing
-         * but a prefetch uses what is read here. */
-        PyTypeObject *type = Py_TYPE(val);
-        if (!PyType_IsSubtype(type, (PyTypeObject *)r->cfg.tensor_cls) ||
-            type->tp_basicsize < (Py_ssize_t)(sizeof(PyObject) + sizeof(void *))) {
-            continue;
-        }
-        const char *impl = *(const char *const *)(const void *)((const char *)val + sizeof(PyObject));
-        PyObject *dict = NULL;
-        if (type->tp_dictoffset > 0 && type->tp_dictoffset <= type->tp_basicsize - (Py_ssize_t)sizeof(PyObject *)) {
-            dict = *(PyObject **)(void *)((char *)val + type->tp_dictoffset);
-        }
-        if (d == 2) {
-            PREFETCH(impl);
-            if (dict != NULL) {
-                PREFETCH(dict);
-            }
-        } else {
-            for (int line = 1; line < 4; line++) {
-                PREFETCH(impl + 64 * line);
-            }
-            if (dict != NULL && PyDict_CheckExact(dict)) {
-                PREFETCH(((PyDictObject *)dict)->ma_keys);
-            }
-        }
+        prefetch_tensor(r, val, d);
     }
 }
 
