@@ -45,60 +45,63 @@ static int32_t classify_backward(fxcut_ctx *c)
     return count;
 }
 
-static int classify_forward(fxcut_ctx *c, fxcut_error *err)
+/* Forward states of classify_forward. */
+enum { FW_INVALID = 0, FW_VALID = 1, FW_KEPT = 2 };
+
+/* The extraction's valid nodes: the inputs and get_attrs, and the calls
+ * whose inputs are all valid (none that must be in the backward). */
+static void mark_forward_valid(fxcut_ctx *c, uint8_t *state)
 {
     const fxcut_graph *g = c->g;
     uint8_t *cls = c->res->node_class;
-    /* state: 0 invalid, 1 valid, 2 kept */
-    uint8_t *state = calloc((size_t)g->n + 1, 1);
-    if (state == NULL)
-        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
-                          "out of memory classifying %d nodes", (int)g->n);
     for (int32_t i = 0; i < g->n; i++) {
         uint32_t f = g->flags[i];
         if (fxcut_is_input(g, i)) {
             cls[i] |= FXCUT_C_INPUT;
-            state[i] = 1;
+            state[i] = FW_VALID;
         } else if (f & FXCUT_F_MUST_BE_IN_BW) {
-            state[i] = 0;
+            state[i] = FW_INVALID;
         } else if (g->kind[i] == FXCUT_CALL_FUNCTION) {
             uint8_t ok = 1;
             for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1] && ok; e++)
-                ok = state[g->in_idx[e]] != 0;
+                ok = state[g->in_idx[e]] != FW_INVALID;
             state[i] = ok;
         } else if (g->kind[i] == FXCUT_GET_ATTR) {
-            state[i] = 1;
+            state[i] = FW_VALID;
         }
     }
-    for (int32_t k = 0; k < c->opt->num_fwd_outputs; k++) {
-        int32_t o = g->outputs[k];
-        if (o < 0)
-            continue;
-        if (state[o] == 0) {
-            free(state);
-            return fxcut_fail(err, FXCUT_E_UNSUPPORTED, o,
-                              "forward output %d (node %d) depends on a "
-                              "value only the backward has", (int)k, (int)o);
-        }
-        state[o] = 2;
-    }
+}
+
+/* The extraction's dead-code elimination: valid placeholders and impure
+ * nodes are kept, and every valid node feeding a kept one. */
+static void keep_forward_needed(fxcut_ctx *c, uint8_t *state)
+{
+    const fxcut_graph *g = c->g;
     for (int32_t i = g->n - 1; i >= 0; i--) {
-        if (state[i] == 0)
+        if (state[i] == FW_INVALID)
             continue;
-        if (state[i] != 2 &&
+        if (state[i] != FW_KEPT &&
             (g->kind[i] == FXCUT_PLACEHOLDER ||
              (g->flags[i] & FXCUT_F_IMPURE)))
-            state[i] = 2;
-        if (state[i] != 2)
+            state[i] = FW_KEPT;
+        if (state[i] != FW_KEPT)
             for (int32_t e = c->user_ptr[i]; e < c->user_ptr[i + 1]; e++)
-                if (state[c->user_idx[e]] == 2) {
-                    state[i] = 2;
+                if (state[c->user_idx[e]] == FW_KEPT) {
+                    state[i] = FW_KEPT;
                     break;
                 }
     }
+}
+
+/* The kept nodes (but the output) are REQUIRED_FW, numbered in graph
+ * order into c->fw_order / c->fw_nodes. */
+static void number_forward_nodes(fxcut_ctx *c, const uint8_t *state)
+{
+    const fxcut_graph *g = c->g;
+    uint8_t *cls = c->res->node_class;
     int32_t rank = 0;
     for (int32_t i = 0; i < g->n; i++) {
-        if (state[i] == 2 && g->kind[i] != FXCUT_OUTPUT) {
+        if (state[i] == FW_KEPT && g->kind[i] != FXCUT_OUTPUT) {
             cls[i] |= FXCUT_C_REQUIRED_FW;
             c->fw_order[i] = rank;
             c->fw_nodes[rank++] = i;
@@ -107,6 +110,30 @@ static int classify_forward(fxcut_ctx *c, fxcut_error *err)
         }
     }
     c->n_fw = rank;
+}
+
+static int classify_forward(fxcut_ctx *c, fxcut_error *err)
+{
+    const fxcut_graph *g = c->g;
+    uint8_t *state = calloc((size_t)g->n + 1, 1); /* FW_INVALID */
+    if (state == NULL)
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                          "out of memory classifying %d nodes", (int)g->n);
+    mark_forward_valid(c, state);
+    for (int32_t k = 0; k < c->opt->num_fwd_outputs; k++) {
+        int32_t o = g->outputs[k];
+        if (o < 0)
+            continue;
+        if (state[o] == FW_INVALID) {
+            free(state);
+            return fxcut_fail(err, FXCUT_E_UNSUPPORTED, o,
+                              "forward output %d (node %d) depends on a "
+                              "value only the backward has", (int)k, (int)o);
+        }
+        state[o] = FW_KEPT;
+    }
+    keep_forward_needed(c, state);
+    number_forward_nodes(c, state);
     free(state);
     return FXCUT_OK;
 }
