@@ -64,16 +64,11 @@ static void sim_free(plan_sim *s)
     memset(s, 0, sizeof *s);
 }
 
-static int check_options(const fxcut_graph *g, const fxcut_plan_options *opt,
-                         int search, fxcut_error *err)
+/* Per node: a plan role (INPUT exactly for placeholders and get_attr
+ * nodes), storage_of naming the node or an earlier one, flops >= 0. */
+static int check_node_options(const fxcut_graph *g,
+                              const fxcut_plan_options *opt, fxcut_error *err)
 {
-    if (opt->num_fwd_outputs < 0 || opt->num_fwd_outputs > g->n_outputs)
-        return fxcut_fail(err, FXCUT_E_INVALID, -1,
-                          "num_fwd_outputs %d is outside [0, %d] (the "
-                          "output node's leaves)", (int)opt->num_fwd_outputs,
-                          (int)g->n_outputs);
-    if (opt->role == NULL)
-        return fxcut_fail(err, FXCUT_E_INVALID, -1, "role is required");
     for (int32_t i = 0; i < g->n; i++) {
         if (opt->role[i] > FXCUT_ROLE_MAX)
             return fxcut_fail(err, FXCUT_E_INVALID, i,
@@ -97,14 +92,13 @@ static int check_options(const fxcut_graph *g, const fxcut_plan_options *opt,
                               "flops[%d] = %lld is negative", (int)i,
                               (long long)opt->flops[i]);
     }
-    int rc = fxcut_check_fusion(g, opt->fusion, opt->fused_cost,
-                                opt->iteration, opt->realize_reuse_reads,
-                                opt->realize_acc_reads, opt->realize_opcount,
-                                err);
-    if (rc != FXCUT_OK)
-        return rc;
-    if (!search)
-        return FXCUT_OK;
+    return FXCUT_OK;
+}
+
+/* The search's own options (plan_frontier). */
+static int check_search_options(const fxcut_plan_options *opt,
+                                fxcut_error *err)
+{
     if (opt->n_seeds < 0 || (opt->n_seeds > 0 && opt->seeds == NULL))
         return fxcut_fail(err, FXCUT_E_INVALID, -1,
                           "n_seeds %d without seeds", (int)opt->n_seeds);
@@ -128,6 +122,27 @@ static int check_options(const fxcut_graph *g, const fxcut_plan_options *opt,
                           "threads %d is outside [0, %d]", (int)opt->threads,
                           FXCUT_PLAN_MAX_THREADS);
     return FXCUT_OK;
+}
+
+static int check_options(const fxcut_graph *g, const fxcut_plan_options *opt,
+                         int search, fxcut_error *err)
+{
+    if (opt->num_fwd_outputs < 0 || opt->num_fwd_outputs > g->n_outputs)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1,
+                          "num_fwd_outputs %d is outside [0, %d] (the "
+                          "output node's leaves)", (int)opt->num_fwd_outputs,
+                          (int)g->n_outputs);
+    if (opt->role == NULL)
+        return fxcut_fail(err, FXCUT_E_INVALID, -1, "role is required");
+    int rc = check_node_options(g, opt, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    rc = fxcut_check_fusion(g, opt->fusion, opt->fused_cost, opt->iteration,
+                            opt->realize_reuse_reads, opt->realize_acc_reads,
+                            opt->realize_opcount, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    return search ? check_search_options(opt, err) : FXCUT_OK;
 }
 
 static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
