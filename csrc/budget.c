@@ -145,6 +145,64 @@ static int mem_ratio(const fxcut_ctx *c, const fxcut_budget_plan *plan,
     return rc;
 }
 
+/* The relaxed passes, more aggressive then aggressive; each stops the plan
+ * (*fits = 1, plan->stage set) when its cut's ratio is under the budget. */
+static int relaxed_passes(fxcut_ctx *c, const fxcut_partition_options *opt,
+                          double budget, fxcut_budget_plan *plan, int *fits,
+                          fxcut_error *err)
+{
+    static const int relaxed[2] = {FXCUT_STAGE_MORE_AGGRESSIVE,
+                                   FXCUT_STAGE_AGGRESSIVE};
+    double *const ratios[2] = {&plan->ratio_more_aggressive,
+                               &plan->ratio_aggressive};
+    /* The options of the last pass stay in scope: the context keeps
+     * pointing at them (list_candidates reads them). */
+    fxcut_partition_options *pass = &c->relaxed;
+    *fits = 0;
+    for (int k = 0; k < 2; k++) {
+        relax(opt, relaxed[k], pass);
+        int rc = fxcut_decision_cut(c, pass, err);
+        plan->n_passes = 2 + k;
+        if (rc == FXCUT_OK)
+            rc = mem_ratio(c, plan, ratios[k], err);
+        if (rc != FXCUT_OK)
+            return rc;
+        if (*ratios[k] < budget) {
+            plan->stage = relaxed[k];
+            *fits = 1;
+            return FXCUT_OK;
+        }
+    }
+    return FXCUT_OK;
+}
+
+/* The last stage: the knapsack's candidates and their memories (a share
+ * of the excess over the inputs), or the inputs and the must-save nodes
+ * when there is no candidate.  scratch holds the n_inputs inputs. */
+static int candidate_stage(fxcut_ctx *c, const fxcut_budget_options *b,
+                           fxcut_budget_plan *plan, int32_t *scratch,
+                           int32_t n_inputs, fxcut_error *err)
+{
+    const fxcut_graph *g = c->g;
+    int32_t n_must_save = 0;
+    int32_t *must_save = scratch + n_inputs;
+    int rc = list_candidates(c, b, plan, must_save, &n_must_save, err);
+    if (rc != FXCUT_OK)
+        return rc;
+    if (plan->n_candidates == 0) {
+        /* inputs + must-save: scratch holds them back to back. */
+        set_saved(c->res, scratch, n_inputs + n_must_save);
+        plan->stage = FXCUT_STAGE_NO_CANDIDATES;
+        return FXCUT_OK;
+    }
+    const double excess = plan->max_act_size - plan->min_act_size;
+    for (int32_t k = 0; k < plan->n_candidates; k++)
+        plan->memories[k] =
+            ((double)g->nbytes[plan->candidates[k]] / 1e9) / excess;
+    plan->stage = FXCUT_STAGE_KNAPSACK;
+    return FXCUT_OK;
+}
+
 static int plan_stages(fxcut_ctx *c, const fxcut_partition_options *opt,
                        const fxcut_budget_options *b, fxcut_budget_plan *plan,
                        int32_t *scratch, fxcut_error *err)
@@ -170,46 +228,11 @@ static int plan_stages(fxcut_ctx *c, const fxcut_partition_options *opt,
         rc = act_size(g, res->saved, res->n_saved, &plan->max_act_size, err);
     if (rc != FXCUT_OK || plan->max_act_size <= plan->min_act_size)
         return rc;
-
-    /* The relaxed passes; each stops the plan when its cut fits. */
-    static const int relaxed[2] = {FXCUT_STAGE_MORE_AGGRESSIVE,
-                                   FXCUT_STAGE_AGGRESSIVE};
-    double *const ratios[2] = {&plan->ratio_more_aggressive,
-                               &plan->ratio_aggressive};
-    /* The options of the last pass stay in scope: the context keeps
-     * pointing at them (list_candidates reads them). */
-    fxcut_partition_options *pass = &c->relaxed;
-    for (int k = 0; k < 2; k++) {
-        relax(opt, relaxed[k], pass);
-        rc = fxcut_decision_cut(c, pass, err);
-        plan->n_passes = 2 + k;
-        if (rc == FXCUT_OK)
-            rc = mem_ratio(c, plan, ratios[k], err);
-        if (rc != FXCUT_OK)
-            return rc;
-        if (*ratios[k] < budget) {
-            plan->stage = relaxed[k];
-            return FXCUT_OK;
-        }
-    }
-
-    int32_t n_must_save = 0;
-    int32_t *must_save = scratch + n_inputs;
-    rc = list_candidates(c, b, plan, must_save, &n_must_save, err);
-    if (rc != FXCUT_OK)
+    int fits = 0;
+    rc = relaxed_passes(c, opt, budget, plan, &fits, err);
+    if (rc != FXCUT_OK || fits)
         return rc;
-    if (plan->n_candidates == 0) {
-        /* inputs + must-save: scratch holds them back to back. */
-        set_saved(res, scratch, n_inputs + n_must_save);
-        plan->stage = FXCUT_STAGE_NO_CANDIDATES;
-        return FXCUT_OK;
-    }
-    const double excess = plan->max_act_size - plan->min_act_size;
-    for (int32_t k = 0; k < plan->n_candidates; k++)
-        plan->memories[k] =
-            ((double)g->nbytes[plan->candidates[k]] / 1e9) / excess;
-    plan->stage = FXCUT_STAGE_KNAPSACK;
-    return FXCUT_OK;
+    return candidate_stage(c, b, plan, scratch, n_inputs, err);
 }
 
 int fxcut_budget_plan_decide(const fxcut_graph *g,
