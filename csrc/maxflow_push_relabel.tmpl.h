@@ -252,84 +252,104 @@ static void FN(discharge)(FN(pr_state) *st, int32_t v)
     }
 }
 
-int FN(fxcut_push_relabel)(const fxcut_arcs *g, FLOW_T *res, uint8_t *side,
-                           fxcut_u128 *flow, fxcut_error *err)
+/* The state's arrays for n vertices (excess zeroed); 0 when one could not
+ * be allocated (FN(pr_free) frees what was). */
+static int FN(pr_alloc)(FN(pr_state) *st, int32_t n)
 {
-    const int32_t n = g->n;
-    const int32_t *first = g->first, *head = g->head, *rev = g->rev;
-    FN(pr_state) st = {0};
-    st.g = g;
-    st.res = res;
-    st.excess = calloc((size_t)n, sizeof *st.excess);
-    st.d = malloc((size_t)n * sizeof *st.d);
-    st.cur = malloc((size_t)n * sizeof *st.cur);
-    st.next = malloc((size_t)n * sizeof *st.next);
-    st.prev = malloc((size_t)n * sizeof *st.prev);
-    st.active = malloc((size_t)n * sizeof *st.active);
-    st.inactive = malloc((size_t)n * sizeof *st.inactive);
-    int rc = FXCUT_OK;
-    if (!st.excess || !st.d || !st.cur || !st.next || !st.prev ||
-        !st.active || !st.inactive) {
-        rc = fxcut_fail(err, FXCUT_E_NOMEM, -1,
-                        "min_cut: out of memory for %d vertices", (int)n);
-        goto done;
-    }
+    st->excess = calloc((size_t)n, sizeof *st->excess);
+    st->d = malloc((size_t)n * sizeof *st->d);
+    st->cur = malloc((size_t)n * sizeof *st->cur);
+    st->next = malloc((size_t)n * sizeof *st->next);
+    st->prev = malloc((size_t)n * sizeof *st->prev);
+    st->active = malloc((size_t)n * sizeof *st->active);
+    st->inactive = malloc((size_t)n * sizeof *st->inactive);
+    return st->excess && st->d && st->cur && st->next && st->prev &&
+           st->active && st->inactive;
+}
 
-    /* The initial preflow: saturate every arc leaving R. */
-    for (int32_t v = 0; v < n; v++) {
+static void FN(pr_free)(FN(pr_state) *st)
+{
+    free(st->excess);
+    free(st->d);
+    free(st->cur);
+    free(st->next);
+    free(st->prev);
+    free(st->active);
+    free(st->inactive);
+}
+
+/* The initial preflow: saturate every arc leaving R (side). */
+static void FN(initial_preflow)(FN(pr_state) *st, const uint8_t *side)
+{
+    const fxcut_arcs *g = st->g;
+    FLOW_T *res = st->res;
+    for (int32_t v = 0; v < g->n; v++) {
         if (!side[v])
             continue;
-        for (int32_t a = first[v]; a < first[v + 1]; a++) {
-            int32_t w = head[a];
+        for (int32_t a = g->first[v]; a < g->first[v + 1]; a++) {
+            int32_t w = g->head[a];
             if (!side[w] && res[a] > 0) {
-                st.excess[w] += res[a];
-                res[rev[a]] += res[a];
+                st->excess[w] += res[a];
+                res[g->rev[a]] += res[a];
                 res[a] = 0;
             }
         }
     }
+}
 
-    /* Between global relabellings, relabel work of about 6n + m arc visits:
-     * the cost of one global relabelling, so neither dominates. */
-    const int64_t work_limit = 6 * (int64_t)n + (int64_t)first[n] / 2;
-    st.d_max = n - 1;
-    FN(global_relabel)(&st, 1);
+/* Discharges the highest active vertex until none is left: the preflow is
+ * then maximum.  Between global relabellings, relabel work of about
+ * 6n + m arc visits: the cost of one global relabelling, so neither
+ * dominates. */
+static void FN(max_preflow)(FN(pr_state) *st)
+{
+    const int32_t n = st->g->n;
+    const int64_t work_limit = 6 * (int64_t)n + (int64_t)st->g->first[n] / 2;
+    st->d_max = n - 1;
+    FN(global_relabel)(st, 1);
     for (;;) {
-        while (st.a_max > 0 && st.active[st.a_max] == FXCUT_NONE)
-            st.a_max--;
-        if (st.a_max <= 0)
+        while (st->a_max > 0 && st->active[st->a_max] == FXCUT_NONE)
+            st->a_max--;
+        if (st->a_max <= 0)
             break;
-        int32_t v = st.active[st.a_max];
-        st.active[st.a_max] = st.next[v];
-        FN(discharge)(&st, v);
+        int32_t v = st->active[st->a_max];
+        st->active[st->a_max] = st->next[v];
+        FN(discharge)(st, v);
 #ifdef FXCUT_MAXFLOW_STATS
-        st.n_discharge++;
+        st->n_discharge++;
 #endif
-        if (st.work > work_limit)
-            FN(global_relabel)(&st, 1);
+        if (st->work > work_limit)
+            FN(global_relabel)(st, 1);
     }
+}
 
+int FN(fxcut_push_relabel)(const fxcut_arcs *g, FLOW_T *res, uint8_t *side,
+                           fxcut_u128 *flow, fxcut_error *err)
+{
+    const int32_t n = g->n;
+    FN(pr_state) st = {0};
+    st.g = g;
+    st.res = res;
+    if (!FN(pr_alloc)(&st, n)) {
+        FN(pr_free)(&st);
+        return fxcut_fail(err, FXCUT_E_NOMEM, -1,
+                          "min_cut: out of memory for %d vertices", (int)n);
+    }
+    FN(initial_preflow)(&st, side);
+    FN(max_preflow)(&st);
     /* No live vertex has excess: the preflow is maximum.  One more exact
      * relabelling gives the vertices that reach the sink. */
     FN(global_relabel)(&st, 0);
 #ifdef FXCUT_MAXFLOW_STATS
     fprintf(stderr, "push-relabel: n %d arcs %d discharges %lld pushes %lld "
             "relabels %lld global %lld gaps %lld (labels %lld)\n", (int)n,
-            (int)first[n], (long long)st.n_discharge, (long long)st.n_push,
+            (int)g->first[n], (long long)st.n_discharge, (long long)st.n_push,
             (long long)st.n_relabel, (long long)st.n_global,
             (long long)st.n_gap, (long long)st.n_gap_vertices);
 #endif
     for (int32_t v = 0; v < n; v++)
         side[v] = st.d[v] < n;
     *flow = FXCUT_FLOW_TO_U128(st.excess[g->sink]);
-
-done:
-    free(st.excess);
-    free(st.d);
-    free(st.cur);
-    free(st.next);
-    free(st.prev);
-    free(st.active);
-    free(st.inactive);
-    return rc;
+    FN(pr_free)(&st);
+    return FXCUT_OK;
 }
