@@ -386,15 +386,24 @@ def _bw_order(g: _G, kept: set[int]) -> tuple[list[int], int]:
     return g.raise_getitems(order, set(order)), (body[first] if first < len(body) else g.n)
 
 
-def describe(prob: PlanProblem) -> Liveness:
-    """The description of ``prob`` (a :class:`fxcut.solve.planner.PlanProblem`)."""
-    g = _G(prob)
-    n = g.n
-    inexact: list[str] = []
-    bw_outputs = [o for o in g.outputs[g.nfo:] if o >= 0]
-    bw_out = set(bw_outputs)
+@dataclass
+class _Backward:
+    """The backward's own steps: the slots of the timeline, whatever is decided."""
 
-    # the backward's own steps: tangent-dependent nodes a gradient needs, or impure ones
+    steps: set[int]
+    order: list[int]  # the order the model runs them
+    slot_of: dict[int, int]  # step -> its slot
+    first_node: int  # the first tangent user (-1: no tangent is used)
+    n_slots: int  # steps + 1 (the last: gradients pulled at the end)
+    outputs: list[int]  # the gradient outputs
+    out: set[int]
+
+
+def _backward_steps(g: _G, inexact: list[str]) -> _Backward:
+    """Tangent-dependent nodes a gradient needs, or impure ones: the model
+    runs them in the backward whatever is saved, so they fix the slots."""
+    n = g.n
+    bw_outputs = [o for o in g.outputs[g.nfo:] if o >= 0]
     needed = bytearray(n)
     for o in bw_outputs:
         needed[o] = 1
@@ -412,10 +421,14 @@ def describe(prob: PlanProblem) -> Liveness:
     n_slots = len(skel_order) + 1
     if set(skel_order) != skel:
         inexact.append("backward steps before the first tangent user that nothing pulls")
+    return _Backward(skel, skel_order, slot_of, first_node, n_slots, bw_outputs, set(bw_outputs))
 
-    # candidates: forward values the backward may reach
+
+def _candidates(g: _G, bw: _Backward) -> list[int]:
+    """The forward values the backward may reach: what a decision chooses
+    among.  A non-computed node (an output) reaching it is not describable."""
     cand_set: set[int] = set()
-    stack = [u for b in skel_order for u in g.ins[b]] + bw_outputs
+    stack = [u for b in bw.order for u in g.ins[b]] + bw.outputs
     while stack:
         v = stack.pop()
         if v in cand_set or g.tdep[v] or g.kind[v] == _C.KIND_PLACEHOLDER:
@@ -424,9 +437,14 @@ def describe(prob: PlanProblem) -> Liveness:
             raise NotModelled(f"node {v} (kind {g.kind[v]}) reaches the backward")
         cand_set.add(v)
         stack.extend(g.ins[v])
-    cands = sorted(cand_set)
-    local = {v: k for k, v in enumerate(cands)}
-    m = len(cands)
+    return sorted(cand_set)
+
+
+def _candidate_kinds(g: _G, cands: list[int], local: dict[int, int]) -> list[int]:
+    """FREE / SAVE / RECOMPUTE from the planner's mask.  Raises where a
+    candidate's placement is not the plan's to choose in a way the model
+    can follow (a must-forward or copy_ node the backward may recompute, a
+    placeholder that belongs to neither module)."""
     kinds = []
     for v in cands:
         b = g.base_mask(v)
@@ -435,58 +453,98 @@ def describe(prob: PlanProblem) -> Liveness:
             raise NotModelled(f"node {v} must stay in the forward but is not always saved")
         if b != 1 and g.marks[v] & _C.X_COPY:
             raise NotModelled(f"node {v} is a copy_ the backward may recompute")
-    for i in range(n):
+    for i in range(g.n):
         if (g.kind[i] == _C.KIND_PLACEHOLDER and not g.is_input(i) and not g.bw_placeholder(i)
-                and any(u in cand_set for u in g.users[i])):
+                and any(u in local for u in g.users[i])):
             raise NotModelled(f"placeholder {i} is neither a forward input nor a backward one")
+    return kinds
 
-    def slot_after(idx: int) -> int:
-        """The slot a node at joint index idx runs in at its own turn."""
-        for k, b in enumerate(skel_order):
-            if b > idx:
-                return k
-        return n_slots - 1
 
-    consumers: list[list[int]] = [[] for _ in range(m)]
-    inputs: list[list[int]] = [[] for _ in range(m)]
-    skel_need = [False] * m
-    first_pull = [NEVER] * m
-    own_turn = [False] * m
-    producer = [-1] * m
+def _slot_after(bw: _Backward, idx: int) -> int:
+    """The slot a node at joint index idx runs in at its own turn."""
+    for k, b in enumerate(bw.order):
+        if b > idx:
+            return k
+    return bw.n_slots - 1
+
+
+@dataclass
+class _Links:
+    """How candidates reach each other and the backward's steps (local indices)."""
+
+    consumers: list[list[int]]
+    inputs: list[list[int]]
+    skel_need: list[bool]
+    first_pull: list[int]
+    own_turn: list[bool]  # after the first tangent user: the reordering runs it at its own turn
+    producer: list[int]
+
+
+def _candidate_links(g: _G, bw: _Backward, cands: list[int], local: dict[int, int], kinds: list[int],
+                     inexact: list[str]) -> _Links:
+    """When each candidate is first pulled, and by whom; notes the reads
+    the description cannot place exactly (each only raises the true peak)."""
+    m = len(cands)
+    ln = _Links([[] for _ in range(m)], [[] for _ in range(m)], [False] * m, [NEVER] * m, [False] * m, [-1] * m)
+    consumers, inputs, skel_need, first_pull = ln.consumers, ln.inputs, ln.skel_need, ln.first_pull
     for k, v in enumerate(cands):
         for u in g.users[v]:
             if u in local:
                 consumers[k].append(local[u])
                 inputs[local[u]].append(k)
-            elif u in slot_of:
+            elif u in bw.slot_of:
                 skel_need[k] = True
-                first_pull[k] = min(first_pull[k], slot_of[u])
-            elif u in skel:
+                first_pull[k] = min(first_pull[k], bw.slot_of[u])
+            elif u in bw.steps:
                 inexact.append(f"node {v} is read by a backward step nothing pulls")
-        if v in bw_out:
+        if v in bw.out:
             skel_need[k] = True
-            first_pull[k] = min(first_pull[k], n_slots - 1)
-        if first_node < 0 or v > first_node:
-            own_turn[k] = True
-            first_pull[k] = min(first_pull[k], slot_after(v))
+            first_pull[k] = min(first_pull[k], bw.n_slots - 1)
+        if bw.first_node < 0 or v > bw.first_node:
+            ln.own_turn[k] = True
+            first_pull[k] = min(first_pull[k], _slot_after(bw, v))
         if g.getitem(v) and g.ins[v][0] in local:
-            producer[k] = local[g.ins[v][0]]
+            ln.producer[k] = local[g.ins[v][0]]
         if g.seq(v):
             owned = [u for u in g.users[v] if g.getitem(u) and g.root[u] == u]
-            if any(not g.getitem(u) for u in g.users[v] if u in local or u in skel):
+            if any(not g.getitem(u) for u in g.users[v] if u in local or u in bw.steps):
                 inexact.append(f"multi-output node {v} is read other than through getitems")
             if sum(g.cost[u] for u in owned) > g.cost[v]:
                 inexact.append(f"multi-output node {v}: its getitems' bytes exceed its own")
         if g.flags[v] & _C.F_IMPURE and kinds[k] != SAVE:
             inexact.append(f"impure node {v} may be unsaved (the model then keeps its inputs' saved values)")
-    key = [2 * (v if own_turn[k] else n + 1 + v) for k, v in enumerate(cands)]
-    messy: set[int] = set()
-    if first_node >= 0:
-        for k in range(m):
-            if own_turn[k] and any(kinds[a] != SAVE for a in _ancestors(k, inputs)):
-                messy.add(first_pull[k])
+    return ln
 
-    # the forward's events: nodes that may run there, in joint order, getitems with their producer
+
+def _in_slot_order(n: int, bw: _Backward, cands: list[int], ln: _Links, kinds: list[int]
+                   ) -> tuple[list[int], set[int]]:
+    """The key order inside a slot (own-turn nodes first, then joint order),
+    and the slots where some decision breaks it: a recomputed ancestor of an
+    own-turn node is pulled in just before it, against key order."""
+    key = [2 * (v if ln.own_turn[k] else n + 1 + v) for k, v in enumerate(cands)]
+    messy: set[int] = set()
+    if bw.first_node >= 0:
+        for k in range(len(cands)):
+            if ln.own_turn[k] and any(kinds[a] != SAVE for a in _ancestors(k, ln.inputs)):
+                messy.add(ln.first_pull[k])
+    return key, messy
+
+
+@dataclass
+class _Forward:
+    """The forward's events: the nodes that may run there, in joint order."""
+
+    valid: bytearray  # the forward can compute it
+    fixed: bytearray  # runs there whatever is saved
+    event_of: dict[int, int]  # graph node -> its event (a getitem: its producer's)
+    event_node: list[int]  # the candidate each event is (-1: a fixed node)
+    out: set[int]  # the forward's outputs
+
+
+def _forward_events(g: _G, local: dict[int, int]) -> _Forward:
+    """A candidate runs in the forward only when a saved value needs it, so
+    it is an event of its own; getitems share their producer's event."""
+    n = g.n
     fw_valid = bytearray(n)
     for i in range(n):
         if g.kind[i] == _C.KIND_PLACEHOLDER:
@@ -513,16 +571,17 @@ def describe(prob: PlanProblem) -> Liveness:
             continue
         fw_event_of[i] = len(fw_event_node)
         fw_event_node.append(-1 if fixed_fw[i] else local[i])
-    n_fw = len(fw_event_node)
     fw_out = {o for o in g.outputs[:g.nfo] if o >= 0}
-    for k, v in enumerate(cands):
-        if kinds[k] == SAVE and not fw_valid[v]:
-            raise NotModelled(f"node {v} is always saved but the forward cannot compute it")
+    return _Forward(fw_valid, fixed_fw, fw_event_of, fw_event_node, fw_out)
 
-    # storages
+
+def _storages(g: _G, bw: _Backward, fw: _Forward, cands: list[int], local: dict[int, int], producer: list[int],
+              inexact: list[str]) -> tuple[list[Storage], list[int]]:
+    """The storages the candidates live on (bytes counted once per storage),
+    and each candidate's (-1: it costs nothing)."""
     st_of: dict[int, int] = {}
     storages: list[Storage] = []
-    storage = [-1] * m
+    storage = [-1] * len(cands)
     for k, v in enumerate(cands):
         r = g.root[v]
         if g.cost[r] == 0:
@@ -533,55 +592,81 @@ def describe(prob: PlanProblem) -> Liveness:
             st_of[r] = len(storages)
             storages.append(Storage(g.cost[r], local[r], [], [], -1, NEVER, g.seq(r),
                                     g.getitem(r) and producer[local[r]] >= 0 and g.seq(g.ins[r][0]),
-                                    fw_event_of.get(r, -1), -1, [], False))
+                                    fw.event_of.get(r, -1), -1, [], False))
         storage[k] = st_of[r]
         storages[st_of[r]].values.append(k)
     for s in storages:
-        readers: set[int] = set()
-        var: set[int] = set()
-        for k in s.values:
-            v = cands[k]
-            if k != s.root:
-                readers.add(k)
-                if fixed_fw[v]:
-                    s.fw_fixed_last = max(s.fw_fixed_last, fw_event_of[v])
-                elif fw_valid[v]:
-                    var.add(k)
-            elif fixed_fw[v]:
-                s.fw_fixed_last = max(s.fw_fixed_last, fw_event_of[v])
-            if v in bw_out:
-                s.skel_last = n_slots
-            if v in fw_out:
-                s.fw_pinned = True
-            for u in g.users[v]:
-                if s.seq and g.getitem(u):
-                    continue
-                if u in local:
-                    readers.add(local[u])
-                    if fixed_fw[u]:
-                        s.fw_fixed_last = max(s.fw_fixed_last, fw_event_of[u])
-                    elif fw_valid[u]:
-                        var.add(local[u])
-                elif u in slot_of:
-                    s.skel_last = max(s.skel_last, slot_of[u])
-                    s.skel_first = min(s.skel_first, slot_of[u])
-                elif fixed_fw[u]:
-                    s.fw_fixed_last = max(s.fw_fixed_last, fw_event_of[u])
-        s.readers = sorted(readers)
-        s.fw_var_readers = sorted(var)
-    for b in skel:
+        _storage_readers(g, bw, fw, cands, local, s)
+    for b in bw.steps:
         if g.root[b] in st_of:
             inexact.append(f"backward step {b} lives on a forward value's storage")
+    return storages, storage
 
-    fixed_at_step, fixed_in_group = _skeleton_bytes(g, skel_order, n_slots, bw_out)
-    fw_fixed_bytes = _forward_fixed_bytes(g, n_fw, fw_event_of, fixed_fw, fw_out, local)
+
+def _storage_readers(g: _G, bw: _Backward, fw: _Forward, cands: list[int], local: dict[int, int],
+                     s: Storage) -> None:
+    """Fills in who reads ``s`` and so how long it lives: the backward steps
+    (skel_first/skel_last), the fixed forward (fw_fixed_last), and the
+    candidates, whose reads depend on the decision (readers, fw_var_readers).
+    A multi-output node's getitems are its own storages, not readers."""
+    readers: set[int] = set()
+    var: set[int] = set()
+    for k in s.values:
+        v = cands[k]
+        if k != s.root:
+            readers.add(k)
+            if fw.fixed[v]:
+                s.fw_fixed_last = max(s.fw_fixed_last, fw.event_of[v])
+            elif fw.valid[v]:
+                var.add(k)
+        elif fw.fixed[v]:
+            s.fw_fixed_last = max(s.fw_fixed_last, fw.event_of[v])
+        if v in bw.out:
+            s.skel_last = bw.n_slots
+        if v in fw.out:
+            s.fw_pinned = True
+        for u in g.users[v]:
+            if s.seq and g.getitem(u):
+                continue
+            if u in local:
+                readers.add(local[u])
+                if fw.fixed[u]:
+                    s.fw_fixed_last = max(s.fw_fixed_last, fw.event_of[u])
+                elif fw.valid[u]:
+                    var.add(local[u])
+            elif u in bw.slot_of:
+                s.skel_last = max(s.skel_last, bw.slot_of[u])
+                s.skel_first = min(s.skel_first, bw.slot_of[u])
+            elif fw.fixed[u]:
+                s.fw_fixed_last = max(s.fw_fixed_last, fw.event_of[u])
+    s.readers = sorted(readers)
+    s.fw_var_readers = sorted(var)
+
+
+def describe(prob: PlanProblem) -> Liveness:
+    """The description of ``prob`` (a :class:`fxcut.solve.planner.PlanProblem`)."""
+    g = _G(prob)
+    inexact: list[str] = []
+    bw = _backward_steps(g, inexact)
+    cands = _candidates(g, bw)
+    local = {v: k for k, v in enumerate(cands)}
+    kinds = _candidate_kinds(g, cands, local)
+    ln = _candidate_links(g, bw, cands, local, kinds, inexact)
+    key, messy = _in_slot_order(g.n, bw, cands, ln, kinds)
+    fw = _forward_events(g, local)
+    for k, v in enumerate(cands):
+        if kinds[k] == SAVE and not fw.valid[v]:
+            raise NotModelled(f"node {v} is always saved but the forward cannot compute it")
+    storages, storage = _storages(g, bw, fw, cands, local, ln.producer, inexact)
+    fixed_at_step, fixed_in_group = _skeleton_bytes(g, bw.order, bw.n_slots, bw.out)
+    fw_fixed_bytes = _forward_fixed_bytes(g, len(fw.event_node), fw.event_of, fw.fixed, fw.out, local)
     return Liveness(
-        node=cands, kind=kinds, flops=[g.flops[v] for v in cands], consumers=consumers, inputs=inputs,
-        skel_need=skel_need, first_pull=first_pull, producer=producer, fw_ok=[bool(fw_valid[v]) for v in cands],
-        fw_fixed=[bool(fixed_fw[v]) for v in cands], fw_event=[fw_event_of.get(v, -1) for v in cands], key=key,
-        storage=storage, storages=storages, n_slots=n_slots, slot_node=skel_order + [-1],
-        fixed_at_step=fixed_at_step, fixed_in_group=fixed_in_group, messy_slots=messy,
-        fw_fixed_bytes=fw_fixed_bytes, fw_event_node=fw_event_node, fw_event_of=fw_event_of,
+        node=cands, kind=kinds, flops=[g.flops[v] for v in cands], consumers=ln.consumers, inputs=ln.inputs,
+        skel_need=ln.skel_need, first_pull=ln.first_pull, producer=ln.producer,
+        fw_ok=[bool(fw.valid[v]) for v in cands], fw_fixed=[bool(fw.fixed[v]) for v in cands],
+        fw_event=[fw.event_of.get(v, -1) for v in cands], key=key, storage=storage, storages=storages,
+        n_slots=bw.n_slots, slot_node=bw.order + [-1], fixed_at_step=fixed_at_step, fixed_in_group=fixed_in_group,
+        messy_slots=messy, fw_fixed_bytes=fw_fixed_bytes, fw_event_node=fw.event_node, fw_event_of=fw.event_of,
         inexact=sorted(set(inexact)))
 
 
