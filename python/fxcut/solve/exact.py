@@ -470,6 +470,87 @@ class _Model:
         return saved, info.objective_function_value + self.offset, bound
 
 
+class _Loop:
+    """One solve's MILP loop state: the rows are only as good as the C model
+    says, so each answer is scored by it and the best plan kept apart from
+    the MILP's own objective."""
+
+    def __init__(self, lv: Liveness, model: _Model, true_value: Any, timeline: Any, objective: str,
+                 limit: int | None, deadline: float) -> None:
+        self.lv = lv
+        self.model = model
+        self.true_value = true_value
+        self.timeline = timeline
+        self.objective = objective
+        self.limit = limit
+        self.deadline = deadline
+        self.best: set[int] | None = None
+        self.best_value = math.inf
+        self.bound = -math.inf
+        self.iterations = 0
+
+    def add_violated(self, saved: set[int], above: float) -> int:
+        """Rows of the steps of ``saved``'s timeline live above ``above``,
+        the highest first, while time is left."""
+        schedule, live, n_fw = self.timeline(saved)
+        events = self.lv.events_of_schedule(list(schedule), n_fw)
+        added = 0
+        for b, ev in sorted(((b, ev) for ev, b in zip(events, live) if ev is not None and b > above),
+                            key=lambda x: -x[0]):
+            if time.perf_counter() > self.deadline:
+                break
+            added += self.model.add_event(*ev)
+        return added
+
+    def score(self, saved: set[int]) -> float:
+        """The C model's objective of ``saved`` (a plan over the limit: never better)."""
+        peak, flops = self.true_value(saved)
+        if self.objective == "peak":
+            return float(peak)
+        return float(flops) if peak <= (self.limit or 0) else math.inf
+
+    def start_from(self, incumbent: set[int]) -> None:
+        """The incumbent (what the model keeps of it) is the plan to beat; its
+        rows go in first so the first answer cannot ignore its peak steps."""
+        kept = self.lv.decide(incumbent).e
+        inc = {v for v in incumbent if kept[v]}
+        self.best, self.best_value = inc, self.score(inc)
+        if self.timeline is not None:  # its steps near its peak
+            self.add_violated(inc, 0.9 * (self.true_value(inc)[0] if self.limit is None else self.limit))
+        else:
+            self.model.add_recompute_events(inc)
+
+    def run(self) -> None:
+        """Solve, score the answer, tighten, until the bound meets the best
+        plan, the MILP has no answer left, or the time is up."""
+        model = self.model
+        while True:
+            left = self.deadline - time.perf_counter()
+            if left <= 0:
+                break
+            if self.best is not None and math.isfinite(self.best_value):
+                model.hint(self.best)
+            saved, value, dual = model.run(left)
+            self.iterations += 1
+            if saved is None:
+                if math.isinf(dual) and dual > 0:  # infeasible: every decision was excluded or violates the limit
+                    self.bound = max(self.bound, self.best_value)
+                    break
+                self.bound = max(self.bound, min(dual, self.best_value))
+                break
+            true = self.score(saved)
+            if true < self.best_value:
+                self.best, self.best_value = saved, true
+            self.bound = max(self.bound, min(dual, self.best_value))
+            if math.isfinite(self.bound) and math.ceil(self.bound - 1e-6) >= self.best_value:
+                break
+            # the answer's value disagrees with the model: add its missing rows, else exclude it
+            added = self.add_violated(saved, value if self.objective == "peak" else float(self.limit or 0)) \
+                if self.timeline is not None else model.add_recompute_events(saved)
+            if added == 0:
+                model.no_good(saved)
+
+
 def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int | None = None,
           incumbent: set[int] | None = None, time_limit: float = 60.0, timeline: Any = None) -> ExactResult:
     """The best decision by the MILP loop (module docstring).
@@ -497,71 +578,19 @@ def solve(lv: Liveness, true_value: Any, *, objective: str = "peak", limit: int 
         model.add_all_steps()
     else:
         model.add_near_steps(0.9 * (lv.certain_bound() if limit is None else limit), MAX_FIRST_ROWS, build_by)
-
-    def add_violated(saved: set[int], above: float) -> int:
-        """Rows of the steps of ``saved``'s timeline live above ``above``,
-        the highest first, while time is left."""
-        schedule, live, n_fw = timeline(saved)
-        events = lv.events_of_schedule(list(schedule), n_fw)
-        added = 0
-        for b, ev in sorted(((b, ev) for ev, b in zip(events, live) if ev is not None and b > above),
-                            key=lambda x: -x[0]):
-            if time.perf_counter() > deadline:
-                break
-            added += model.add_event(*ev)
-        return added
-
-    def score(saved: set[int]) -> float:
-        peak, flops = true_value(saved)
-        if objective == "peak":
-            return float(peak)
-        return float(flops) if peak <= (limit or 0) else math.inf
-
-    best: set[int] | None = None
-    best_value = math.inf
+    loop = _Loop(lv, model, true_value, timeline, objective, limit, deadline)
     if incumbent is not None:
-        kept = lv.decide(incumbent).e
-        inc = {v for v in incumbent if kept[v]}
-        best, best_value = inc, score(inc)
-        if timeline is not None:  # its steps near its peak
-            add_violated(inc, 0.9 * (true_value(inc)[0] if limit is None else limit))
-        else:
-            model.add_recompute_events(inc)
-    bound = -math.inf
-    iterations = 0
-    while True:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            break
-        if best is not None and math.isfinite(best_value):
-            model.hint(best)
-        saved, value, dual = model.run(left)
-        iterations += 1
-        if saved is None:
-            if math.isinf(dual) and dual > 0:  # infeasible: every decision was excluded or violates the limit
-                bound = max(bound, best_value)
-                break
-            bound = max(bound, min(dual, best_value))
-            break
-        true = score(saved)
-        if true < best_value:
-            best, best_value = saved, true
-        bound = max(bound, min(dual, best_value))
-        if math.isfinite(bound) and math.ceil(bound - 1e-6) >= best_value:
-            break
-        # the answer's value disagrees with the model: add its missing rows, else exclude it
-        added = add_violated(saved, value if objective == "peak" else float(limit or 0)) \
-            if timeline is not None else model.add_recompute_events(saved)
-        if added == 0:
-            model.no_good(saved)
+        loop.start_from(incumbent)
+    loop.run()
+    best, best_value, bound = loop.best, loop.best_value, loop.bound
     if best is None:
         best = set()
-        best_value = score(best)
+        best_value = loop.score(best)
     # the optimum is an integer (bytes, flops): a bound rounds up
     bound = min(math.ceil(bound - 1e-6) if math.isfinite(bound) else bound, best_value)
     return ExactResult(saved=best, value=int(best_value) if math.isfinite(best_value) else -1,
                        bound=bound, optimal=bound >= best_value - 0.5, seconds=time.perf_counter() - t0,
-                       iterations=iterations, rows=model.nrow, cols=model.ncol,
+                       iterations=loop.iterations, rows=model.nrow, cols=model.ncol,
                        exact_model=not lv.inexact and not lv.messy_slots)
 
 
