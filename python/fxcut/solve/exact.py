@@ -612,6 +612,85 @@ class Certificate:
     why_not: str | None = None  # set when the graph could not be described (then no bound)
 
 
+def _peak_and_flops(prob: Any, mask: bytes) -> tuple[int, int]:
+    r = prob.simulate(mask)
+    return r.peak_bytes, r.recompute_flops
+
+
+class _Answers:
+    """The C model's answers for sets of FREE candidates (local indices of
+    ``lv``), as :func:`solve` asks for them; each set is simulated once."""
+
+    def __init__(self, prob: Any, lv: Liveness) -> None:
+        self.prob = prob
+        self.lv = lv
+        self.n = len(prob.arrays)
+        self.local = {v: k for k, v in enumerate(lv.node)}
+        self.cache: dict[frozenset[int], tuple[int, int]] = {}
+
+    def to_mask(self, saved: set[int]) -> bytes:
+        m = bytearray(self.n)
+        for k in saved:
+            m[self.lv.node[k]] = 1
+        return bytes(m)
+
+    def to_free(self, mask: bytes) -> set[int]:
+        """The FREE candidates a mask saves, as the model keeps them."""
+        kept = self.prob.simulate(mask).saved
+        local, kind = self.local, self.lv.kind
+        return {local[i] for i in range(self.n) if kept[i] and i in local and kind[local[i]] == FREE}
+
+    def timeline(self, saved: set[int]) -> tuple[Any, Any, int]:
+        r = self.prob.simulate(self.to_mask(saved))
+        return r.schedule, r.live_bytes, r.n_fw_steps
+
+    def true_value(self, saved: set[int]) -> tuple[int, int]:
+        key = frozenset(saved)
+        if key not in self.cache:
+            self.cache[key] = _peak_and_flops(self.prob, self.to_mask(saved))
+        return self.cache[key]
+
+
+def _exact_solves(lv: Liveness, ans: _Answers, start: set[int], lowest_mask: bytes | None, limit: int | None,
+                  time_limit: float, t0: float) -> tuple[ExactResult | None, ExactResult | None, int]:
+    """The peak solve (limit None) and the cost solve, and the peak limit of
+    the cost solve.  The cost solve runs only after a proven peak (else its
+    limit would not be the lowest peak), seeded with the least recompute of
+    the plans already under that limit."""
+    true_value = ans.true_value
+    pr: ExactResult | None = None
+    if limit is None:
+        seeds = [start] + ([ans.to_free(lowest_mask)] if lowest_mask is not None else [])
+        seed = min(seeds, key=lambda x: true_value(x))
+        pr = solve(lv, true_value, objective="peak", incumbent=seed, time_limit=time_limit, timeline=ans.timeline)
+        cost_limit = pr.value
+        candidates = [x for x in (start, pr.saved, seed) if true_value(x)[0] <= cost_limit]
+    else:  # the objective is the recompute: all the time for it, the peak bound the instant one
+        cost_limit = limit
+        candidates = [start] if true_value(start)[0] <= limit else []
+    cr: ExactResult | None = None
+    left = time_limit - (time.perf_counter() - t0)
+    if (pr is None or pr.optimal) and left > 0.05 and candidates:
+        inc = min(candidates, key=lambda x: (true_value(x)[1], true_value(x)[0]))
+        cr = solve(lv, true_value, objective="cost", limit=cost_limit, incumbent=inc, time_limit=left,
+                   timeline=ans.timeline)
+    return pr, cr, cost_limit
+
+
+def _exact_plan(ans: _Answers, pr: ExactResult | None, cr: ExactResult | None, start: set[int],
+                base: tuple[int, int], cost_limit: int) -> tuple[set[int], bool, bool]:
+    """The exact solver's plan, whether it is proven, and whether it beats
+    the search's (``base``): by (peak, recompute) when the peak was the
+    objective, else by (recompute, peak) under the limit."""
+    if pr is not None:
+        exact_plan = cr.saved if cr is not None else pr.saved
+        return exact_plan, pr.optimal, ans.true_value(exact_plan) < base
+    exact_plan = cr.saved if cr is not None else start
+    proven = cr is not None and cr.optimal
+    ev = ans.true_value(exact_plan)
+    return exact_plan, proven, ev[0] <= cost_limit and (ev[1], ev[0]) < (base[1], base[0])
+
+
 def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: float,
             lowest_mask: bytes | None = None, take: str = "best") -> Certificate:
     """Solve ``prob`` (a :class:`fxcut.solve.planner.PlanProblem`) exactly.
@@ -626,71 +705,19 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
     from .liveness import NotModelled, describe
 
     t0 = time.perf_counter()
-    n = len(prob.arrays)
-
-    def sim(mask: bytes) -> tuple[int, int]:
-        r = prob.simulate(mask)
-        return r.peak_bytes, r.recompute_flops
-
-    base = sim(search_mask)
+    base = _peak_and_flops(prob, search_mask)
     try:
         lv = describe(prob)
     except NotModelled as e:
         return Certificate(search_mask, base[0], base[1], None, None, False, False, False, False,
                            time.perf_counter() - t0, str(e))
-    local = {v: k for k, v in enumerate(lv.node)}
-
-    def to_mask(saved: set[int]) -> bytes:
-        m = bytearray(n)
-        for k in saved:
-            m[lv.node[k]] = 1
-        return bytes(m)
-
-    def to_free(mask: bytes) -> set[int]:
-        kept = prob.simulate(mask).saved
-        return {local[i] for i in range(n) if kept[i] and i in local and lv.kind[local[i]] == FREE}
-
-    cache: dict[frozenset[int], tuple[int, int]] = {}
-
-    def timeline(saved: set[int]) -> tuple[Any, Any, int]:
-        r = prob.simulate(to_mask(saved))
-        return r.schedule, r.live_bytes, r.n_fw_steps
-
-    def true_value(saved: set[int]) -> tuple[int, int]:
-        key = frozenset(saved)
-        if key not in cache:
-            cache[key] = sim(to_mask(saved))
-        return cache[key]
-
-    start = to_free(search_mask)
-    pr: ExactResult | None = None
-    if limit is None:
-        seeds = [start] + ([to_free(lowest_mask)] if lowest_mask is not None else [])
-        seed = min(seeds, key=lambda x: true_value(x))
-        pr = solve(lv, true_value, objective="peak", incumbent=seed, time_limit=time_limit, timeline=timeline)
-        cost_limit = pr.value
-        candidates = [x for x in (start, pr.saved, seed) if true_value(x)[0] <= cost_limit]
-    else:  # the objective is the recompute: all the time for it, the peak bound the instant one
-        cost_limit = limit
-        candidates = [start] if true_value(start)[0] <= limit else []
-    cr: ExactResult | None = None
-    left = time_limit - (time.perf_counter() - t0)
-    if (pr is None or pr.optimal) and left > 0.05 and candidates:
-        inc = min(candidates, key=lambda x: (true_value(x)[1], true_value(x)[0]))
-        cr = solve(lv, true_value, objective="cost", limit=cost_limit, incumbent=inc, time_limit=left,
-                   timeline=timeline)
-    if pr is not None:
-        exact_plan = cr.saved if cr is not None else pr.saved
-        proven = pr.optimal
-        better = true_value(exact_plan) < base
-    else:
-        exact_plan = cr.saved if cr is not None else start
-        proven = cr is not None and cr.optimal
-        ev = true_value(exact_plan)
-        better = ev[0] <= cost_limit and (ev[1], ev[0]) < (base[1], base[0])
+    ans = _Answers(prob, lv)
+    start = ans.to_free(search_mask)
+    pr, cr, cost_limit = _exact_solves(lv, ans, start, lowest_mask, limit, time_limit, t0)
+    exact_plan, proven, better = _exact_plan(ans, pr, cr, start, base, cost_limit)
     use = better and (take == "best" or proven)
-    mask = _normalised(prob, to_mask(exact_plan)) if use else search_mask
-    peak, flops = sim(mask)
+    mask = _normalised(prob, ans.to_mask(exact_plan)) if use else search_mask
+    peak, flops = _peak_and_flops(prob, mask)
     return Certificate(
         mask=mask, peak_bytes=peak, recompute_flops=flops,
         peak_bound=int(max(float(lv.certain_bound()), pr.bound if pr is not None and math.isfinite(pr.bound)
