@@ -419,27 +419,11 @@ def unsupported_reason(joint_module: fx.GraphModule, rules: Rules) -> str | None
     return None
 
 
-def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes: list[fx.Node],
-           saved_opaque_nodes: list[fx.Node], num_fwd_outputs: int, static_nodes: Collection[fx.Node] | None,
-           rules: Rules, impure_random: bool) -> tuple[fx.GraphModule, fx.GraphModule]:
-    from torch._functorch import partitioners as tp
-    from torch._functorch._aot_autograd.utils import (
-        _is_bwd_seed_offset,
-        _is_fwd_seed_offset,
-        _is_primal,
-        _is_tangent,
-    )
-    from torch._functorch._aot_autograd.descriptors import (
-        SavedForBackwardsAOTOutput,
-        SavedForBackwardsNoVcCheckAOTOutput,
-    )
+def _check_supported(joint_module: fx.GraphModule, rules: Rules, saved_values: list[fx.Node],
+                     saved_opaque_nodes: list[fx.Node]) -> None:
+    """Raises _Unsupported for what torch's passes handle and this builder
+    does not model: graph-wide features, and opaque saved values."""
     from torch._library.fake_class_registry import FakeScriptObject
-    from torch.fx._lazy_graph_module import _make_graph_module
-    from torch.fx.experimental._backward_state import BackwardState
-    from torch.fx.experimental.symbolic_shapes import (
-        find_symbol_binding_fx_nodes,
-        is_symbol_binding_fx_node,
-    )
 
     reason = unsupported_reason(joint_module, rules)
     if reason is not None:
@@ -449,36 +433,43 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     if any(isinstance(n.meta.get("val"), FakeScriptObject) for n in saved_values):
         raise _Unsupported("opaque saved objects")
 
-    graph = joint_module.graph
-    nodes = list(graph.nodes)
-    fwd_outputs, bwd_outputs, fwd_descs, bwd_descs = tp._extract_fwd_bwd_outputs(
-        joint_module, num_fwd_outputs=num_fwd_outputs
+
+def _joint_placeholders(nodes: list[fx.Node], rules: Rules, static_nodes: Collection[fx.Node] | None
+                        ) -> tuple[list[fx.Node], list[fx.Node], list[fx.Node], list[fx.Node]]:
+    """The primals, tangents and forward and backward seed offsets.  Marks
+    the static primals where the release does, in the joint's meta dicts,
+    which the modules' placeholders share."""
+    from torch._functorch._aot_autograd.utils import (
+        _is_bwd_seed_offset,
+        _is_fwd_seed_offset,
+        _is_primal,
+        _is_tangent,
     )
+    from torch.fx.experimental._backward_state import BackwardState
+
     placeholders = [n for n in nodes if n.op == "placeholder"]
     if any(isinstance(p.meta.get("val"), BackwardState) for p in placeholders):
         raise _Unsupported("backward state")
     primals = [p for p in placeholders if _is_primal(p)]
     if rules.marks_static_inputs and static_nodes is not None:
-        # In the joint's meta dicts, which the modules' placeholders share.
         for p in primals:
             p.meta["is_static_input"] = p in static_nodes
     tangents = [p for p in placeholders if _is_tangent(p)]
     fwd_seed = [p for p in placeholders if _is_fwd_seed_offset(p)]
     bwd_seed = [p for p in placeholders if _is_bwd_seed_offset(p)]
+    return primals, tangents, fwd_seed, bwd_seed
 
-    must_fw, must_bw = _placement(nodes)
 
-    # The first backward extraction only tells which saved values the
-    # backward really reads.
-    probe = _select(nodes, saved_sym_nodes + saved_values + tangents + bwd_seed, bwd_outputs,
-                    "backward", impure_random, must_fw, must_bw)
-    used = _used_inputs(probe)
-    for node in probe.inputs:
-        if node not in used:
-            _remove_by_name(saved_values, node.name)
-            _remove_by_name(saved_sym_nodes, node.name)
+def _with_symbol_bindings(graph: fx.Graph, saved_sym_nodes: list[fx.Node], saved_values: list[fx.Node],
+                          tangents: list[fx.Node], rules: Rules) -> list[fx.Node]:
+    """The saved symbols as torch saves them: the binding nodes of every
+    symbol the backward's inputs mention (a symbol not saved yet gets its
+    binding node from the graph), then the derived ones."""
+    from torch.fx.experimental.symbolic_shapes import (
+        find_symbol_binding_fx_nodes,
+        is_symbol_binding_fx_node,
+    )
 
-    # Symbols the backward's inputs mention get their binding nodes saved.
     saved_symbols: set[Any] = set()
     binding: list[fx.Node] = []
     derived: list[fx.Node] = []
@@ -504,7 +495,17 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
             if bindings is not None and s in bindings:
                 binding.append(bindings[s])
         saved_symbols |= new_symbols
-    saved_sym_nodes = binding + derived
+    return binding + derived
+
+
+def _saved_outputs(saved_values: list[fx.Node], saved_sym_nodes: list[fx.Node], fwd_descs: list[Any]
+                   ) -> tuple[list[fx.Node], list[Any]]:
+    """The saved values in the forward's output order (those checked for
+    version changes first) and the forward outputs' descriptors."""
+    from torch._functorch._aot_autograd.descriptors import (
+        SavedForBackwardsAOTOutput,
+        SavedForBackwardsNoVcCheckAOTOutput,
+    )
 
     with_vc = [n for n in saved_values if not n.meta.get("saved_tensor_with_no_vc_check", False)]
     no_vc = [n for n in saved_values if n.meta.get("saved_tensor_with_no_vc_check", False)]
@@ -515,15 +516,15 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
         SavedForBackwardsNoVcCheckAOTOutput(i) if start <= i < len(saved_values) else SavedForBackwardsAOTOutput(i)
         for i in range(n_saved)
     ]
-    fw_sel = _select(nodes, primals + fwd_seed, list(fwd_outputs) + saved_values + saved_sym_nodes,
-                     "forward", impure_random, must_fw, must_bw)
-    bw_inputs = saved_sym_nodes + saved_values + tangents + bwd_seed
-    bw_input_set = set(bw_inputs)
-    if len(bw_input_set) == len(bw_inputs) and bw_input_set == set(probe.inputs):
-        # What survives depends on the set of inputs only: the probe's.
-        bw_sel = _Selection(bw_inputs, probe.copied, probe.kept, probe.outputs)
-    else:
-        bw_sel = _select(nodes, bw_inputs, bwd_outputs, "backward", impure_random, must_fw, must_bw)
+    return saved_values, fw_descs
+
+
+def _modules(joint_module: fx.GraphModule, fw_sel: _Selection, bw_sel: _Selection, fw_descs: list[Any],
+             bwd_descs: list[Any], rules: Rules) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """The two modules from their selections, each of the class torch's last
+    pass makes it: the reordering a plain GraphModule, the extraction one
+    that is lazy under torch's lazy graph modules."""
+    from torch.fx._lazy_graph_module import _make_graph_module
 
     fw_graph = _extraction_graph(fw_sel, fw_descs, flag_backward=False)
     _raise_getitems(fw_graph)
@@ -543,6 +544,45 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
         else:
             bw_module = _make_graph_module(joint_module, bw_graph)
     return fw_module, bw_module
+
+
+def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes: list[fx.Node],
+           saved_opaque_nodes: list[fx.Node], num_fwd_outputs: int, static_nodes: Collection[fx.Node] | None,
+           rules: Rules, impure_random: bool) -> tuple[fx.GraphModule, fx.GraphModule]:
+    from torch._functorch import partitioners as tp
+
+    _check_supported(joint_module, rules, saved_values, saved_opaque_nodes)
+    graph = joint_module.graph
+    nodes = list(graph.nodes)
+    fwd_outputs, bwd_outputs, fwd_descs, bwd_descs = tp._extract_fwd_bwd_outputs(
+        joint_module, num_fwd_outputs=num_fwd_outputs
+    )
+    primals, tangents, fwd_seed, bwd_seed = _joint_placeholders(nodes, rules, static_nodes)
+
+    must_fw, must_bw = _placement(nodes)
+
+    # The first backward extraction only tells which saved values the
+    # backward really reads.
+    probe = _select(nodes, saved_sym_nodes + saved_values + tangents + bwd_seed, bwd_outputs,
+                    "backward", impure_random, must_fw, must_bw)
+    used = _used_inputs(probe)
+    for node in probe.inputs:
+        if node not in used:
+            _remove_by_name(saved_values, node.name)
+            _remove_by_name(saved_sym_nodes, node.name)
+
+    saved_sym_nodes = _with_symbol_bindings(graph, saved_sym_nodes, saved_values, tangents, rules)
+    saved_values, fw_descs = _saved_outputs(saved_values, saved_sym_nodes, fwd_descs)
+    fw_sel = _select(nodes, primals + fwd_seed, list(fwd_outputs) + saved_values + saved_sym_nodes,
+                     "forward", impure_random, must_fw, must_bw)
+    bw_inputs = saved_sym_nodes + saved_values + tangents + bwd_seed
+    bw_input_set = set(bw_inputs)
+    if len(bw_input_set) == len(bw_inputs) and bw_input_set == set(probe.inputs):
+        # What survives depends on the set of inputs only: the probe's.
+        bw_sel = _Selection(bw_inputs, probe.copied, probe.kept, probe.outputs)
+    else:
+        bw_sel = _select(nodes, bw_inputs, bwd_outputs, "backward", impure_random, must_fw, must_bw)
+    return _modules(joint_module, fw_sel, bw_sel, fw_descs, bwd_descs, rules)
 
 
 __all__ = ["SavedValues", "build_modules", "split_saved", "torch_modeled", "unsupported_reason"]
