@@ -356,6 +356,136 @@ def _call_body(code: str) -> list[str]:
     return body
 
 
+#: a storage the wrapper's names hold: an input's (its fake tensor's storage) or one the wrapper allocates
+_StorageKey = StorageWeakRef | tuple[str, str, int]
+
+
+class _WrapperWalk:
+    """The state of one read of a wrapper's ``call``: which storage each name
+    holds, which names hold each storage (a storage is freed when the last
+    one lets go), and the live bytes after each allocation and free."""
+
+    def __init__(self, known: dict[str, int], symbols: Mapping[str, int], items: dict[str, list[str]]) -> None:
+        self.known = known
+        self.symbols = symbols
+        self.items = items  # an extern kernel's tuple -> the names its items get later
+        self.owner: dict[str, _StorageKey] = {}      # a name in the wrapper -> its storage's key
+        self.size: dict[_StorageKey, int] = {}       # a storage's key -> its bytes
+        self.refs: dict[_StorageKey, set[str]] = {}  # a storage's key -> the names holding it
+        self.held_items: dict[str, list[_StorageKey]] = {}  # a tuple's name -> the storages of its items
+        self.item_key: dict[str, _StorageKey] = {}   # an item's name -> its storage, allocated by the kernel's call
+        self.live = 0
+        self.events: list[int] = []
+
+    def inputs(self, module: fx.GraphModule) -> None:
+        """The saved values, live from the start, once per storage (parameters and tangents not counted)."""
+        for n in module.graph.find_nodes(op="placeholder"):
+            v = n.meta.get("val")
+            ref = _storage(v)
+            if ref is None or _not_counted(n.name):
+                continue
+            self.owner[n.name] = ref
+            if ref not in self.size:
+                self.size[ref] = int(v.untyped_storage().nbytes())
+                self.live += self.size[ref]
+            self.refs.setdefault(ref, set()).add(n.name)
+        self.events.append(self.live)
+
+    def allocated_by_kernel(self, name: str, line: str) -> int:
+        if name not in self.known:
+            raise WrapperNotUnderstood(f"the size of {name!r}, allocated by an extern kernel, is unknown: {line}")
+        return self.known[name]
+
+    def hold(self, name: str, key: _StorageKey) -> None:
+        self.owner[name] = key
+        self.refs.setdefault(key, set()).add(name)
+
+    def release(self, name: str, key: _StorageKey) -> None:
+        self.refs[key].discard(name)
+        if not self.refs[key]:
+            self.live -= self.size[key]
+            self.events.append(self.live)
+
+    def drop(self, name: str) -> None:
+        for key in self.held_items.pop(name, ()):
+            self.release(name, key)
+        owned = self.owner.pop(name, None)
+        if owned is not None:
+            self.release(name, owned)
+
+    def new_storage(self, name: str, nbytes: int) -> _StorageKey:
+        key = ("buffer", name, len(self.events))
+        self.size[key] = nbytes
+        self.refs[key] = set()
+        self.live += nbytes
+        self.events.append(self.live)
+        return key
+
+    def allocate(self, name: str, nbytes: int) -> None:
+        self.hold(name, self.new_storage(name, nbytes))
+
+    def read(self, line: str) -> None:
+        """One line of ``call``; raises WrapperNotUnderstood for one it cannot
+        account for (a guess would make the measured peak wrong silently)."""
+        if not line or line.startswith(("#", "assert_", "args.clear()", "return ")) or "= args" in line:
+            return
+        if (m := _ALLOC.match(line)) is not None:
+            dtype = m.group(4)
+            if dtype not in _ITEMSIZE:
+                raise WrapperNotUnderstood(f"unknown dtype {dtype} in: {line}")
+            shape, stride = _size_tuple(m.group(2), self.symbols, line), _size_tuple(m.group(3), self.symbols, line)
+            self.allocate(m.group(1), _storage_bytes(shape, stride, _ITEMSIZE[dtype]))
+        elif (m := _REUSE.match(line)) is not None:
+            new, old, dead = m.group(1), m.group(2) or m.group(3), m.group(4)
+            if old in self.owner:
+                self.hold(new, self.owner[old])
+            if dead != new:
+                self.drop(dead)
+        elif (m := _ALIAS.match(line)) is not None:
+            if m.group(2) in self.owner:
+                self.hold(m.group(1), self.owner[m.group(2)])
+        elif (m := _ASSIGN.match(line)) is not None and m.group(1) in self.symbols:
+            return  # a size symbol bound from the arguments (``s33 = primals_3``, ``s0 = arg0_1.size(0)``)
+        elif (m := _ITEM.match(line)) is not None:
+            # an item of an extern kernel's tuple: allocated by the kernel's call, or here if that was not seen
+            if m.group(1) in self.item_key:
+                self.hold(m.group(1), self.item_key[m.group(1)])
+            else:
+                self.allocate(m.group(1), self.allocated_by_kernel(m.group(1), line))
+        elif (m := _RENAME.match(line)) is not None:
+            if m.group(2) in self.owner:
+                self.hold(m.group(1), self.owner[m.group(2)])
+        elif (m := _DEL.match(line)) is not None:
+            for name in m.group(1).split(","):
+                self.drop(name.strip())
+        elif (m := _ASSIGN.match(line)) is not None:
+            self.assignment(m.group(1), m.group(2), line)
+        elif line.startswith(("cpp_fused", "triton_", "extern_kernels.", "torch.ops.", "aten.", "del ")):
+            return  # a kernel call writing buffers already allocated
+        elif re.match(r"^\w+\(", line) or line in ("pass",):
+            return
+        else:
+            raise WrapperNotUnderstood(f"unknown line in the wrapper: {line}")
+
+    def assignment(self, name: str, rhs: str, line: str) -> None:
+        """``name = rhs`` of no simpler form: an extern kernel's call, which
+        allocates its result unless it writes an ``out=`` buffer."""
+        allocates = rhs.startswith(("torch.ops.", "extern_kernels.", "aten.")) and "out=" not in rhs
+        if allocates and name in self.items:
+            # an extern kernel that allocates a tuple: every item named later, allocated now, held by the tuple
+            for item in self.items.pop(name):
+                key = self.item_key[item] = self.new_storage(item, self.allocated_by_kernel(item, line))
+                self.refs[key].add(name)
+                self.held_items.setdefault(name, []).append(key)
+        elif allocates:
+            # an extern kernel that allocates its result
+            self.allocate(name, self.allocated_by_kernel(name, line))
+        elif rhs.startswith(("torch.ops.", "extern_kernels.")):
+            return
+        else:
+            raise WrapperNotUnderstood(f"unknown assignment in the wrapper: {line}")
+
+
 def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, int] | None = None,
                    hints: Mapping[str, int] | None = None) -> tuple[list[int], int]:
     """The live activation bytes after each allocation and free the wrapper
@@ -373,15 +503,6 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
     arguments (``s33 = primals_3``)."""
     known = buffer_bytes or {}
     symbols = hints or {}
-
-    def allocated_by_kernel(name: str, line: str) -> int:
-        if name not in known:
-            raise WrapperNotUnderstood(f"the size of {name!r}, allocated by an extern kernel, is unknown: {line}")
-        return known[name]
-
-    owner: dict[str, Any] = {}          # a name in the wrapper -> its storage's key
-    size: dict[Any, int] = {}           # a storage's key -> its bytes
-    refs: dict[Any, set[str]] = {}      # a storage's key -> the names holding it
     body = _call_body(code)
     # an extern kernel returning a tuple allocates all its items while it runs (its inputs still alive);
     # the wrapper names them later, one by one (``buf69 = buf68[0]``), and the tuple holds them until deleted
@@ -389,108 +510,11 @@ def wrapper_events(code: str, module: fx.GraphModule, buffer_bytes: dict[str, in
     for line in body:
         if (m := _ITEM.match(line)) is not None:
             items.setdefault(m.group(2), []).append(m.group(1))
-    held_items: dict[str, list[Any]] = {}   # a tuple's name -> the storages of its items
-    item_key: dict[str, Any] = {}           # an item's name -> its storage, allocated by the kernel's call
-    live = 0
-    events: list[int] = []
-    for n in module.graph.find_nodes(op="placeholder"):
-        v = n.meta.get("val")
-        ref = _storage(v)
-        if ref is None or _not_counted(n.name):
-            continue
-        owner[n.name] = ref
-        if ref not in size:
-            size[ref] = int(v.untyped_storage().nbytes())
-            live += size[ref]
-        refs.setdefault(ref, set()).add(n.name)
-    events.append(live)
-
-    def hold(name: str, key: Any) -> None:
-        owner[name] = key
-        refs.setdefault(key, set()).add(name)
-
-    def release(name: str, key: Any) -> None:
-        nonlocal live
-        refs[key].discard(name)
-        if not refs[key]:
-            live -= size[key]
-            events.append(live)
-
-    def drop(name: str) -> None:
-        for key in held_items.pop(name, ()):
-            release(name, key)
-        key = owner.pop(name, None)
-        if key is not None:
-            release(name, key)
-
-    def new_storage(name: str, nbytes: int) -> Any:
-        nonlocal live
-        key = ("buffer", name, len(events))
-        size[key] = nbytes
-        refs[key] = set()
-        live += nbytes
-        events.append(live)
-        return key
-
-    def allocate(name: str, nbytes: int) -> None:
-        hold(name, new_storage(name, nbytes))
-
+    walk = _WrapperWalk(known, symbols, items)
+    walk.inputs(module)
     for line in body:
-        if not line or line.startswith(("#", "assert_", "args.clear()", "return ")) or "= args" in line:
-            continue
-        if (m := _ALLOC.match(line)) is not None:
-            dtype = m.group(4)
-            if dtype not in _ITEMSIZE:
-                raise WrapperNotUnderstood(f"unknown dtype {dtype} in: {line}")
-            shape, stride = _size_tuple(m.group(2), symbols, line), _size_tuple(m.group(3), symbols, line)
-            allocate(m.group(1), _storage_bytes(shape, stride, _ITEMSIZE[dtype]))
-        elif (m := _REUSE.match(line)) is not None:
-            new, old, dead = m.group(1), m.group(2) or m.group(3), m.group(4)
-            if old in owner:
-                hold(new, owner[old])
-            if dead != new:
-                drop(dead)
-        elif (m := _ALIAS.match(line)) is not None:
-            if m.group(2) in owner:
-                hold(m.group(1), owner[m.group(2)])
-        elif (m := _ASSIGN.match(line)) is not None and m.group(1) in symbols:
-            continue  # a size symbol bound from the arguments (``s33 = primals_3``, ``s0 = arg0_1.size(0)``)
-        elif (m := _ITEM.match(line)) is not None:
-            # an item of an extern kernel's tuple: allocated by the kernel's call, or here if that was not seen
-            if m.group(1) in item_key:
-                hold(m.group(1), item_key[m.group(1)])
-            else:
-                allocate(m.group(1), allocated_by_kernel(m.group(1), line))
-        elif (m := _RENAME.match(line)) is not None:
-            if m.group(2) in owner:
-                hold(m.group(1), owner[m.group(2)])
-        elif (m := _DEL.match(line)) is not None:
-            for name in m.group(1).split(","):
-                drop(name.strip())
-        elif (m := _ASSIGN.match(line)) is not None:
-            name, rhs = m.group(1), m.group(2)
-            allocates = rhs.startswith(("torch.ops.", "extern_kernels.", "aten.")) and "out=" not in rhs
-            if allocates and name in items:
-                # an extern kernel that allocates a tuple: every item named later, allocated now, held by the tuple
-                for item in items.pop(name):
-                    key = item_key[item] = new_storage(item, allocated_by_kernel(item, line))
-                    refs[key].add(name)
-                    held_items.setdefault(name, []).append(key)
-            elif allocates:
-                # an extern kernel that allocates its result
-                allocate(name, allocated_by_kernel(name, line))
-            elif rhs.startswith(("torch.ops.", "extern_kernels.")):
-                continue
-            else:
-                raise WrapperNotUnderstood(f"unknown assignment in the wrapper: {line}")
-        elif line.startswith(("cpp_fused", "triton_", "extern_kernels.", "torch.ops.", "aten.", "del ")):
-            continue  # a kernel call writing buffers already allocated
-        elif re.match(r"^\w+\(", line) or line in ("pass",):
-            continue
-        else:
-            raise WrapperNotUnderstood(f"unknown line in the wrapper: {line}")
-    return events, live
-
+        walk.read(line)
+    return walk.events, walk.live
 
 
 __all__ = ["InductorBuffer", "InductorMemory", "WrapperNotUnderstood", "ask_inductor", "donated_indices",
