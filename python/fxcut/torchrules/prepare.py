@@ -350,39 +350,10 @@ def plan_config(rules: Rules, num_fwd_outputs: int | None) -> PlanConfig:
                       skips_impure=rules.cse_skips_impure, key=cse_key_config(floats_by_bits))
 
 
-def plan_cse(
-    nodes: list[fx.Node],
-    rules: Rules | None = None,
-    num_fwd_outputs: int | None = None,
-    facts: TargetFacts | None = None,
-    use_c: bool = True,
-) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node, int]]:
-    """``fx_graph_cse``'s choices over ``nodes`` (the graph after dead-code
-    elimination): duplicate -> representative, and the mutation region of
-    every node (which torch records in ``meta["mutation_region_id"]``).
-    ``rules``: the running release's CSE rules (fxcut.torchrules.versions).
-    ``num_fwd_outputs``: as the partitioner runs CSE (from 2.14 it keeps
-    values the backward needs apart from the others); None plans
-    ``fx_graph_cse`` called on its own.  ``use_c``: the whole plan from the
-    C extension's ``prepare_plan`` (one pass over the nodes, calling back
-    here once per distinct target); False: this module's Python loop, the
-    reference the C plan is tested against (the same plan)."""
-    rules = rules or rules_or_nearest()
-    facts = facts or default_facts()
-    if use_c:
-        _, replace_c, region_ids_c = _C.prepare_plan(
-            nodes, node_facts_of(facts, True, rules), plan_config(rules, num_fwd_outputs),
-            eliminate_dead=False, cse=True)
-        assert region_ids_c is not None
-        return replace_c, region_ids_c
-    backward: set[fx.Node] | None = None
-    if rules.cse_keeps_backward_apart and num_fwd_outputs is not None:
-        backward = _backward_ancestors(nodes, num_fwd_outputs)
-    skip_bases = _mutation_bases(nodes) if rules.cse_skips_mutation_bases else set()
-    import sympy
-    from torch._functorch.compile_utils import get_aten_target, rand_ops
+def _mutation_regions(nodes: list[fx.Node]) -> dict[fx.Node, int]:
+    """Each node's mutation region (torch's ``meta["mutation_region_id"]``):
+    CSE never merges across a mutation."""
     from torch._inductor.pattern_matcher import is_mutation_op
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     region_ids: dict[fx.Node, int] = {}
     region = 0
@@ -402,8 +373,19 @@ def plan_cse(
         if mutates:
             region += 1
         region_ids[node] = region
-    never_merged: dict[int, bool] = {}  # id(target) -> a random op or aten.empty (never merged)
+    return region_ids
 
+
+def _merged_duplicates(nodes: list[fx.Node], rules: Rules, facts: TargetFacts, backward: set[fx.Node] | None,
+                       skip_bases: set[fx.Node], region_ids: dict[fx.Node, int]) -> dict[fx.Node, fx.Node]:
+    """``fx_graph_cse``'s loop: duplicate -> representative.  One pass, the
+    per-node tests inline (this is the reference the C plan is tested
+    against, and it runs over every node)."""
+    import sympy
+    from torch._functorch.compile_utils import get_aten_target, rand_ops
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    never_merged: dict[int, bool] = {}  # id(target) -> a random op or aten.empty (never merged)
     output = nodes[-1]
     output_storages = {k for k in (_storage_key(n) for n in output.all_input_nodes) if k is not None}
     env: dict[fx.Node, fx.Node] = {}
@@ -456,7 +438,40 @@ def plan_cse(
         if overwrite or not known:
             hash_env[hash_val] = n
             token_map[hash_val] = token
-    return replace, region_ids
+    return replace
+
+
+def plan_cse(
+    nodes: list[fx.Node],
+    rules: Rules | None = None,
+    num_fwd_outputs: int | None = None,
+    facts: TargetFacts | None = None,
+    use_c: bool = True,
+) -> tuple[dict[fx.Node, fx.Node], dict[fx.Node, int]]:
+    """``fx_graph_cse``'s choices over ``nodes`` (the graph after dead-code
+    elimination): duplicate -> representative, and the mutation region of
+    every node (which torch records in ``meta["mutation_region_id"]``).
+    ``rules``: the running release's CSE rules (fxcut.torchrules.versions).
+    ``num_fwd_outputs``: as the partitioner runs CSE (from 2.14 it keeps
+    values the backward needs apart from the others); None plans
+    ``fx_graph_cse`` called on its own.  ``use_c``: the whole plan from the
+    C extension's ``prepare_plan`` (one pass over the nodes, calling back
+    here once per distinct target); False: this module's Python loop, the
+    reference the C plan is tested against (the same plan)."""
+    rules = rules or rules_or_nearest()
+    facts = facts or default_facts()
+    if use_c:
+        _, replace_c, region_ids_c = _C.prepare_plan(
+            nodes, node_facts_of(facts, True, rules), plan_config(rules, num_fwd_outputs),
+            eliminate_dead=False, cse=True)
+        assert region_ids_c is not None
+        return replace_c, region_ids_c
+    backward: set[fx.Node] | None = None
+    if rules.cse_keeps_backward_apart and num_fwd_outputs is not None:
+        backward = _backward_ancestors(nodes, num_fwd_outputs)
+    skip_bases = _mutation_bases(nodes) if rules.cse_skips_mutation_bases else set()
+    region_ids = _mutation_regions(nodes)
+    return _merged_duplicates(nodes, rules, facts, backward, skip_bases, region_ids), region_ids
 
 
 @gated(DCE_CSE_PLAN)
