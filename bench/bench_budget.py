@@ -17,7 +17,7 @@ What is timed (each rep on a fresh copy of the graph):
   ``choose_saved_values_set`` at the budget (solver ``dp``, estimator
   ``flops``): up to four networkx min-cuts, a flop count per candidate, the
   knapsack.
-- fxcut: ``fxcut.solve.budget.decide_with_budget``: lowering the fx graph to the
+- fxcut: ``fxcut.tools.decisions.decide_with_budget``: lowering the fx graph to the
   graph array, the input-storage mask, the C plan (the cuts and the
   candidates), the flop counts (torch's ``estimate_runtime``, once per op
   signature), the knapsack (``dp_lean``), the last cut.
@@ -46,8 +46,7 @@ import torch
 from torch._functorch import config
 from torch._functorch import partitioners as tp
 
-from fxcut.route.lower import lower_graph
-from fxcut.solve.budget import decide_with_budget
+from fxcut.tools.decisions import decide_with_budget, lower_graph
 from fxcut.solve.knapsack import solve
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
@@ -122,7 +121,7 @@ def bench_one(layers: int, budget: float, reps: int) -> dict[str, Any]:
             d = decide_with_budget(gm.graph, budget, num_fwd_outputs=k, static_lifetime_input_indices=statics,
                                    solver="dp_lean", arrays=lower_graph(gm.graph))
             fx_times.append(time.perf_counter() - t)
-            got = [n.name for n in d.saved_nodes]
+            got = [n.name for n in d.arrays.nodes_at(d.saved)]
             parts.append(d.seconds)
         if got != expected:
             raise SystemExit(f"{layers} layers: fxcut saved {len(got or [])} values, torch "

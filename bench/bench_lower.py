@@ -5,7 +5,7 @@ activation placeholders, tangents, seeds; per layer a transpose, casts and
 views of a parameter, matmuls, element-wise ops, a split and getitems, an
 in-place op) are timed for
 
-  lower      fxcut.route.lower.lower_structure (fx.Graph -> graph array)
+  lower      fxcut.torchrules.lower.lower_structure (fx.Graph -> graph array)
   c walk     fxcut._C.param_alias_walk on the lowered array (validation too)
   full walk  fxcut.recompute_param_aliases (lowering + C walk + meta writes)
   py walk    tests/reference_walk.py's pure-Python walk (for the ratio)
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import fxcut  # noqa: E402
 from fxcut import _C  # noqa: E402
-from fxcut.route.lower import lower_structure  # noqa: E402
+from fxcut.torchrules.lower import lower_structure  # noqa: E402
 from fxcut.torchrules.ops import zero3_facts  # noqa: E402
 from reference_walk import reference_param_alias_walk  # noqa: E402
 

@@ -47,6 +47,7 @@ from fxcut.route.decide import decide
 from fxcut.route.lower import lower_plan
 from fxcut.route.plan import make_plan
 from fxcut.solve.account import placement
+from fxcut.tools.decisions import torch_now
 from fxcut.torchrules.snapshot import copy_graph_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -103,7 +104,7 @@ def model_table() -> list[str]:
 
 def _saved_bytes(gm: torch.fx.GraphModule, kwargs: dict[str, Any], budget: float, safe: bool) -> int:
     with functorch_config.patch(activation_memory_budget=budget):
-        plan = make_plan(copy_graph_module(gm), num_fwd_outputs=kwargs["num_fwd_outputs"],
+        plan = make_plan(copy_graph_module(gm), torch_now(), num_fwd_outputs=kwargs["num_fwd_outputs"],
                          static_lifetime_input_indices=kwargs.get("static_lifetime_input_indices"), safe_budget=safe)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", fxcut.UnsafeRecomputeWarning)
@@ -138,10 +139,10 @@ def overhead(rounds: int) -> list[str]:
         cap = capture_model(name, fake=True, layers=24, **cfg)
         spent: list[float] = []
 
-        def timed(plan: Any, chosen: Any, saved: list[int]) -> list[int]:
+        def timed(plan: Any, chosen: Any, saved: list[int], unsafe: Any) -> list[int]:
             t0 = time.perf_counter()
             try:
-                return checked(plan, chosen, saved)
+                return checked(plan, chosen, saved, unsafe)
             finally:
                 spent.append(time.perf_counter() - t0)
 

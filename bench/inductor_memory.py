@@ -98,20 +98,20 @@ def zoo_point(name: str, budget: float | None) -> dict[str, Any]:
     import zoo
     from fxcut import partition
     from fxcut.route.plan import make_plan
-    from fxcut.solve import memory
+    from fxcut.tools.decisions import simulate_saved, torch_now
     from fxcut.torchrules.inductor import ask_inductor, donated_indices
 
     cap = zoo.capture_inductor(name)
     nfo = cap.num_fwd_outputs
-    plan = make_plan(cap.fresh(), num_fwd_outputs=nfo,
+    plan = make_plan(cap.fresh(), torch_now(), num_fwd_outputs=nfo,
                      static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"),
                      budget=budget)
     routed = partition.route(plan, cap.joint_inputs)
     fw, bw = routed.modules
     arrays = routed.decision.decision.arrays
     saved = list(routed.saved)
-    fused = memory.simulate(arrays, saved, nfo, model="inductor")
-    unfused = memory.simulate(arrays, saved, nfo)
+    fused = simulate_saved(arrays, saved, nfo, model="inductor", torch=plan.torch)
+    unfused = simulate_saved(arrays, saved, nfo, torch=plan.torch)
     t0 = time.perf_counter()
     f = ask_inductor(fw, is_backward=False)
     b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
@@ -190,10 +190,11 @@ def _ask(route_plan: Any, prob: Any, saved: list[int]) -> tuple[int, int] | None
     """Inductor's own forward and backward peaks (its generated code's, on
     fake tensors) of the decision saving ``saved``, as the plan's check asks
     it; None where inductor cannot be asked."""
-    from fxcut.planned_check import decision_peaks
+    from fxcut.torchrules.ask import decision_peaks
 
     try:
-        return decision_peaks(route_plan, prob.arrays.nodes, saved, prob.num_fwd_outputs)
+        return decision_peaks(route_plan.joint_module, route_plan.prep, prob.arrays.nodes, saved,
+                              prob.num_fwd_outputs, route_plan.rules)
     except Exception as e:  # recorded as unknown; the measurement goes on
         print(f"inductor not asked: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}",
               file=sys.stderr)
@@ -205,8 +206,8 @@ def _model_parts(prob: Any, saved: list[int]) -> dict[str, int]:
     decision saving ``saved``."""
     from fxcut.solve import memory
 
-    est = memory.simulate(prob.arrays, saved, prob.num_fwd_outputs, storage=prob.storage, flops=prob.flops,
-                          marks=prob.marks, model=prob.inductor if prob.inductor is not None else "unfused")
+    # the problem's own inputs: its storages, costs, marks and (under inductor) the inductor model
+    est = memory.simulate(prob.arrays, saved, prob.num_fwd_outputs, prob.model_inputs())
     return {"fw": est.fw_peak_bytes, "bw": est.bw_peak_bytes, "saved": est.saved_bytes}
 
 
@@ -230,16 +231,26 @@ def _child_measured(model: str, labels: list[str], steps: int, rounds: int) -> l
     the plan's pick where its check did not ask it, and in the b=1 process
     for torch's decisions at every stock budget."""
     import fxcut.planned as planned
+    import fxcut.route.decide as route_decide
     from realmodels import measure as harness
 
     recorded: dict[str, list[dict[str, Any]]] = {}
     original_plan = planned.PeakPlanner.plan
+    original_inputs = route_decide.plan_inputs
+    #: the route's plan of the call being planned (the route makes the
+    #: planner's inputs from it just before it runs the planner)
+    route_plans: list[Any] = []
 
-    def plan(self: Any, route_plan: Any, chosen: Any) -> Any:
-        choice = original_plan(self, route_plan, chosen)
+    def plan_inputs(route_plan: Any, planner: Any, chosen: Any, unsafe: Any) -> Any:
+        route_plans.append(route_plan)
+        return original_inputs(route_plan, planner, chosen, unsafe)
+
+    def plan(self: Any, inputs: Any) -> Any:
+        choice = original_plan(self, inputs)
+        route_plan = route_plans[-1]
         prob = self.last_problem
         label = harness._CURRENT[-1] if harness._CURRENT else "?"
-        seeds = self.torch_seeds(route_plan, chosen, route_plan.estimates())
+        seeds = self.torch_seeds(inputs)
         check = choice.check
         torch_points = {f"{b:g}": {"peak": prob.model_point(s)[0], "cost": prob.step_cost(s),
                                    "parts": _model_parts(prob, s)}
@@ -275,6 +286,7 @@ def _child_measured(model: str, labels: list[str], steps: int, rounds: int) -> l
         return choice
 
     planned.PeakPlanner.plan = plan  # type: ignore[method-assign]
+    route_decide.plan_inputs = plan_inputs  # type: ignore[assignment]
     backends = [harness.Backend.parse(label) for label in labels]
     measured = harness.measure_in_process(model, backends, warmup=1, steps=steps, rounds=rounds)
     out = []

@@ -199,20 +199,20 @@ def zoo_row(name: str, budget: float | None = None, *, repeat: bool = True) -> d
     (``budget``) torch's decision at that activation memory budget.
     ``repeat``: measure a second time ("repeat"; -1 when not)."""
     import zoo
-    from fxcut.solve import memory
     from fxcut import partition
     from fxcut.route.plan import make_plan
+    from fxcut.tools.decisions import simulate_saved, torch_now
 
     cap = zoo.capture(name)
     gm = cap.fresh()
     nfo = cap.num_fwd_outputs
     statics = cap.partition_kwargs.get("static_lifetime_input_indices")
-    plan = make_plan(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics, budget=budget)
+    plan = make_plan(gm, torch_now(), num_fwd_outputs=nfo, static_lifetime_input_indices=statics, budget=budget)
     routed = partition.route(plan, cap.joint_inputs)
     fw, bw = routed.modules
     arrays = routed.decision.decision.arrays
     saved = list(routed.saved)
-    est = memory.simulate(arrays, saved, nfo, timeline=True)
+    est = simulate_saved(arrays, saved, nfo, timeline=True, torch=plan.torch)
     gen = torch.Generator().manual_seed(0)
     fw_args = [materialize(n.meta.get("val"), gen) for n in fw.graph.nodes if n.op == "placeholder"]
     tangents = [materialize(n.meta.get("val"), gen) for n in bw.graph.nodes

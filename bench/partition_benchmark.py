@@ -4,7 +4,7 @@
 is allocated, whatever the size) at each requested number of layers and
 times, in one run, on the same joint graph:
 
-(a) ``decision``: fxcut's :func:`fxcut.solve.core.decide` (lowering + C core)
+(a) ``decision``: fxcut's :func:`fxcut.tools.decisions.decide_graph` (lowering + C core)
     vs torch's tag passes + classification + dist_from_bw + ``solve_min_cut``
     (:func:`torch_reference.torch_decision`), both on the graph after
     dead-code elimination and CSE, as the partitioner sees it;
@@ -254,10 +254,10 @@ class Network:
 
 def network_of(graph: fx.Graph, num_fwd_outputs: int, static: list[int]) -> Network:
     """The flow network fxcut's decision builds for ``graph`` (not solved)."""
-    from fxcut.route.lower import lower_graph
-    from fxcut.solve.core import decide
+    from fxcut.tools.decisions import decide_graph, lower_graph
 
-    d = decide(lower_graph(graph), num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static, keep_network=2)
+    d = decide_graph(lower_graph(graph), num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=static,
+                     keep_network=2)
     assert d.network is not None
     tail, head, cap = (np.array(a) for a in d.network)
     n = len(d.arrays)
@@ -412,10 +412,11 @@ class _Size:
 
         from fxcut import min_cut_rematerialization_partition as fxcut_partition
         from fxcut.torchrules.snapshot import copy_graph_module
-        from fxcut.route.lower import lower_graph
-        from fxcut.solve.core import decide
+        from fxcut.tools.decisions import decide_graph as decide
+        from fxcut.tools.decisions import lower_graph, torch_now
         from torch_reference import torch_decision
 
+        self.adapter = adapter = torch_now()  # the running torch, looked up once (as a partition call does)
         self.cap, self.prepared, self.net, self.with_gc = cap, prepared, net, with_gc
         self.copy = lambda: copy_graph_module(prepared)
         self.nfo = cap.num_fwd_outputs
@@ -440,7 +441,8 @@ class _Size:
 
         def decision_fxcut() -> Callable[[], Any]:
             gm = self.copy()
-            return lambda: decide(lower_graph(gm.graph), num_fwd_outputs=nfo, static_lifetime_input_indices=static)
+            return lambda: decide(lower_graph(gm.graph, adapter), num_fwd_outputs=nfo,
+                                  static_lifetime_input_indices=static, torch=adapter)
 
         def decision_torch() -> Callable[[], Any]:
             gm = self.copy()
@@ -503,7 +505,7 @@ class _Size:
     def check(self) -> tuple[int, bool, int, int]:
         """Cross-checks of the first results; returns (saved, saved_equal, cut value, scipy value)."""
         r = self.results
-        fx_saved = [n.name for n in r["decision_fxcut"].saved_nodes]
+        fx_saved = [n.name for n in r["decision_fxcut"].arrays.nodes_at(r["decision_fxcut"].saved)]
         if fx_saved != r["decision_torch"].saved:
             raise AssertionError("fxcut's decision saves other values than torch's")
         p_fx = _saved_names(r["partition_fxcut"][0], self.nfo)
@@ -532,14 +534,16 @@ class _Size:
         return len(fx_saved), p_fx == p_torch, value, sp_value
 
     def memory(self) -> dict[str, int | None]:
-        from fxcut.route.lower import lower_graph
-        from fxcut.solve.core import decide
+        from fxcut.tools.decisions import decide_graph as decide
+        from fxcut.tools.decisions import lower_graph
         from torch_reference import torch_decision
 
         out: dict[str, int | None] = {}
         gm = self.copy()
+        adapter = self.adapter
         out["decision_fxcut"], out["decision_fxcut_rss"] = peak_memory(
-            lambda: decide(lower_graph(gm.graph), num_fwd_outputs=self.nfo, static_lifetime_input_indices=self.static))
+            lambda: decide(lower_graph(gm.graph, adapter), num_fwd_outputs=self.nfo,
+                           static_lifetime_input_indices=self.static, torch=adapter))
         gms = [self.copy(), self.copy()]  # torch's passes write into the graph: one copy per call
         out["decision_torch"], out["decision_torch_rss"] = peak_memory(
             lambda: torch_decision(gms.pop(), self.nfo, self.static))
@@ -628,15 +632,16 @@ def _phases_of(cap: Any, fxcut_side: bool, with_gc: bool = True) -> dict[str, fl
     with ExitStack() as stack:
         stack.enter_context(clock.wrap(tp, "_extract_fwd_bwd_modules", "extract"))
         if fxcut_side:
-            from fxcut.solve import budget as fb
-            from fxcut.route import build as fbuild
-            from fxcut.route import lower as flower
+            from fxcut.route import decide as fdecide
+            from fxcut.torchrules import build as fbuild
+            from fxcut.torchrules import lower as flower
             from fxcut.torchrules import prepare as fprep
 
             stack.enter_context(clock.wrap(fprep, "plan", "plan"))
-            # the route lowers through lower.lower_plan
+            # the route lowers through the adapter (lower.lower_prepared -> lower_for_partition)
             stack.enter_context(clock.wrap(flower, "lower_for_partition", "lower"))
-            stack.enter_context(clock.wrap(fb, "decide_with_budget", "decide"))
+            # the decision: the budget pass's inputs and the budget pass(es) under the plan
+            stack.enter_context(clock.wrap(fdecide, "decide_plan", "decide"))
             stack.enter_context(clock.wrap(fprep, "apply", "apply"))
             stack.enter_context(clock.wrap(fbuild, "build_modules", "build_modules"))
             fn = fp.min_cut_rematerialization_partition

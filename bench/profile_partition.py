@@ -52,10 +52,10 @@ PRIMITIVES: list[tuple[str, str, str]] = [
 ]
 PHASES: list[tuple[str, str, str]] = [
     ("fxcut: prepare.plan (DCE + CSE plan)", "fxcut/torchrules/prepare.py", "plan"),
-    ("fxcut: lowering", "fxcut/route/lower.py", "lower_for_partition"),
-    ("fxcut: decision (lowered -> C core)", "fxcut/solve/budget.py", "decide_with_budget"),
+    ("fxcut: lowering", "fxcut/torchrules/lower.py", "lower_for_partition"),
+    ("fxcut: decision (lowered -> C core)", "fxcut/route/decide.py", "decide_plan"),
     ("fxcut: prepare.apply (DCE + CSE in place, joint recompile)", "fxcut/torchrules/prepare.py", "apply"),
-    ("fxcut: build.build_modules", "fxcut/route/build.py", "build_modules"),
+    ("fxcut: build.build_modules", "fxcut/torchrules/build.py", "build_modules"),
     ("fxcut: extract.build_modules", "fxcut/torchrules/extract.py", "build_modules"),
     ("fxcut: extract selection (what survives)", "fxcut/torchrules/extract.py", "_select"),
     ("torch: fx_graph_cse", "torch/_functorch/compile_utils.py", "fx_graph_cse"),

@@ -75,8 +75,9 @@ def _decide(gm: Any, nfo: int, statics: Any) -> Any:
     from fxcut.route.decide import decide_plan
     from fxcut.route.lower import lower_plan
     from fxcut.route.plan import make_plan
+    from fxcut.tools.decisions import torch_now
 
-    plan = make_plan(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
+    plan = make_plan(gm, torch_now(), num_fwd_outputs=nfo, static_lifetime_input_indices=statics)
     return decide_plan(plan, lower_plan(plan))
 
 
@@ -84,6 +85,7 @@ def row(name: str) -> dict[str, Any]:
     import zoo
     from fxcut import _C, recompute_param_aliases
     from fxcut.solve import memory
+    from fxcut.tools.decisions import model_inputs
 
     cap = zoo.capture(name)
     gm = cap.fresh()
@@ -93,22 +95,23 @@ def row(name: str) -> dict[str, Any]:
     chosen = _decide(gm, nfo, statics)
     arrays = chosen.decision.arrays
     closure = {arrays.index[n] for n in tagged if n in arrays.index}
-    storage = memory.storage_of(arrays)
-    flops = memory.node_flops(arrays)
-    marks = memory.extraction_marks(arrays)
-    est = memory.simulate(arrays, list(chosen.saved), nfo, storage=storage, flops=flops, marks=marks)
-    recomputed = {arrays.index[n] for n in est.recomputed}
+    inputs = model_inputs(arrays)  # the unfused model: storages, flops, extraction marks
+    storage, flops = inputs.storage, inputs.flops
+    est = memory.simulate(arrays, list(chosen.saved), nfo, inputs)
+    recomputed = set(est.recomputed)
     beyond = recomputed - closure
     # of those, what the user's checkpointing asks for (recompute tags the walk did not set)
     user_tagged = {i for i in beyond if arrays.tag[i] in (_C.TAG_MUST_RECOMPUTE, _C.TAG_PREFER_RECOMPUTE)}
     free_choice = beyond - user_tagged
-    minimal = memory.simulate(arrays, closure_only(arrays, closure), nfo, storage=storage, flops=flops, marks=marks)
+    minimal = memory.simulate(arrays, closure_only(arrays, closure), nfo, inputs)
     total_flops = sum(flops)
     # the same decision without the walk: what the min-cut recomputes on its own
     plain_gm = cap.fresh()
     plain = _decide(plain_gm, nfo, statics)
-    plain_est = memory.simulate(plain.decision.arrays, list(plain.saved), nfo)
-    same_as_plain = sorted(n.name for n in est.recomputed) == sorted(n.name for n in plain_est.recomputed)
+    plain_arrays = plain.decision.arrays
+    plain_est = memory.simulate(plain_arrays, list(plain.saved), nfo, model_inputs(plain_arrays))
+    same_as_plain = (sorted(arrays.nodes[i].name for i in est.recomputed)
+                     == sorted(plain_arrays.nodes[i].name for i in plain_est.recomputed))
     return {
         "plain_recomputed": len(plain_est.recomputed), "plain_saved": plain_est.saved_bytes,
         "plain_peak": plain_est.peak_bytes, "same_as_plain": same_as_plain,

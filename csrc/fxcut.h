@@ -78,9 +78,11 @@ enum fxcut_flag {
     FXCUT_F_VAL_IS_SEQ = 1u << 25,     /* meta["val"] is a tuple / list */
     FXCUT_F_HAS_AC_ID = 1u << 26,      /* meta has "ac_graph_id" */
     FXCUT_F_IS_BACKWARD_TAG = 1u << 27, /* partitioner_tag == "is_backward" */
-    FXCUT_F_MUTABLE_HOP = 1u << 28     /* auto_functionalized / user triton
+    FXCUT_F_MUTABLE_HOP = 1u << 28,    /* auto_functionalized / user triton
                                           kernel: fusible with the inputs it
                                           mutates (see fuse pairs) */
+    FXCUT_F_MUST_BE_IN_FW = 1u << 29   /* _must_be_in_forward: tagged so, or
+                                          a mutation not tagged backward */
 };
 
 /* meta["recompute"] as torch's CheckpointPolicy values; -1 when absent. */
@@ -543,6 +545,11 @@ typedef struct {
      * realize_reads_threshold, realize_cpu_acc_reads_threshold,
      * realize_cpu_opcount_threshold on CPU) */
     int32_t realize_reuse_reads, realize_acc_reads, realize_opcount;
+    /* nonzero: the backward holds every saved value to its end, as a
+     * backward whose caller keeps its argument list alive does (AOT
+     * Autograd's unboxed compilers, DeepCompile's eager backend); 0: each
+     * saved value is freed after its last use (torch's aot_eager, inductor) */
+    int32_t hold_saved;
 } fxcut_memory_options;
 
 typedef struct {
@@ -634,6 +641,8 @@ typedef struct {
     const int64_t *fused_cost;
     const int64_t *iteration;
     int32_t realize_reuse_reads, realize_acc_reads, realize_opcount;
+    /* the memory model's hold_saved (fxcut_memory_options) */
+    int32_t hold_saved;
     /* the search's lanes: decisions simulated at once, each on its own
      * thread (<= 1: one, on the caller's; at most FXCUT_PLAN_MAX_THREADS).
      * The frontier, the work and every decision are the same whatever the

@@ -194,6 +194,7 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
     s->num_fwd_outputs = opt->num_fwd_outputs;
     s->flops = opt->flops;
     s->marks = opt->marks;
+    s->hold_saved = opt->hold_saved != 0;
     s->fusion = opt->fusion;
     s->fused_cost = opt->fused_cost;
     s->realize_reuse_reads = opt->realize_reuse_reads;
@@ -711,14 +712,17 @@ int fxcut_memsim_eval(fxcut_memsim *s, const uint8_t *saved_mask,
         res->fw_peak_bytes = walk_module(s, n_fw, M_FW_KEPT, 0, M_SAVED, 0,
                                          nfo, 0, res, &fw_step);
     int32_t n_bw = backward_order(s);
+    /* a held saved value lives to the backward's end */
+    uint8_t bw_pinned = s->hold_saved ? M_SAVED : 0;
     if (s->fusion != NULL) {
         mark_donated(s);
         res->bw_peak_bytes = fxcut_memsim_walk_fused(
-            s, n_bw, M_BW_KEPT, M_SAVED, 0, nfo, nout, n_fw, res, &bw_step,
-            &n_bw);
+            s, n_bw, M_BW_KEPT, M_SAVED, bw_pinned, nfo, nout, n_fw, res,
+            &bw_step, &n_bw);
     } else
-        res->bw_peak_bytes = walk_module(s, n_bw, M_BW_KEPT, M_SAVED, 0, nfo,
-                                         nout, n_fw, res, &bw_step);
+        res->bw_peak_bytes = walk_module(s, n_bw, M_BW_KEPT, M_SAVED,
+                                         bw_pinned, nfo, nout, n_fw, res,
+                                         &bw_step);
     res->n_fw_steps = n_fw;
     res->n_steps = n_fw + n_bw;
     set_peak(res, fw_step, bw_step);

@@ -33,6 +33,7 @@ struct fxcut_memsim {
     int32_t num_fwd_outputs;
     const int64_t *flops;
     const uint8_t *marks;
+    int32_t hold_saved;     /* the backward holds its saved values to its end */
     int32_t *root;          /* storage root of every node */
     int64_t *cost;          /* bytes a root's storage costs (0: not counted) */
     uint8_t *tangent_dep;   /* depends on a tangent / backward seed */

@@ -180,6 +180,7 @@ static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
     s->mopt.realize_reuse_reads = opt->realize_reuse_reads;
     s->mopt.realize_acc_reads = opt->realize_acc_reads;
     s->mopt.realize_opcount = opt->realize_opcount;
+    s->mopt.hold_saved = opt->hold_saved;
     int rc = fxcut_memsim_new(g, &s->mopt, &s->memsim, err);
     if (rc != FXCUT_OK)
         sim_free(s);

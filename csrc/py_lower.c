@@ -317,25 +317,33 @@ static int tag_is(PyObject *tag, const char *text) {
 }
 
 /* The flags a node's meta["partitioner_tag"] gives it, its target mutable
- * or not: "is_backward" marks a backward node (torch's is_backward tag)
- * and, on a mutation, one that must run in backward; "must_be_in_backward"
- * one that must (torch's _must_be_in_backward).  None gives nothing.
- * -1 on error (a tag's __eq__ may raise). */
+ * or not -- torch's two placement rules, in one place:
+ * "is_backward" marks a backward node (torch's is_backward tag);
+ * F_MUST_BE_IN_BW: tagged "must_be_in_backward", or a mutation tagged
+ * "is_backward" (torch's _must_be_in_backward); F_MUST_BE_IN_FW: tagged
+ * "must_be_in_forward", or a mutation tagged neither "is_backward" nor
+ * "must_be_in_backward" (torch's _must_be_in_forward).  `tag` is None for
+ * a node without one.  -1 on error (a tag's __eq__ may raise). */
 static int partitioner_tag_flags(PyObject *tag, int is_mutable, uint32_t *flags) {
     *flags = 0;
     if (tag == Py_None) {
+        *flags = is_mutable ? FXCUT_F_MUST_BE_IN_FW : 0;
         return 0;
     }
     int backward = tag_is(tag, "is_backward");
-    int must = backward < 0 ? -1 : tag_is(tag, "must_be_in_backward");
-    if (must < 0) {
+    int must_bw = backward < 0 ? -1 : tag_is(tag, "must_be_in_backward");
+    int must_fw = must_bw < 0 ? -1 : tag_is(tag, "must_be_in_forward");
+    if (must_fw < 0) {
         return -1;
     }
     if (backward) {
         *flags |= FXCUT_F_IS_BACKWARD_TAG;
     }
-    if (must || (is_mutable && backward)) {
+    if (must_bw || (is_mutable && backward)) {
         *flags |= FXCUT_F_MUST_BE_IN_BW;
+    }
+    if (must_fw || (is_mutable && !backward && !must_bw)) {
+        *flags |= FXCUT_F_MUST_BE_IN_FW;
     }
     return 0;
 }
@@ -359,10 +367,12 @@ PyObject *fxcut_py_placeholder_role(PyObject *module, PyObject *args, PyObject *
 
 const char fxcut_py_partitioner_tag_flags_doc[] =
     "partitioner_tag_flags($module, tag, mutable, /)\n--\n\n"
-    "-> int: the flags a node's meta['partitioner_tag'] ``tag`` gives it, its target ``mutable`` or not:\n"
-    "F_IS_BACKWARD_TAG when tag == 'is_backward'; F_MUST_BE_IN_BW when tag == 'must_be_in_backward', or\n"
-    "when mutable and tag == 'is_backward' (torch's _must_be_in_backward); 0 for None.  Compared as\n"
-    "Python's == compares.  The rule lower_read applies (one copy).";
+    "-> int: the flags a node's meta['partitioner_tag'] ``tag`` (None: no tag) gives it, its target\n"
+    "``mutable`` or not: F_IS_BACKWARD_TAG when tag == 'is_backward'; F_MUST_BE_IN_BW when\n"
+    "tag == 'must_be_in_backward', or when mutable and tag == 'is_backward' (torch's\n"
+    "_must_be_in_backward); F_MUST_BE_IN_FW when tag == 'must_be_in_forward', or when mutable and the\n"
+    "tag is neither 'is_backward' nor 'must_be_in_backward' (torch's _must_be_in_forward).  Compared\n"
+    "as Python's == compares.  The rule lower_read applies (one copy).";
 
 PyObject *fxcut_py_partitioner_tag_flags(PyObject *module, PyObject *args, PyObject *kwargs) {
     (void)module;
@@ -506,13 +516,14 @@ static PyObject *index_dict(const reader *r, PyObject *nodes) {
     return index;
 }
 
-/* Adds the flags meta["partitioner_tag"] gives a node whose target bits
- * are `*bits` (partitioner_tag_flags); -1 on error. */
+/* Adds the flags meta["partitioner_tag"] (or its absence) gives a node
+ * whose target bits are `*bits` (partitioner_tag_flags); -1 on error. */
 static int add_tag_flags(const reader *r, PyObject *meta, uint64_t *bits) {
     PyObject *tag = PyDict_GetItemWithError(meta, r->s[S_PARTITIONER_TAG]);
-    if (tag == NULL) {
-        return PyErr_Occurred() ? -1 : 0;
+    if (tag == NULL && PyErr_Occurred()) {
+        return -1;
     }
+    tag = tag == NULL ? Py_None : tag;
     Py_INCREF(tag); /* a tag's __eq__ runs Python code: keep it alive */
     uint32_t flags;
     int rc = partitioner_tag_flags(tag, (*bits & r->cfg.mutable_bit) != 0, &flags);

@@ -11,7 +11,7 @@ const char fxcut_py_memory_simulate_doc[] =
 "memory_simulate($module, graph, /, *, num_fwd_outputs, saved,\n"
 "                storage_of=None, flops=None, marks=None, timeline=False,\n"
 "                fusion=None, fused_cost=None, iteration=None,\n"
-"                realize=None)\n"
+"                realize=None, hold_saved=False)\n"
 "--\n\n"
 "The live activation bytes of the forward and backward modules the\n"
 "decision `saved` produces (the semantics: csrc/fxcut.h, above\n"
@@ -29,6 +29,9 @@ const char fxcut_py_memory_simulate_doc[] =
 "a kernel inductor may fuse with its neighbours (0: never).  realize:\n"
 "None or (reuse_reads, acc_reads, opcount),\n"
 "inductor's realization thresholds (default 4, 8, 30).\n"
+"hold_saved: the backward holds every saved value to its end (a program\n"
+"whose backward keeps its arguments alive) instead of freeing each after\n"
+"its last use.\n"
 "Returns a MemoryResult: peak_bytes, peak_step, fw_peak_bytes,\n"
 "bw_peak_bytes, saved_bytes, recompute_flops, recompute_bytes,\n"
 "n_recomputed, n_fw_steps, recomputed (memoryview 'B', n entries),\n"
@@ -169,7 +172,7 @@ static void free_arrays(memory_arrays *a)
  * arrays and returns the MemoryResult; NULL with an exception. */
 static PyObject *run_simulation(PyObject *module, const fxcut_graph *g,
                                 const memory_arrays *a, int32_t nfwd,
-                                int timeline)
+                                int timeline, int hold_saved)
 {
     const int32_t n = g->n;
     /* recomputed (n), schedule (2n int32), live_bytes (2n int64) */
@@ -188,7 +191,7 @@ static PyObject *run_simulation(PyObject *module, const fxcut_graph *g,
         .fused_cost = a->fa.fused_cost, .iteration = a->fa.iteration,
         .realize_reuse_reads = a->fa.reuse_reads,
         .realize_acc_reads = a->fa.acc_reads,
-        .realize_opcount = a->fa.opcount};
+        .realize_opcount = a->fa.opcount, .hold_saved = hold_saved};
     fxcut_error err = {0, -1, {0}};
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -206,19 +209,21 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
 {
     static char *keywords[] = {"", "num_fwd_outputs", "saved", "storage_of",
                                "flops", "marks", "timeline", "fusion",
-                               "fused_cost", "iteration", "realize", NULL};
+                               "fused_cost", "iteration", "realize",
+                               "hold_saved", NULL};
     PyObject *graph = NULL, *num_fwd = NULL, *saved_obj = NULL;
     PyObject *storage_obj = Py_None, *flops_obj = Py_None;
     PyObject *marks_obj = Py_None, *fusion_obj = Py_None;
     PyObject *fused_cost_obj = Py_None, *realize_obj = Py_None;
     PyObject *iteration_obj = Py_None;
-    int timeline = 0;
+    int timeline = 0, hold_saved = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOpOOOO:memory_simulate",
+                                     "O|$OOOOOpOOOOp:memory_simulate",
                                      keywords, &graph, &num_fwd, &saved_obj,
                                      &storage_obj, &flops_obj, &marks_obj,
                                      &timeline, &fusion_obj, &fused_cost_obj,
-                                     &iteration_obj, &realize_obj))
+                                     &iteration_obj, &realize_obj,
+                                     &hold_saved))
         return NULL;
     int32_t nfwd;
     if (required_args(num_fwd, saved_obj, &nfwd) < 0)
@@ -232,7 +237,8 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     if (copy_arrays(&a, gb.graph.n, saved_obj, storage_obj, flops_obj,
                     marks_obj, fusion_obj, fused_cost_obj, iteration_obj,
                     realize_obj) == 0)
-        result = run_simulation(module, &gb.graph, &a, nfwd, timeline);
+        result = run_simulation(module, &gb.graph, &a, nfwd, timeline,
+                                hold_saved);
     free_arrays(&a);
     fxcut_release_graph(&gb);
     return result;

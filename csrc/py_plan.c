@@ -17,7 +17,8 @@
 const char fxcut_py_plan_simulate_doc[] =
 "plan_simulate($module, graph, /, *, num_fwd_outputs, role, saved,\n"
 "              storage_of=None, flops=None, marks=None, fusion=None,\n"
-"              fused_cost=None, iteration=None, realize=None)\n--\n\n"
+"              fused_cost=None, iteration=None, realize=None,\n"
+"              hold_saved=False)\n--\n\n"
 "Simulates the forward then backward modules of the decision `saved` (n\n"
 "bytes, nonzero = saved; read at FREE nodes).  role: n bytes of\n"
 "PLAN_ROLE_*; storage_of: None or int32 (n), the node whose storage each\n"
@@ -26,14 +27,14 @@ const char fxcut_py_plan_simulate_doc[] =
 "n_fw_steps, n_recomputed, saved (bytes, n), schedule (memoryview 'i'),\n"
 "live_bytes (memoryview 'q')), all the memory model's (memory.c).\n"
 "fusion, fused_cost, iteration, realize: the inductor model, as\n"
-"memory_simulate's.";
+"memory_simulate's; hold_saved as memory_simulate's.";
 
 const char fxcut_py_plan_frontier_doc[] =
 "plan_frontier($module, graph, /, *, num_fwd_outputs, role,\n"
 "              storage_of=None, flops=None, seeds=None, exact_max_free=16,\n"
 "              max_work=4000000000, time_limit=1.0, max_points=1024,\n"
 "              marks=None, fusion=None, fused_cost=None, iteration=None,\n"
-"              realize=None, threads=0)\n"
+"              realize=None, threads=0, hold_saved=False)\n"
 "--\n\n"
 "The Pareto frontier (peak, recompute flops) of the decisions the search\n"
 "finds from `seeds` (k * n bytes of saved masks), every decision when at\n"
@@ -46,7 +47,8 @@ const char fxcut_py_plan_frontier_doc[] =
 "simulated: the same point on every machine); time_limit (seconds) is a\n"
 "safety net only (timed_out).  threads: the decisions simulated at\n"
 "once, each on a thread of its own (0 or 1: one; at most\n"
-"PLAN_MAX_THREADS): the same result whatever the number.";
+"PLAN_MAX_THREADS): the same result whatever the number.  hold_saved:\n"
+"the memory model's, as memory_simulate's.";
 
 typedef struct {
     fxcut_graph_buffers gb;
@@ -98,9 +100,10 @@ static int missing(const char *fn, PyObject *num_fwd, PyObject *role,
 static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
                 PyObject *role, PyObject *storage, PyObject *flops,
                 PyObject *marks, PyObject *fusion, PyObject *fused_cost,
-                PyObject *iteration, PyObject *realize)
+                PyObject *iteration, PyObject *realize, int hold_saved)
 {
     memset(c, 0, sizeof *c);
+    c->opt.hold_saved = hold_saved;
     if (fxcut_load_graph(graph, &c->gb) < 0)
         return -1;
     c->loaded = 1;
@@ -177,16 +180,19 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
 {
     static char *keywords[] = {"", "num_fwd_outputs", "role", "saved",
                                "storage_of", "flops", "marks", "fusion",
-                               "fused_cost", "iteration", "realize", NULL};
+                               "fused_cost", "iteration", "realize",
+                               "hold_saved", NULL};
     PyObject *marks = Py_None, *fusion = Py_None, *fused_cost = Py_None,
              *realize = Py_None, *iteration = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *saved = NULL,
                      *storage = Py_None, *flops = Py_None;
+    int hold_saved = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOOOOOO:plan_simulate", keywords,
+                                     "O|$OOOOOOOOOOp:plan_simulate", keywords,
                                      &graph, &num_fwd, &role, &saved,
                                      &storage, &flops, &marks, &fusion,
-                                     &fused_cost, &iteration, &realize))
+                                     &fused_cost, &iteration, &realize,
+                                     &hold_saved))
         return NULL;
     if (missing("plan_simulate", num_fwd, role, saved) < 0)
         return NULL;
@@ -194,7 +200,7 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
     PyObject *result = NULL;
     Py_ssize_t len;
     if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
-             fused_cost, iteration, realize) == 0 &&
+             fused_cost, iteration, realize, hold_saved) == 0 &&
         fxcut_copy_buffer(saved, "saved", 1, c.gb.graph.n, 0, &c.saved,
                           &len) == 0)
         result = run_simulate(module, &c);
@@ -309,7 +315,7 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
                                "flops", "seeds", "exact_max_free",
                                "max_work", "time_limit", "max_points",
                                "marks", "fusion", "fused_cost", "iteration",
-                               "realize", "threads", NULL};
+                               "realize", "threads", "hold_saved", NULL};
     PyObject *marks = Py_None, *fusion = Py_None, *fused_cost = Py_None,
              *realize = Py_None, *iteration = Py_None, *threads_obj = NULL;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *storage = Py_None,
@@ -317,20 +323,21 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
                      *points_obj = NULL;
     long long max_work = 4000000000LL;
     double time_limit = 1.0;
+    int hold_saved = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOOLdOOOOOOO:plan_frontier",
+                                     "O|$OOOOOOLdOOOOOOOp:plan_frontier",
                                      keywords, &graph, &num_fwd, &role,
                                      &storage, &flops, &seeds, &exact_obj,
                                      &max_work, &time_limit, &points_obj,
                                      &marks, &fusion, &fused_cost, &iteration,
-                                     &realize, &threads_obj))
+                                     &realize, &threads_obj, &hold_saved))
         return NULL;
     if (missing("plan_frontier", num_fwd, role, Py_None) < 0)
         return NULL;
     plan_call c;
     PyObject *result = NULL;
     if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
-             fused_cost, iteration, realize) == 0 &&
+             fused_cost, iteration, realize, hold_saved) == 0 &&
         search_limits(&c, exact_obj, points_obj, threads_obj, max_work,
                       time_limit) == 0 &&
         load_seeds(&c, seeds) == 0)

@@ -26,10 +26,12 @@ import fxcut.torchrules.versions
 import small_graphs
 from synthetic_arrays import DEFAULT_OPTIONS as OPTIONS
 from fxcut import _C
-from fxcut.route.lower import LoweringError, lower_for_partition, lower_graph
+from fxcut.torchrules import lower as torch_lower
+from fxcut.torchrules.lower import LoweringError, lower_for_partition
 from fxcut.solve.arrays import GraphArrays
 from fxcut.torchrules.ops import default_facts
-from fxcut.solve.core import MinCutOptions, decide
+from fxcut.torchrules.options import min_cut_options
+from fxcut.tools.decisions import decide_graph as decide
 
 aten = torch.ops.aten
 
@@ -55,6 +57,12 @@ def node(gm: fx.GraphModule, name: str) -> fx.Node:
 
 
 RELU = 4
+
+
+def lower_graph(graph: fx.Graph) -> Any:
+    """The graph array of ``graph`` as it is, lowered as the running torch's
+    rules read it (the lowering itself, not the adapter's gated entry)."""
+    return torch_lower.lower_graph(graph, fxcut.torchrules.versions.rules_or_nearest())
 
 
 @dataclasses.dataclass
@@ -105,7 +113,8 @@ def partition(gm: fx.GraphModule, **kwargs: Any) -> Any:
 def edited(make: Callable[[], fx.GraphModule], **changes: Callable[[GraphArrays], Any]):
     """A lowering of make()'s graph with some arrays replaced."""
     def lower(gm: fx.GraphModule) -> GraphArrays:
-        arrays = lower_for_partition(gm.graph, default_facts(), impure_random=True)
+        arrays = lower_for_partition(gm.graph, default_facts(), impure_random=True,
+                                     rules=fxcut.torchrules.versions.rules_or_nearest())
         return dataclasses.replace(arrays, **{k: f(arrays) for k, f in changes.items()})
     return lower
 
@@ -509,7 +518,7 @@ def test_partition_with_conflicting_tags_names_the_chain() -> None:
 
 
 def test_decide_with_conflicting_tags_under_every_option_set() -> None:
-    options = MinCutOptions.from_config(fxcut.torchrules.versions.rules_or_nearest())
+    options = min_cut_options(fxcut.torchrules.versions.rules_or_nearest())
     for recompute_views in (False, True):
         opts = dataclasses.replace(options, recompute_views=recompute_views)
         check(_conflicting, lambda gm: decide(lower_graph(gm.graph), num_fwd_outputs=1, options=opts), fxcut.InfiniteCutError,
@@ -585,7 +594,8 @@ def test_c_core_keeps_an_exception_a_getter_raises() -> None:
               "reading recompute_views")
     assert type(e) is KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt, match="reading kind"):
-        _C.validate(_Interrupting(lower_for_partition(joint().graph, default_facts(), impure_random=True), "kind"))
+        _C.validate(_Interrupting(lower_for_partition(joint().graph, default_facts(), impure_random=True,
+                                                     rules=fxcut.torchrules.versions.rules_or_nearest()), "kind"))
 
 
 def test_c_core_given_a_released_memoryview() -> None:
@@ -606,7 +616,7 @@ def test_c_readers_given_a_config_with_a_field_missing_or_ill_typed() -> None:
     only read.  (_C.cse_key and _C.prepare_plan: tests/test_prepare.py.)"""
     import types
 
-    from fxcut.route.lower import _NodeFacts, _ValueFacts
+    from fxcut.torchrules.lower import _NodeFacts, _ValueFacts
 
     facts = default_facts()
     config = _NodeFacts(facts, _ValueFacts(facts, True, fxcut.torchrules.versions.rules_or_nearest()), True).reader_config()

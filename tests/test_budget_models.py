@@ -206,6 +206,14 @@ def same_step(a: Step, b: Step, *, buffers: bool = True) -> bool:
 TORCH = aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=torch_min_cut)
 
 
+def SAME_AOT_AS_TORCH(**kwargs: Any) -> Any:  # noqa: N802 - a backend, named as TORCH is
+    """fxcut's backend running AOT Autograd as :data:`TORCH` does (its
+    compilers, input mutations applied outside the graph), so that the
+    partitioner alone differs: ``aot_backend()``'s own defaults are
+    ``aot_eager``'s."""
+    return fxcut.aot_backend(fw_compiler=nop, bw_compiler=nop, keep_inference_input_mutations=False, **kwargs)
+
+
 def outcome(name: str, backend: Any, budget: float) -> Step | str:
     """The step, or the error's first line when the step fails."""
     try:
@@ -242,7 +250,7 @@ def test_the_default_path_warns_exactly_where_torchs_step_fails(name: str) -> No
         safety.reset_warnings()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            ours = outcome(name, fxcut.aot_backend(), b)
+            ours = outcome(name, SAME_AOT_AS_TORCH(), b)
         messages = [str(w.message) for w in caught if issubclass(w.category, fxcut.UnsafeRecomputeWarning)]
         # torch's decision: the same error, or the same step to the bit
         if isinstance(theirs, str) or isinstance(ours, str):
@@ -283,15 +291,19 @@ def test_the_plans_roles_never_recompute_a_reader_of_mutated_state(name: str) ->
     from fxcut.route.decide import decide_plan
     from fxcut.route.lower import lower_plan
     from fxcut.route.plan import make_plan
-    from fxcut.solve.hazards import MUTATED_STATE, RANDOM, mutated_inputs, unsafe_nodes
+    from fxcut.solve.hazards import MUTATED_STATE, RANDOM
     from fxcut.solve.roles import plan_roles
+    from fxcut.tools.decisions import torch_now
+    from fxcut.torchrules.hazards import mutated_inputs
 
     gm, kwargs = joint(name)
-    plan = make_plan(gm, num_fwd_outputs=kwargs["num_fwd_outputs"],
+    plan = make_plan(gm, torch_now(), num_fwd_outputs=kwargs["num_fwd_outputs"],
                      static_lifetime_input_indices=kwargs.get("static_lifetime_input_indices"))
     decision = decide_plan(plan, lower_plan(plan)).decision
     arrays = decision.arrays
-    unsafe, roles, mutated = unsafe_nodes(arrays), plan_roles(decision), mutated_inputs(arrays)
+    hazards = plan.torch.unsafe(arrays)
+    unsafe, mutated = hazards.bits, mutated_inputs(arrays)
+    roles = plan_roles(decision, hazards, plan.torch.seeded(arrays))
     model = CASES[name].model()
     # one mutated input per buffer the model updates (running mean, var, count; the scale)
     assert sum(mutated) == len(list(model.buffers()))
@@ -325,15 +337,18 @@ def test_without_aot_descriptors_the_running_statistics_are_still_found() -> Non
     norm's running mean and variance) are taken as mutated."""
     from fxcut.route.lower import lower_plan
     from fxcut.route.plan import make_plan
-    from fxcut.solve.hazards import MUTATED_STATE, mutated_inputs, unsafe_nodes
+    from fxcut.solve.hazards import MUTATED_STATE
+    from fxcut.tools.decisions import torch_now
+    from fxcut.torchrules.hazards import mutated_inputs
 
     gm, kwargs = joint("resnet_block")
     for node in gm.graph.nodes:
         node.meta.pop("desc", None)
-    arrays = lower_plan(make_plan(gm, num_fwd_outputs=kwargs["num_fwd_outputs"]))
+    plan = make_plan(gm, torch_now(), num_fwd_outputs=kwargs["num_fwd_outputs"])
+    arrays = lower_plan(plan)
     mutated = [arrays.nodes[i] for i, m in enumerate(mutated_inputs(arrays)) if m]
     bn = torch.ops.aten._native_batch_norm_legit_functional.default
     running = [n.args[k] for n in gm.graph.nodes if n.target is bn for k in (3, 4)]
     assert [n.name for n in mutated] == [n.name for n in running] and len(running) == 4
-    readers = {arrays.nodes[i].target for i, bits in enumerate(unsafe_nodes(arrays)) if bits & MUTATED_STATE}
+    readers = {arrays.nodes[i].target for i, bits in enumerate(plan.torch.unsafe(arrays).bits) if bits & MUTATED_STATE}
     assert readers == {bn}

@@ -73,7 +73,8 @@ def test_partition_mlp_prints_the_librarys_counts(capsys):
     assert cli.main(["partition", "--model", "mlp"]) == 0
     out = capsys.readouterr().out
     cap, summary, _ = _library("mlp")
-    assert f"joint graph: {cap.num_nodes} nodes, {len(cap.param_indices)} parameters" in out
+    assert (f"joint graph: {cap.num_nodes} nodes (the output node included), {len(cap.param_indices)} parameters"
+            in out)
     _assert_row_matches(_row(out, "fxcut"), summary)
     _assert_row_matches(_row(out, "torch"), summary)
     assert "saved values and graphs identical" in out
@@ -187,7 +188,8 @@ def test_module_that_raises_while_importing_is_one_line(capsys, tmp_path, monkey
     (["partition", "--model", "mlp", "--budget", "1.5"], ["--budget 1.5"]),
     (["partition", "--bogus"], ["unrecognized arguments: --bogus"]),
     (["frobnicate"], ["invalid choice: 'frobnicate'"]),
-    (["explain", "--model", "mlp"], ["required: value"]),
+    (["explain", "--model", "mlp"], ["explain needs a node name", "--list"]),
+    (["explain", "--model", "mlp", "addmm", "--list"], ["one node name, or --list"]),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(capsys, argv, words):
     _one_line_error(capsys, argv, *words)
@@ -220,8 +222,9 @@ def test_explain_tangent_derived_node_says_backward(capsys):
     assert data["why"].startswith("computed in backward")
 
 
-def test_explain_unknown_node_is_one_line(capsys):
-    _one_line_error(capsys, ["explain", "--model", "mlp", "addmm_99"], "no node named 'addmm_99'", "similar: addmm")
+def test_explain_unknown_node_is_one_line_pointing_to_the_list(capsys):
+    _one_line_error(capsys, ["explain", "--model", "mlp", "addmm_99"], "no node named 'addmm_99'", "similar: addmm",
+                    "--list in place of 'addmm_99' to list the nodes")
 
 
 # --------------------------------------------------------------------------- the console script
@@ -246,19 +249,24 @@ def test_the_set_up_installs_numpy():
     assert "pip install" in (ROOT / "scripts" / "setup.sh").read_text()
 
 
-def test_the_main_job_prints_no_numpy_warning(tmp_path):
-    """``python -m fxcut`` with the main job's options (a smaller model):
-    torch's NumPy warning is absent from stderr.  The control run, with
-    numpy hidden, shows the check looks for the warning torch does print."""
-    small = ["partition", "--model", "llama", "--layers", "1", "--hidden", "64", "--heads", "4", "--seq", "16",
-             "--dtype", "bfloat16", "--zero3", "--peaks"]
-    assert [a for a in cli.DEFAULT_ARGS if a.startswith("--")] == [a for a in small if a.startswith("--")]
-    proc = subprocess.run([sys.executable, "-m", "fxcut", *small], capture_output=True, text=True,
+def test_the_main_job_takes_the_clis_flags_and_prints_no_noise(tmp_path):
+    """``python -m fxcut`` with partition's options and nothing else (issue
+    38): the main job (DEFAULT_ARGS), smaller, with --real -- one measured
+    step of each side.  Neither torch's NumPy warning nor the profiler's
+    own lines ("profiler_start") reach stderr.  The control run, with numpy
+    hidden, shows the check looks for the warning torch does print."""
+    small = ["--layers", "1", "--hidden", "64", "--heads", "4", "--seq", "16"]
+    assert all(flag in cli.DEFAULT_ARGS for flag in small[::2])  # each overrides the main job's own
+    proc = subprocess.run([sys.executable, "-m", "fxcut", *small, "--real"], capture_output=True, text=True,
                           env=_env(), timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert "fxcut vs torch" in proc.stdout
+    assert "model: llama" in proc.stdout and "fxcut vs torch: saved values and graphs identical" in proc.stdout
+    assert "ZeRO-3 walk" in proc.stdout  # the main job's --zero3
     assert "the memory plan against torch" in proc.stdout and "plan / torch" in proc.stdout
+    assert "measured: one training step on CPU, real tensors" in proc.stdout  # --real with the main job's --peaks
     assert NUMPY_WARNING not in proc.stderr, proc.stderr
+    assert "profiler_start" not in proc.stderr and "USDT" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == "", proc.stderr
     hidden = tmp_path / "hidden" / "numpy"
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
@@ -267,6 +275,46 @@ def test_the_main_job_prints_no_numpy_warning(tmp_path):
     control = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env,
                              timeout=300)
     assert NUMPY_WARNING in control.stderr, control.stderr
+
+
+@pytest.mark.parametrize("argv, want", [
+    ([], cli.DEFAULT_ARGS),
+    (["--real"], [*cli.DEFAULT_ARGS, "--real"]),
+    (["-v", "--real", "--layers", "2"], ["-v", *cli.DEFAULT_ARGS, "--real", "--layers", "2"]),
+    (["-vv"], ["-vv", *cli.DEFAULT_ARGS]),
+    (["partition", "--model", "mlp"], ["partition", "--model", "mlp"]),
+    (["--help"], ["--help"]),
+    (["explain", "--model", "gpt2", "addmm_2"], ["explain", "--model", "gpt2", "addmm_2"]),
+])
+def test_options_without_a_command_are_the_main_jobs(argv, want):
+    assert cli.main_job_argv(argv) == want
+
+
+def test_main_job_options_reach_partition(monkeypatch):
+    """``fxcut --real --no-torch`` parses as the main job with both options
+    (before issue 38: "unrecognized arguments: --real")."""
+    seen = []
+    monkeypatch.setattr(cli, "_run", lambda parser, args: seen.append(args) or 0)
+    assert cli.main(["--real", "--no-torch", "--layers", "2"]) == 0
+    (args,) = seen
+    assert args.command == "partition" and args.model == "llama" and args.real and args.no_torch
+    assert args.layers == 2 and args.zero3 and args.peaks and args.dtype == "bfloat16"
+
+
+def test_help_lists_the_built_in_models(capsys):
+    from fxcut.tools.models import MODEL_SUMMARIES, MODELS
+
+    for argv in (["--help"], ["partition", "--help"], ["explain", "--help"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 0
+        out = capsys.readouterr().out
+        for name in MODELS:
+            assert f"  {name} " in out and MODEL_SUMMARIES[name] in out, (argv, name)
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "python -m fxcut --real" in out and " ".join(cli.DEFAULT_ARGS) in out
 
 
 def test_installed_console_script_runs():
@@ -465,7 +513,7 @@ def test_peaks_real_prints_one_measured_step_of_each_side(capsys):
     out = capsys.readouterr().out
     _assert_peak_block(_peak_rows(out, "memory model"), peaks["model"])
     _assert_peak_block(_peak_rows(out, "measured"), peaks["measured"])
-    assert "backend aot: AOT Autograd with no-op compilers" in out
+    assert "backend aot: eager kernels: torch's aot_eager against fxcut.aot_backend" in out
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -474,3 +522,259 @@ def test_peaks_real_prints_one_measured_step_of_each_side(capsys):
 ])
 def test_bad_peaks_options_are_one_line(capsys, argv, words):
     _one_line_error(capsys, ["partition", "--model", "mlp", "--real", "--peaks", *argv], *words)
+
+
+# --------------------------------------------------------------------------- issue 38: the plan where users look
+
+
+def _torch_saved(cap, budget: float) -> list[str]:
+    """torch's own partitioner at ``activation_memory_budget=budget``: the saved names."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_partition
+
+    with functorch_config.patch(activation_memory_budget=budget):
+        fw, bw = torch_partition(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs,
+                                 **cap.partition_kwargs)
+    return summarize(fw, bw, cap.num_fwd_outputs).saved
+
+
+def _model_peak(cap, names: list[str]) -> int:
+    """The memory model's peak of the decision saving ``names``, asked of
+    the model directly on the prepared graph (not through the CLI's plan)."""
+    from fxcut.tools.decisions import simulate_saved
+    from fxcut.tools.html import decide_prepared
+
+    d = decide_prepared(cap.fresh(), num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    by_name = {n.name: n for n in d.arrays.nodes}
+    return simulate_saved(d.arrays, [by_name[s] for s in names], cap.num_fwd_outputs).peak_bytes
+
+
+def _mib_text(n: int) -> str:
+    from fxcut.tools.report import mib
+
+    return mib(n)
+
+
+@pytest.fixture(scope="module")
+def gpt2_plan_0():
+    """``fxcut partition --model gpt2 --plan-budget 0``, as JSON and as text,
+    and the independent figures: torch's own partitioner at b=0 and at its
+    default budget, and the memory model's peak of each side's saved values."""
+    import contextlib
+    import io
+
+    runs = {}
+    for name, extra in (("json", ["--json"]), ("text", [])):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli.main(["partition", "--model", "gpt2", "--plan-budget", "0", *extra]) == 0
+        runs[name] = out.getvalue()
+    data = json.loads(runs["json"])
+    cap = capture_model("gpt2", fake=True)
+    at_0, at_default = _torch_saved(cap, 0.0), _torch_saved(cap, 1.0)
+    peaks = {"plan": _model_peak(cap, data["fxcut"]["saved"]), "same": _model_peak(cap, at_0),
+             "default": _model_peak(cap, at_default)}
+    return data, runs["text"], at_0, peaks
+
+
+def test_a_plan_is_set_against_torch_at_the_same_b_and_at_its_default(gpt2_plan_0):
+    """The plan's peak is compared with torch's partitioner at the same b
+    (activation_memory_budget=0) and at its default, every figure the memory
+    model's peak of what that side saves; the torch row is torch at b=0."""
+    data, _, at_0, peaks = gpt2_plan_0
+    assert data["torch"]["saved"] == at_0  # torch's row: its partitioner at the same b
+    figures = data["plan_figures"]
+    assert figures["plan"]["budget"] == figures["torch_same_budget"]["budget"] == 0.0
+    assert figures["torch_default"]["budget"] == 1.0
+    assert figures["plan"]["peak_bytes"] == peaks["plan"]
+    assert figures["torch_same_budget"]["peak_bytes"] == peaks["same"]
+    assert figures["torch_default"]["peak_bytes"] == peaks["default"]
+    assert peaks["plan"] < peaks["same"]  # gpt2 at b=0: the plan's peak is the lower
+    # a plan is no verdict and no speed
+    assert data["same_saved"] is None and data["same_graphs"] is None and data["speedup"] is None
+
+
+def test_a_plan_reads_as_a_plan_in_one_unit(gpt2_plan_0):
+    data, text, _, peaks = gpt2_plan_0
+    assert "DIFFERENT" not in text and "identical" not in text and "torch's speed" not in text
+    line = next(line for line in text.splitlines() if line.startswith("plan at b=0:"))
+    assert line.startswith(f"plan at b=0: peak {_mib_text(peaks['plan'])} vs torch at the same b "
+                           f"{_mib_text(peaks['same'])} and at torch's default budget (1) "
+                           f"{_mib_text(peaks['default'])} (the memory model's peaks"), line
+    assert "KiB" not in text and "GiB" not in text  # one unit: MiB
+    assert "torch: its partitioner at activation_memory_budget=0, the same b" in text
+    assert "fxcut's b bounds the peak" in text  # what b means to each
+
+
+def test_a_plan_without_torch_or_peaks_still_shows_torchs_peaks(capsys, gpt2_plan_0):
+    data, _, _, peaks = gpt2_plan_0
+    assert cli.main(["partition", "--model", "gpt2", "--plan-budget", "0", "--no-torch"]) == 0
+    out = capsys.readouterr().out
+    assert f"vs torch at the same b {_mib_text(peaks['same'])}" in out
+    assert "the memory plan against torch: peak bytes" not in out  # no --peaks block
+
+
+def test_budget_with_a_plan_is_the_same_b_or_refused(capsys, gpt2_plan_0, monkeypatch):
+    """--budget 0 --plan-budget 0 compares at the same b (fairly, as without
+    --budget); a --budget other than the plan's is refused before tracing."""
+    data, _, _, _ = gpt2_plan_0
+    assert cli.main(["partition", "--model", "gpt2", "--plan-budget", "0", "--budget", "0", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["torch"]["saved"] == data["torch"]["saved"]
+    assert again["plan_figures"]["torch_same_budget"] == data["plan_figures"]["torch_same_budget"]
+    monkeypatch.setattr(cli, "_capture", lambda *a, **k: (_ for _ in ()).throw(AssertionError("traced")))
+    _one_line_error(capsys, ["partition", "--model", "gpt2", "--plan-budget", "0", "--budget", "0.5"],
+                    "--budget 0.5 with --plan-budget 0", "same b")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--plan-time-limit", "5"], ["--plan-time-limit needs --plan-budget"]),
+    (["--plan-budget", "0", "--plan-time-limit", "5"], ["--plan-time-limit limits the exact solver"]),
+    (["--plan-budget", "1e400"], ["--plan-budget", "'1e400' is not a finite number"]),
+    (["--plan-budget", "nan"], ["--plan-budget", "'nan' is not a finite number"]),
+    (["--budget=-inf"], ["--budget", "'-inf' is not a finite number"]),
+    (["--plan-budget", "1.5"], ["--plan-budget 1.5 must be a number between 0 and 1"]),
+    (["--plan-solver", "exact"], ["--plan-solver needs --plan-budget"]),
+])
+def test_bad_plan_options_are_one_line_before_tracing(capsys, no_capture, argv, words):
+    err = _one_line_error(capsys, ["partition", "--model", "mlp", *argv], *words)
+    assert "inf " not in err.replace("-inf'", "")  # never echoed as inf
+
+
+def test_explain_plan_budget_rejects_a_bad_budget(capsys, no_capture):
+    _one_line_error(capsys, ["explain", "--model", "mlp", "--plan-budget", "1e400", "addmm"], "'1e400'")
+
+
+# --------------------------------------------------------------------------- issue 38: missing extras, --module, --html
+
+
+def test_missing_highs_is_one_line_naming_the_extra(capsys, monkeypatch, no_capture):
+    monkeypatch.setitem(sys.modules, "highspy", None)  # as if HiGHS were not installed
+    for solver in ("exact", "auto"):
+        _one_line_error(capsys, ["partition", "--model", "mlp", "--plan-budget", "0", "--plan-solver", solver],
+                        f"--plan-solver {solver} needs HiGHS", "pip install 'fxcut[exact]'")
+
+
+def test_bench_without_scipy_is_one_line_naming_the_extra(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy", None)  # as if scipy were not installed
+    _one_line_error(capsys, ["bench", "--quick"], "`fxcut bench` needs scipy", "pip install 'fxcut[bench]'")
+
+
+def test_a_module_the_benchmark_imports_late_is_one_line_too(capsys, monkeypatch, tmp_path):
+    script = tmp_path / "partition_benchmark.py"
+    script.write_text("def main(argv, prog):\n    import transformers\n    return 0\n")
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert cli.run_bench(["--quick"], script=script) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "fxcut: error: `fxcut bench` needs transformers, which is not installed: pip install 'fxcut[bench]'"
+
+
+def test_a_missing_optional_module_anywhere_in_a_command_is_one_line(capsys, monkeypatch):
+    def missing(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'transformers'", name="transformers")
+
+    monkeypatch.setattr(cli, "run_partition", missing)
+    _one_line_error(capsys, ["partition", "--model", "mlp"], "needs transformers", "pip install 'fxcut[bench]'")
+
+
+def test_module_from_the_working_directory(capsys, tmp_path, monkeypatch):
+    """``fxcut partition --module mine:build`` in the directory holding
+    mine.py: the working directory is on the import path while the user's
+    code is imported (the console script does not put it there)."""
+    name = "fxcut_cwd_models_issue38"
+    (tmp_path / f"{name}.py").write_text("import torch.nn as nn\n\n\ndef build():\n"
+                                         "    return nn.Sequential(nn.Linear(16, 8), nn.GELU(), nn.Linear(8, 4))\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    before = list(sys.path)
+    assert cli.main(["partition", "--module", f"{name}:build", "--input", "4,16", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["model"] == f"{name}:build" and data["same_saved"] is True
+    assert sys.path == before  # put back
+    sys.modules.pop(name, None)
+    err = _one_line_error(capsys, ["partition", "--module", "fxcut_no_such_module_x:build", "--input", "4,16"],
+                          "does not import", "fxcut_no_such_module_x")
+    assert f"looked in the working directory {tmp_path}" in err
+
+
+def test_html_says_where_it_wrote_the_page(capsys, tmp_path):
+    target = tmp_path / "page.html"
+    assert cli.main(["partition", "--model", "mlp", "--no-torch", "--html", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert f"fxcut: wrote the HTML page to {target.resolve()}\n" in out and target.is_file()
+    # with --json stdout is the JSON alone: the line goes to stderr
+    assert cli.main(["partition", "--model", "mlp", "--no-torch", "--json", "--html", str(target), "--force"]) == 0
+    captured = capsys.readouterr()
+    json.loads(captured.out)
+    assert captured.err == f"fxcut: wrote the HTML page to {target.resolve()}\n"
+
+
+# --------------------------------------------------------------------------- issue 38: explain
+
+
+def test_the_readmes_explain_example_names_a_saved_value(capsys):
+    """The README's ``fxcut explain --model M NODE`` ("why a value was
+    saved") answers about a value that partition saves."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    examples = re.findall(r"fxcut explain --model (\w+) (\w+)", readme)
+    assert examples
+    for model, node in examples:
+        _, summary, _ = _library(model)
+        assert node in summary.saved, (model, node, summary.saved)
+        assert cli.main(["explain", "--model", model, node]) == 0
+        assert capsys.readouterr().out.splitlines()[1].strip().startswith("saved:")
+
+
+def test_explain_list_lists_every_node_where_it_went(capsys):
+    from fxcut.explain import explain_values
+
+    assert cli.main(["explain", "--model", "mlp", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cap, summary, _ = _library("mlp")
+    want = explain_values(cap.fresh(), None, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert list(rows) == [a["node"] for a in want]
+    assert {name for name, line in rows.items() if line.rstrip().endswith(" saved")} == set(summary.saved)
+    assert cli.main(["explain", "--model", "mlp", "--list", "--json"]) == 0
+    assert [a["node"] for a in json.loads(capsys.readouterr().out)] == list(rows)
+
+
+def test_explain_plan_budget_explains_the_plans_choices(capsys):
+    """explain --plan-budget 0: where the plan put each node (what the
+    library's planned partitioner saves), beside where torch puts it at the
+    same b and at its default (what torch's own partitioner saves)."""
+    assert cli.main(["explain", "--model", "gpt2", "--plan-budget", "0", "--list", "--json"]) == 0
+    accounts = json.loads(capsys.readouterr().out)
+    cap = capture_model("gpt2", fake=True)
+    planned = fxcut.planned_partitioner(0.0)
+    fw, bw = planned(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    assert not planned.planner.last.timed_out  # the search stopped at its work budget: the same plan each run
+    saved = {a["node"] for a in accounts if a["place"] == "saved"}
+    assert saved == set(summarize(fw, bw, cap.num_fwd_outputs).saved)
+    assert {a["node"] for a in accounts if a["torch_same_budget"]["place"] == "saved"} == set(_torch_saved(cap, 0.0))
+    assert {a["node"] for a in accounts if a["torch_default"]["place"] == "saved"} == set(_torch_saved(cap, 1.0))
+    # a value the plan recomputes and torch (at its default) saves: the plan's reason, not the min cut's
+    node = next(a for a in accounts if a["place"] == "recomputed" and a["torch_default"]["place"] == "saved")
+    assert "the plan" in node["why"] and "minimum cut" not in node["why"]
+    assert cli.main(["explain", "--model", "gpt2", "--plan-budget", "0", node["node"]]) == 0
+    text = capsys.readouterr().out
+    assert f"  the plan at b=0: {node['why']}" in text
+    assert "  torch at the same b (0): " in text and "  torch at its default budget (1): saved" in text
+    assert "plan at b=0: peak " in text and " MiB vs torch at the same b " in text
+
+
+def test_the_main_jobs_peaks_on_an_untested_torch_say_why_and_exit_0(monkeypatch, capsys):
+    """On a torch fxcut is not tested on, torch's partitioner decides every
+    graph (as the README promises): --peaks says so in one line instead of
+    failing the command."""
+    from fxcut.torchrules import versions
+
+    monkeypatch.setattr(versions, "installed_version", lambda: "2.99.0")
+    monkeypatch.delenv(versions.ALLOW_UNTESTED_ENV, raising=False)
+    assert cli.main(["partition", "--model", "mlp", "--peaks"]) == 0
+    out = capsys.readouterr().out
+    assert "--peaks: torch 2.99.0 is not a release fxcut is tested on" in out
+    assert "the plan's peaks are not shown" in out

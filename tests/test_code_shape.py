@@ -1,5 +1,5 @@
-"""The C core's shape, checked from its source: no function in csrc/ longer
-than 60 lines (issue 37).
+"""The code's shape, checked from its source: no function in csrc/ and no
+function in python/fxcut/ longer than 60 lines (issue 37).
 
 A function's length is the number of lines between its opening brace and
 its closing brace, the brace lines excluded; every line counts, blank and
@@ -7,15 +7,23 @@ comment lines included.  The scanner reads C with comments, string and
 character literals and preprocessor directives blanked out (their newlines
 kept), so braces inside them do not count, and a signature may span several
 lines.
+
+A Python function's length is its number of lines of code: the lines from
+its ``def`` to its last line that hold a token other than a comment, the
+docstring left out (a multi-line expression counts every line it spans).
 """
 
 from __future__ import annotations
 
+import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 from typing import NamedTuple
 
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
+PACKAGE = Path(__file__).resolve().parent.parent / "python" / "fxcut"
 MAX_LINES = 60
 
 
@@ -189,3 +197,56 @@ def test_the_scanner_sees_every_c_function():
     # a sanity check against a silently empty scan: the core's entry points are found
     names = {f.name for p in _c_sources() for f in c_functions(p.read_text())}
     assert {"fxcut_memsim_new", "fxcut_load_graph", "FN(fxcut_push_relabel)"} <= names
+
+
+_NOT_CODE = frozenset({tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+                       tokenize.ENDMARKER})
+
+
+def _docstring_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> range:
+    first = fn.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return range(first.lineno, (first.end_lineno or first.lineno) + 1)
+    return range(0)
+
+
+def python_code_lines(source: str, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The lines of ``fn`` (in ``source``) that hold code: not blank, not
+    only a comment, not its docstring."""
+    end = fn.end_lineno or fn.lineno
+    text = "\n".join(source.splitlines()[fn.lineno - 1:end]) + "\n"
+    doc = _docstring_lines(fn)
+    lines: set[int] = set()
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type in _NOT_CODE:
+            continue
+        for k in range(tok.start[0], tok.end[0] + 1):
+            line = fn.lineno + k - 1
+            if line not in doc:
+                lines.add(line)
+    return len(lines)
+
+
+def python_functions(source: str) -> list[tuple[str, int, int]]:
+    """(name, line, lines of code) of every function and method in ``source``, nested ones included."""
+    return [(node.name, node.lineno, python_code_lines(source, node)) for node in ast.walk(ast.parse(source))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_every_python_function_is_at_most_60_lines_of_code():
+    sources = sorted(PACKAGE.rglob("*.py"))
+    assert len(sources) > 50  # the package, not an empty folder
+    too_long = [f"{path.relative_to(PACKAGE)}:{line} {name}: {n} lines"
+                for path in sources for name, line, n in python_functions(path.read_text())
+                if n > MAX_LINES]
+    assert not too_long, "functions longer than 60 lines of code:\n" + "\n".join(too_long)
+
+
+def test_the_python_scanner_counts_code_not_docstrings_or_comments():
+    body = "".join(f"    x{k} = {k}\n" for k in range(59))
+    source = (f'def f(a,\n      b):\n    """doc\n\n    more doc"""\n    # a comment\n\n{body}'
+              "    return (a +\n            b)\n")
+    assert python_functions(source) == [("f", 1, 2 + 59 + 2)]  # the def's two lines, the body, the return's two
+    assert python_code_lines(source, ast.parse(source).body[0]) == 63  # type: ignore[arg-type]
+    nested = "def outer():\n    def inner():\n        return 1\n    return inner\n"
+    assert sorted(python_functions(nested)) == [("inner", 2, 2), ("outer", 1, 4)]

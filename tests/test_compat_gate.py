@@ -31,7 +31,7 @@ import fxcut
 import fxcut._C as _C
 import zoo
 from fxcut.route import guard
-from fxcut.route.lower import _NodeFacts, _read_in_c, _ValueFacts
+from fxcut.torchrules.lower import _NodeFacts, _read_in_c, _ValueFacts
 from fxcut.torchrules import codegen, extract, gate, prepare, snapshot, versions
 from fxcut.torchrules.ops import default_facts
 

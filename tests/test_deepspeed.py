@@ -29,7 +29,7 @@ import fxcut  # noqa: E402
 import fxcut.integrations.deepspeed as fxds  # noqa: E402
 import fxcut.partition  # noqa: E402
 import fxcut.route.decide  # noqa: E402
-import fxcut.zero3  # noqa: E402
+import fxcut.torchrules.zero3  # noqa: E402
 import zoo  # noqa: E402
 
 aten = torch.ops.aten
@@ -56,19 +56,27 @@ def installed():
 
 @pytest.fixture
 def fxcut_calls(monkeypatch):
-    """Counts of fxcut's walks and C decisions during the test."""
+    """Counts of fxcut's walks (in C: "walk"; DeepCompile's walk in plain
+    Python, where torch decides: "python walk", only once one ran) and C
+    decisions during the test."""
     calls = {"walk": 0, "decide": 0}
-    walk, decide = fxcut.zero3.recompute_param_aliases, fxcut.route.decide.decide_plan
+    walk, decide = fxcut.torchrules.zero3.c_walk, fxcut.route.decide.decide_plan
+    python_walk = fxcut.torchrules.zero3.reference_walk
 
     def spy_walk(*args, **kwargs):
         calls["walk"] += 1
         return walk(*args, **kwargs)
 
+    def spy_python_walk(*args, **kwargs):
+        calls["python walk"] = calls.get("python walk", 0) + 1
+        return python_walk(*args, **kwargs)
+
     def spy_decide(*args, **kwargs):
         calls["decide"] += 1
         return decide(*args, **kwargs)
 
-    monkeypatch.setattr(fxcut.zero3, "recompute_param_aliases", spy_walk)
+    monkeypatch.setattr(fxcut.torchrules.zero3, "c_walk", spy_walk)
+    monkeypatch.setattr(fxcut.torchrules.zero3, "reference_walk", spy_python_walk)
     monkeypatch.setattr(fxcut.route.decide, "decide_plan", spy_decide)
     return calls
 
@@ -138,6 +146,45 @@ def test_deepcompile_inductor_wrapper_keeps_inductor_passes_and_cuts_with_fxcut(
         tfw, tbw = cap.partition(own)
     assert fxcut_calls == {"walk": 1, "decide": 1}
     assert (fw.code, bw.code) == (tfw.code, tbw.code)
+
+
+def test_a_plan_uses_the_memory_model_of_the_program_each_deepcompile_backend_runs():
+    """install(memory_budget=b): DeepCompile's eager backend runs its modules
+    through make_boxed_func(gm.forward), holding every saved value through
+    the backward (the "unfused_held" model); its inductor backend runs
+    inductor's modules (the "inductor" model).  Each route plans on its own."""
+    from torch._inductor import compile_fx
+
+    import deepspeed.compile.backend as ds_backend_module
+
+    fxds.install(memory_budget=0.0)
+    try:
+        eager_plan = ds_backend.min_cut_rematerialization_partition
+        assert eager_plan.planner.memory_model == "unfused_held"
+        cap = zoo.capture("llama_bf16")
+        fn = ds_backend_module.get_wrapped_partitioner(True, cap.param_indices,
+                                                       ds_backend.min_cut_rematerialization_partition, 31, set())
+        cap.partition(fn)
+        assert eager_plan.planner.last is not None and eager_plan.planner.last.memory_model == "unfused_held"
+
+        cap = zoo.capture_inductor("llama_bf16")
+        seen: list[str] = []
+        inductor_plan = fxds._partition("inductor")
+        original = inductor_plan.planner.plan
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            seen.append(inductor_plan.planner.memory_model)
+            return original(*args, **kwargs)
+
+        inductor_plan.planner.plan = spy  # type: ignore[method-assign]
+        fn = ds_inductor.wrap_partition_fn(True, compile_fx.partition_fn, list(cap.joint_inputs[0]),
+                                           cap.param_indices, 32, set())
+        cap.partition(fn)
+        assert seen == ["inductor"]
+        assert inductor_plan is not eager_plan
+    finally:
+        fxds.uninstall()
+    assert ds_backend.min_cut_rematerialization_partition is DS_OWN[("backend", "min_cut_rematerialization_partition")]
 
 
 def test_without_zero3_the_wrapper_only_records_the_frame(installed, fxcut_calls):

@@ -25,12 +25,13 @@ import pytest
 import torch
 
 import fxcut
-from fxcut.route.decide import decide_plan
+from fxcut.route.decide import decide_plan, plan_inputs
 from fxcut.route.lower import lower_plan
 from fxcut.route.plan import make_plan
 from fxcut.planned import PeakPlanner
 from fxcut.solve.liveness import FREE, Liveness, describe
 from fxcut.solve.planner import PlanProblem
+from fxcut.tools.decisions import torch_now
 
 pytest.importorskip("highspy")
 from fxcut.solve import exact  # noqa: E402
@@ -47,9 +48,11 @@ class _Keep:
 
 
 def _problem(module: torch.fx.GraphModule, nfo: int, statics: Any = None) -> tuple[PlanProblem, Any]:
-    plan = make_plan(module, num_fwd_outputs=nfo, static_lifetime_input_indices=statics, objective=_Keep())
+    plan = make_plan(module, torch_now(), num_fwd_outputs=nfo, static_lifetime_input_indices=statics,
+                     objective=_Keep())
     chosen = decide_plan(plan, lower_plan(plan))
-    return PeakPlanner().problem(chosen, nfo), chosen
+    planner = PeakPlanner()
+    return planner.problem(plan_inputs(plan, planner, chosen, plan.torch.unsafe(chosen.arrays))), chosen
 
 
 def _random_problems(seeds: range, max_free: int) -> list[tuple[int, PlanProblem, Liveness]]:

@@ -1,7 +1,7 @@
 """The C core's checks of a graph array, through fxcut._C.validate and
 fxcut._C.param_alias_walk.
 
-A well-formed array comes from fxcut.route.lower.lower_structure; each test breaks
+A well-formed array comes from fxcut.torchrules.lower.lower_structure; each test breaks
 one thing in it and asserts the exception type, that the message names the
 culprit, and (for errors found by the core) the exception's ``node``.
 """
@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fxcut import _C
-from fxcut.route.lower import GraphArrays, _output_leaves, lower_structure
+from fxcut.solve.arrays import GraphArrays
+from fxcut.torchrules.lower import LoweredGraph, _output_leaves, lower_structure
 from fxcut.torchrules.ops import zero3_facts
 from fxcut.torchrules.versions import rules_or_nearest
 
@@ -417,12 +418,12 @@ SIGNATURES = {
     "knapsack": "(memory, runtime, max_memory, solver, /)",
     "aggressive_options": "(options, /)",
     "memory_simulate": "(graph, /, *, num_fwd_outputs, saved, storage_of=None, flops=None, marks=None, "
-                       "timeline=False, fusion=None, fused_cost=None, iteration=None, realize=None)",
+                       "timeline=False, fusion=None, fused_cost=None, iteration=None, realize=None, hold_saved=False)",
     "plan_simulate": "(graph, /, *, num_fwd_outputs, role, saved, storage_of=None, flops=None, marks=None, "
-                     "fusion=None, fused_cost=None, iteration=None, realize=None)",
+                     "fusion=None, fused_cost=None, iteration=None, realize=None, hold_saved=False)",
     "plan_frontier": "(graph, /, *, num_fwd_outputs, role, storage_of=None, flops=None, seeds=None, "
                      "exact_max_free=16, max_work=4000000000, time_limit=1.0, max_points=1024, marks=None, "
-                     "fusion=None, fused_cost=None, iteration=None, realize=None, threads=0)",
+                     "fusion=None, fused_cost=None, iteration=None, realize=None, threads=0, hold_saved=False)",
     "cse_key": "(args, kwargs, env, config)",
     "lower_read": "(nodes, replace, config, /)",
     "prepare_plan": "(nodes, node_facts, config, /, *, eliminate_dead, cse)",
@@ -529,17 +530,17 @@ fidelity = pytest.mark.fidelity
 _FIELDS = ("kind", "flags", "tag", "ac_graph_id", "nbytes", "arg_ptr", "arg_idx", "in_ptr", "in_idx", "outputs")
 
 
-def _both_paths(graph: fx.Graph, **kw: Any) -> tuple[GraphArrays, GraphArrays]:
-    from fxcut.route.lower import lower_for_partition
+def _both_paths(graph: fx.Graph, **kw: Any) -> tuple[LoweredGraph, LoweredGraph]:
+    from fxcut.torchrules.lower import lower_for_partition
     from fxcut.torchrules.ops import default_facts
 
-    facts = default_facts()
-    py = lower_for_partition(graph, facts, impure_random=True, use_c=False, **kw)
-    c = lower_for_partition(graph, facts, impure_random=True, use_c=True, **kw)
+    facts, rules = default_facts(), rules_or_nearest()
+    py = lower_for_partition(graph, facts, impure_random=True, rules=rules, use_c=False, **kw)
+    c = lower_for_partition(graph, facts, impure_random=True, rules=rules, use_c=True, **kw)
     return py, c
 
 
-def _assert_same_arrays(py: GraphArrays, c: GraphArrays) -> None:
+def _assert_same_arrays(py: LoweredGraph, c: LoweredGraph) -> None:
     for f in _FIELDS:
         assert getattr(c, f) == getattr(py, f), f
         assert getattr(c, f).typecode == getattr(py, f).typecode, f
@@ -559,7 +560,7 @@ def test_c_reader_lowers_zoo_graphs_like_the_python_path(name: str) -> None:
 
     graph = zoo.capture(name).fresh().graph
     _assert_same_arrays(*_both_paths(graph))
-    prep = prepare.plan(graph, default_facts(), cse=True, impure_random=True)
+    prep = prepare.plan(graph, default_facts(), cse=True, impure_random=True, rules=rules_or_nearest())
     _assert_same_arrays(*_both_paths(graph, removed=prep.removed, replace=prep.replace))
 
 
@@ -625,7 +626,7 @@ def test_c_reader_takes_odd_nodes_through_the_slow_path() -> None:
 def test_c_reader_leaves_a_foreign_node_to_the_python_error() -> None:
     """A node that uses a node of another graph: the reader gives up and the
     Python path raises its LoweringError naming the node."""
-    from fxcut.route.lower import LoweringError
+    from fxcut.torchrules.lower import LoweringError
 
     other = fx.Graph()
     stranger = other.placeholder("x")
@@ -636,11 +637,11 @@ def test_c_reader_leaves_a_foreign_node_to_the_python_error() -> None:
     n.meta["val"] = torch.empty(2, device="meta")
     g.output((n,))
     for use_c in (False, True):
-        from fxcut.route.lower import lower_for_partition
+        from fxcut.torchrules.lower import lower_for_partition
         from fxcut.torchrules.ops import default_facts
 
         with pytest.raises(LoweringError, match=f"node '{n.name}' uses 'x'"):
-            lower_for_partition(g, default_facts(), impure_random=True, use_c=use_c)
+            lower_for_partition(g, default_facts(), impure_random=True, rules=rules_or_nearest(), use_c=use_c)
 
 
 def _sequence_graph() -> tuple[fx.Graph, dict[str, fx.Node]]:
@@ -710,7 +711,7 @@ def test_c_reader_takes_sequences_without_the_slow_path() -> None:
     """Exact tuples and lists of exact sizes are read in C: the slow path
     sees only the symbolic size, the namedtuple and the output; opaque() is
     asked once for tuples and once for lists, and its answer is kept."""
-    from fxcut.route.lower import _NodeFacts, _ValueFacts
+    from fxcut.torchrules.lower import _NodeFacts, _ValueFacts
     from fxcut.torchrules.ops import default_facts
 
     g, nodes = _sequence_graph()
@@ -740,9 +741,9 @@ def test_c_reader_takes_sequences_without_the_slow_path() -> None:
 @fidelity
 def test_opaque_sequences_are_free_objects_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
     """A tuple or list type torch calls opaque: F_FREE_OBJECT on both paths."""
-    import fxcut.route.lower
+    import fxcut.torchrules.lower
 
-    monkeypatch.setattr(fxcut.route.lower, "_is_opaque", lambda node: True)
+    monkeypatch.setattr(fxcut.torchrules.lower, "_is_opaque", lambda node: True)
     g, nodes = _sequence_graph()
     py, c = _both_paths(g)
     _assert_same_arrays(py, c)
@@ -754,7 +755,7 @@ def test_opaque_sequences_are_free_objects_on_both_paths(monkeypatch: pytest.Mon
 def test_sequence_too_big_for_64_bits_raises_on_both_paths(items: int) -> None:
     """One tensor whose bytes overflow int64, or two whose sum does: both
     paths raise the LoweringError naming the node."""
-    from fxcut.route.lower import LoweringError, lower_for_partition
+    from fxcut.torchrules.lower import LoweringError, lower_for_partition
     from fxcut.torchrules.ops import default_facts
 
     g = fx.Graph()
@@ -766,7 +767,7 @@ def test_sequence_too_big_for_64_bits_raises_on_both_paths(items: int) -> None:
     g.output((n,))
     for use_c in (False, True):
         with pytest.raises(LoweringError, match=f"node '{n.name}'"):
-            lower_for_partition(g, default_facts(), impure_random=True, use_c=use_c)
+            lower_for_partition(g, default_facts(), impure_random=True, rules=rules_or_nearest(), use_c=use_c)
 
 
 _ROLES = _C.F_PRIMAL | _C.F_TANGENT | _C.F_FWD_SEED | _C.F_BWD_SEED
@@ -816,7 +817,18 @@ class _EqualTo:
     __hash__ = object.__hash__
 
 
-_TAG_FLAGS = _C.F_IS_BACKWARD_TAG | _C.F_MUST_BE_IN_BW
+_TAG_FLAGS = _C.F_IS_BACKWARD_TAG | _C.F_MUST_BE_IN_BW | _C.F_MUST_BE_IN_FW
+
+
+def _tagged_node(target: Any, tag: Any) -> tuple[fx.Graph, fx.Node]:
+    """primals_1 -> ``target(x, x)`` tagged ``tag`` -> output."""
+    g = fx.Graph()
+    x = g.placeholder("primals_1")
+    x.meta["val"] = torch.empty(4, device="meta")
+    n = g.call_function(target, (x, x))
+    n.meta.update(val=torch.empty(4, device="meta"), partitioner_tag=tag)
+    g.output((n,))
+    return g, n
 
 
 @fidelity
@@ -828,27 +840,48 @@ _TAG_FLAGS = _C.F_IS_BACKWARD_TAG | _C.F_MUST_BE_IN_BW
 def test_partitioner_tag_flags_are_torchs(tag: Any, target: Any) -> None:
     """The flags a partitioner_tag gives, a rule with one copy (C:
     ``_C.partitioner_tag_flags``, which the C reader applies and the Python
-    path and fxcut.torchrules.ops.must_be_in_backward ask): torch's
-    _has_tag_is_backward and _must_be_in_backward, on a mutable and a
-    functional target, for tags of every kind (a str subclass, an object
-    equal through its __eq__).  Both lowering paths stamp them."""
-    from torch._functorch.partitioners import _has_tag_is_backward, _must_be_in_backward
+    path and fxcut.torchrules.ops.tag_flags ask): torch's
+    _has_tag_is_backward, _must_be_in_backward and _must_be_in_forward, on
+    a mutable and a functional target, for tags of every kind (a str
+    subclass, an object equal through its __eq__).  Both lowering paths
+    stamp them."""
+    from torch._functorch.partitioners import _has_tag_is_backward, _must_be_in_backward, _must_be_in_forward
 
-    from fxcut.torchrules.ops import is_mutable_op, must_be_in_backward
+    from fxcut.torchrules.ops import is_mutable_op, tag_flags
 
-    g = fx.Graph()
-    x = g.placeholder("primals_1")
-    x.meta["val"] = torch.empty(4, device="meta")
-    n = g.call_function(target, (x, x))
-    n.meta.update(val=torch.empty(4, device="meta"), partitioner_tag=tag)
-    g.output((n,))
-    expected = (_C.F_IS_BACKWARD_TAG if _has_tag_is_backward(n) else 0) | (
-        _C.F_MUST_BE_IN_BW if _must_be_in_backward(n) else 0)
+    g, n = _tagged_node(target, tag)
+    expected = ((_C.F_IS_BACKWARD_TAG if _has_tag_is_backward(n) else 0)
+                | (_C.F_MUST_BE_IN_BW if _must_be_in_backward(n) else 0)
+                | (_C.F_MUST_BE_IN_FW if _must_be_in_forward(n) else 0))
     assert _C.partitioner_tag_flags(tag, is_mutable_op(target)) == expected
-    assert must_be_in_backward(tag, is_mutable_op(target)) == _must_be_in_backward(n)
+    assert tag_flags(tag, is_mutable_op(target)) == expected
+    assert bool(tag_flags(tag, is_mutable_op(target)) & _C.F_MUST_BE_IN_BW) == _must_be_in_backward(n)
     py, c = _both_paths(g)
     _assert_same_arrays(py, c)
     assert c.flags[1] & _TAG_FLAGS == expected
+
+
+@fidelity
+def test_must_be_in_forward_flag_is_torchs() -> None:
+    """F_MUST_BE_IN_FW (bit 29) where torch's _must_be_in_forward holds: an
+    untagged mutable op and a functional op tagged must_be_in_forward; not a
+    mutable op tagged is_backward or must_be_in_backward.  From the rule
+    itself and as both lowering paths stamp it."""
+    from torch._functorch.partitioners import _must_be_in_forward
+
+    from fxcut.torchrules.ops import is_mutable_op
+
+    assert _C.F_MUST_BE_IN_FW == 1 << 29
+    cases = [(None, aten.add_.Tensor, True), ("must_be_in_forward", aten.add.Tensor, True),
+             ("is_backward", aten.add_.Tensor, False), ("must_be_in_backward", aten.add_.Tensor, False)]
+    for tag, target, in_forward in cases:
+        g, n = _tagged_node(target, tag)
+        assert _must_be_in_forward(n) is in_forward, (tag, target)
+        bit = _C.F_MUST_BE_IN_FW if in_forward else 0
+        assert _C.partitioner_tag_flags(tag, is_mutable_op(target)) & _C.F_MUST_BE_IN_FW == bit, (tag, target)
+        py, c = _both_paths(g)
+        _assert_same_arrays(py, c)
+        assert py.flags[1] & _C.F_MUST_BE_IN_FW == c.flags[1] & _C.F_MUST_BE_IN_FW == bit, (tag, target)
 
 
 def _output_of(value_of: Any) -> fx.Node:

@@ -31,10 +31,13 @@ import torch.nn as nn
 import fxcut
 from fxcut import _C
 from fxcut.planned import PeakPlanner
-from fxcut.solve import core, memory
+from fxcut.solve import core
 from fxcut.solve.arrays import GraphArrays
 from fxcut.solve.cost import CPU, MachineModel, node_costs
+from fxcut.tools.decisions import simulate_saved, torch_now
+from fxcut.torchrules import facts
 from fxcut.torchrules.fusion import fusion_kinds, op_kind
+from fxcut.torchrules.versions import rules_or_nearest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import zoo  # noqa: E402
@@ -75,8 +78,8 @@ def test_heavy_and_copied_inputs_are_cpu_rules() -> None:
     a = graph.call_function(aten.add.Tensor, (e, c))
     graph.output(a)
     nodes = list(graph.nodes)
-    cpu = fusion_kinds(nodes, "cpu")
-    cuda = fusion_kinds(nodes, "cuda")
+    cpu = fusion_kinds(nodes, rules_or_nearest(), "cpu")
+    cuda = fusion_kinds(nodes, rules_or_nearest(), "cuda")
     assert cpu[2] == _C.FUSE_POINTWISE | _C.FUSE_HEAVY and cuda[2] == _C.FUSE_POINTWISE
     assert cpu[3] == _C.FUSE_EXTERN | _C.FUSE_COPIES_INPUTS and cuda[3] == _C.FUSE_EXTERN
     assert cpu[4] == cuda[4] == _C.FUSE_POINTWISE
@@ -99,13 +102,13 @@ def test_heavy_ops_are_inductors_list_of_the_release() -> None:
     nodes = list(graph.nodes)
 
     def heavy(release: str) -> list[bool]:
-        kinds = fusion_kinds(nodes, "cpu", RELEASES[release])
+        kinds = fusion_kinds(nodes, RELEASES[release], "cpu")
         return [bool(kinds[i] & _C.FUSE_HEAVY) for i in range(1, 1 + len(ops))]
 
     assert heavy("2.13") == [True, False, True, True, False, False, True]
     assert heavy("2.15") == heavy("2.14") == heavy("2.13")
     assert heavy("2.12") == [True, False, False, True, False, False, False]
-    assert not any(k & _C.FUSE_HEAVY for k in fusion_kinds(nodes, "cuda"))
+    assert not any(k & _C.FUSE_HEAVY for k in fusion_kinds(nodes, rules_or_nearest(), "cuda"))
 
 
 def test_an_exact_gelu_recomputed_in_the_backward_is_inlined_as_inductor_does() -> None:
@@ -124,7 +127,7 @@ def test_an_exact_gelu_recomputed_in_the_backward_is_inlined_as_inductor_does() 
     routed = _route(cap, 0.0)
     fw, bw = routed.modules
     assert any(n.target is aten.erf.default for n in bw.graph.nodes)
-    est = memory.simulate(routed.decision.decision.arrays, list(routed.saved), cap.num_fwd_outputs, model="inductor")
+    est = simulate_saved(routed.decision.decision.arrays, list(routed.saved), cap.num_fwd_outputs, model="inductor")
     b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
     assert abs(est.bw_peak_bytes / b.wrapper_peak - 1) <= 0.05, (est.bw_peak_bytes, b.wrapper_peak)
 
@@ -164,7 +167,7 @@ def _route(cap: Any, budget: float | None = None) -> Any:
     from fxcut import partition
     from fxcut.route.plan import make_plan
 
-    plan = make_plan(cap.fresh(), num_fwd_outputs=cap.num_fwd_outputs,
+    plan = make_plan(cap.fresh(), torch_now(), num_fwd_outputs=cap.num_fwd_outputs,
                      static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"),
                      budget=budget)
     return partition.route(plan, cap.joint_inputs)
@@ -173,7 +176,7 @@ def _route(cap: Any, budget: float | None = None) -> Any:
 def test_inlined_chain_is_no_buffer_and_extern_input_is(chain: Any) -> None:
     routed = _route(chain)
     arrays = routed.decision.decision.arrays
-    est = memory.simulate(arrays, list(routed.saved), chain.num_fwd_outputs, model="inductor", timeline=True)
+    est = simulate_saved(arrays, list(routed.saved), chain.num_fwd_outputs, model="inductor", timeline=True)
     fw_kernels = [s.node for s in est.timeline if s.phase == "forward"]
     targets = {n.name: n.target for n in arrays.nodes}
     # the forward's kernels: the first mm, the chain's last node (the second mm's input: a buffer), the
@@ -185,7 +188,7 @@ def test_inlined_chain_is_no_buffer_and_extern_input_is(chain: Any) -> None:
     h, chain_out, out, loss = 16 * 128 * 4, 16 * 128 * 4, 16 * 32 * 4, 4
     assert est.fw_peak_bytes == h + chain_out + out + loss
     # the unfused model allocates relu and *3 too
-    unfused = memory.simulate(arrays, list(routed.saved), chain.num_fwd_outputs)
+    unfused = simulate_saved(arrays, list(routed.saved), chain.num_fwd_outputs)
     assert unfused.fw_peak_bytes > est.fw_peak_bytes
 
 
@@ -201,7 +204,7 @@ def test_model_and_inductors_own_wrapper_on_the_chain(chain: Any) -> None:
     for budget in (None, 0.0):
         routed = _route(chain, budget)
         fw, bw = routed.modules
-        est = memory.simulate(routed.decision.decision.arrays, list(routed.saved), chain.num_fwd_outputs,
+        est = simulate_saved(routed.decision.decision.arrays, list(routed.saved), chain.num_fwd_outputs,
                               model="inductor")
         f = ask_inductor(fw, is_backward=False)
         b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
@@ -305,16 +308,16 @@ def test_wrapper_sizes_it_cannot_evaluate_are_named(text: str, words: str) -> No
         _size_tuple(text, {"s33": 7}, "line")
 
 
-def test_inductor_check_reads_a_graph_traced_with_dynamic_shapes() -> None:
-    """``torch.compile(dynamic=True)`` (or a recompile after a size change):
-    the check asks inductor about modules whose buffers are sized by
-    symbols; it reads them at the traced sizes -- the same peaks as the
-    same model traced with static shapes at those sizes -- instead of
-    failing and dropping the check."""
+def test_inductor_check_is_not_asked_about_a_graph_traced_with_dynamic_shapes() -> None:
+    """``torch.compile(dynamic=True)`` (or ``mark_dynamic``): asking inductor
+    would lower the modules on the compile's own ShapeEnv and specialize
+    its symbols (a recompile per size, a failed ``mark_dynamic``), so the
+    plan picks on the memory model there and says why; the same graph
+    traced with static shapes is asked."""
     from fxcut.planned import planned_partitioner
     from fxcut.tools.capture import capture
 
-    asked = {}
+    reports = {}
     for dynamic in (False, True):
         torch.manual_seed(0)
         model = _Chain()
@@ -323,10 +326,11 @@ def test_inductor_check_reads_a_graph_traced_with_dynamic_shapes() -> None:
         assert symbolic == dynamic
         fn = planned_partitioner(0.5, memory_model="inductor")
         cap.partition(fn)
-        report = fn.planner.last.check
-        assert report is not None and not report.failed and not report.skipped, report
-        asked[dynamic] = report.torch_asked
-    assert asked[True] == asked[False] and asked[False], asked
+        reports[dynamic] = fn.planner.last.check
+    static, dynamic_report = reports[False], reports[True]
+    assert static is not None and not static.failed and not static.skipped and static.torch_asked, static
+    assert dynamic_report is not None and not dynamic_report.failed and not dynamic_report.torch_asked
+    assert "dynamic shapes" in dynamic_report.skipped, dynamic_report
 
 
 def test_recomputed_chain_is_inlined_into_the_backward(chain: Any) -> None:
@@ -335,9 +339,9 @@ def test_recomputed_chain_is_inlined_into_the_backward(chain: Any) -> None:
     routed = _route(chain, 0.0)
     arrays = routed.decision.decision.arrays
     saved = list(routed.saved)
-    est = memory.simulate(arrays, saved, chain.num_fwd_outputs, model="inductor", timeline=True)
+    est = simulate_saved(arrays, saved, chain.num_fwd_outputs, model="inductor", timeline=True)
     bw_kernels = {s.node for s in est.timeline if s.phase == "backward"}
-    recomputed = {n.name for n in est.recomputed}
+    recomputed = {arrays.nodes[i].name for i in est.recomputed}
     assert recomputed, "budget 0 must recompute"
     inlined = {n for n in recomputed if n not in bw_kernels}
     names = {arrays.nodes[i].name: arrays.nodes[i] for i in range(len(arrays))}
@@ -355,7 +359,7 @@ def test_model_equals_inductors_own_answer_on_mlp(budget: float | None) -> None:
     cap = zoo.capture_inductor("mlp")
     routed = _route(cap, budget)
     fw, bw = routed.modules
-    est = memory.simulate(routed.decision.decision.arrays, list(routed.saved), cap.num_fwd_outputs,
+    est = simulate_saved(routed.decision.decision.arrays, list(routed.saved), cap.num_fwd_outputs,
                           model="inductor")
     f = ask_inductor(fw, is_backward=False)
     b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
@@ -393,8 +397,8 @@ def test_model_within_ten_percent_of_inductor_on_gpt2() -> None:
     routed = _route(cap)
     fw, bw = routed.modules
     arrays = routed.decision.decision.arrays
-    est = memory.simulate(arrays, list(routed.saved), cap.num_fwd_outputs, model="inductor")
-    unfused = memory.simulate(arrays, list(routed.saved), cap.num_fwd_outputs)
+    est = simulate_saved(arrays, list(routed.saved), cap.num_fwd_outputs, model="inductor")
+    unfused = simulate_saved(arrays, list(routed.saved), cap.num_fwd_outputs)
     f = ask_inductor(fw, is_backward=False)
     b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
     truth = max(f.wrapper_peak, b.wrapper_peak)
@@ -436,7 +440,7 @@ def _frontier(peaks: list[int], costs: list[int]) -> Any:
 
 
 def _torch(*points: tuple[float, int, int]) -> list[Any]:
-    from fxcut.planned_check import TorchDecision
+    from fxcut.solve.check import TorchDecision
 
     return [TorchDecision(b, peak, cost) for b, peak, cost in points]
 
@@ -447,7 +451,7 @@ def test_checked_pick_follows_inductors_peaks() -> None:
     budgets 0.3-0.5 (cost 16), 6: at 0-0.2 (cost 40).  The same candidates
     are asked at every b; b=0: the lowest peak; b>0: the cheapest whose
     peak is at most the lowest of torch's decisions at budgets >= b."""
-    from fxcut.planned_check import checked_pick
+    from fxcut.solve.check import checked_pick
 
     front = _frontier([100, 120, 150, 400], [30, 20, 10, 1])   # the model's frontier
     torch = _torch((1.0, 170, 12), (0.5, 140, 16), (0.2, 200, 40))
@@ -516,7 +520,7 @@ def test_checked_pick_follows_inductors_peaks() -> None:
 def test_unasked_decision_cheaper_than_torchs_default_is_not_taken() -> None:
     """A decision of torch's that the model prices below its default, not
     asked, does not count: b=1 is never a pick on the model's word alone."""
-    from fxcut.planned_check import checked_pick
+    from fxcut.solve.check import checked_pick
 
     front = _frontier([100], [30])
     for cost, at_half in ((8, 1), (16, 2)):
@@ -536,7 +540,7 @@ def test_settling_asks_the_picks_that_rest_on_the_model() -> None:
     170, cost 30).  On the model's figures b=0.5 picks 3 and b=0.7 picks
     2: inductor's peak falls from 170 to 160 as b grows.  Settling asks 3,
     then 2 (b=0.5's pick once 3 is known), and both budgets pick 2."""
-    from fxcut.planned_check import checked_pick
+    from fxcut.solve.check import checked_pick
 
     front = _frontier([100], [50])
     torch = _torch((1.0, 200, 10), (0.7, 150, 20), (0.5, 140, 30))
@@ -577,7 +581,7 @@ def test_checked_pick_counts_saved_bytes_where_the_graph_holds_them() -> None:
     its lowest peak + saved bytes at budgets >= b.  Candidates 0-1: the
     frontier; 2: torch's default (peak 150, saves 100); 3: torch's
     decision at 0.5 (151, saves 20)."""
-    from fxcut.planned_check import checked_pick
+    from fxcut.solve.check import checked_pick
 
     front = _frontier([100, 110], [30, 20])
     torch = _torch((1.0, 170, 12), (0.5, 160, 16))
@@ -621,7 +625,7 @@ def test_checked_pick_is_monotonic_on_random_candidates() -> None:
     pick never saves more than torch's default."""
     import random
 
-    from fxcut.planned_check import checked_pick
+    from fxcut.solve.check import checked_pick
 
     budgets = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
     held_cases = {True: 0, False: 0}
@@ -699,7 +703,7 @@ def test_a_graph_holds_its_saved_tensors_when_it_returns_more_than_a_loss(chain:
     backward runs next.  The same model compiled without its loss returns
     its 16 x 32 output (a tangent of that shape), which goes on to other
     work before the backward, as a graph cut off by a graph break does."""
-    from fxcut.planned_check import holds_saved_tensors
+    from fxcut.torchrules.ask import holds_saved_tensors
     from fxcut.tools.capture import capture
 
     assert not holds_saved_tensors(chain.gm)
@@ -710,7 +714,7 @@ def test_a_graph_holds_its_saved_tensors_when_it_returns_more_than_a_loss(chain:
 
 
 def test_checked_pick_needs_torchs_default_first() -> None:
-    from fxcut.planned_check import checked_pick
+    from fxcut.solve.check import checked_pick
 
     with pytest.raises(ValueError, match="torch's default"):
         checked_pick(_frontier([1], [1]), _torch((0.5, 1, 1)), 0.5, lambda j: 1)
@@ -744,7 +748,7 @@ def test_inductor_check_in_the_plan_keeps_b1_at_or_below_torch(chain: Any) -> No
 def test_check_time_budget_is_spent_by_prediction_not_by_the_clock() -> None:
     """asks_within: how many asks fit at the measured per-node cost; the
     same answer whatever the machine's load."""
-    from fxcut.planned_check import ASK_SECONDS_PER_NODE, asks_within
+    from fxcut.solve.check import ASK_SECONDS_PER_NODE, asks_within
 
     assert asks_within(20.0, 470) == int(20.0 // (470 * ASK_SECONDS_PER_NODE)) == 8
     assert asks_within(20.0, 4860) == 0          # the 24-layer GPT: no candidate fits in 20 s
@@ -755,7 +759,7 @@ def test_check_time_budget_is_spent_by_prediction_not_by_the_clock() -> None:
 def test_checked_pick_stops_asking_when_told() -> None:
     """The wall-clock safety net: ``keep_asking`` False after two asks stops
     there; the pick is made among what was asked."""
-    from fxcut.planned_check import checked_pick
+    from fxcut.solve.check import checked_pick
 
     front = _frontier([100, 120, 150], [30, 20, 10])
     truth = {0: 130, 1: 125, 2: 170, 3: 160}
@@ -776,9 +780,9 @@ def test_settling_asks_at_most_twice_what_the_time_budget_fits(monkeypatch: Any)
     asks (torch's default and one more), settling may ask four; what it
     asked is in the report, and it stops early only once every budget's
     pick is asked."""
-    import fxcut.planned_check as planned_check
+    import fxcut.solve.peakplan as peakplan
     from fxcut.planned import SETTLE_BUDGETS, planned_partitioner
-    from fxcut.planned_check import ASK_SECONDS_PER_NODE, asks_within
+    from fxcut.solve.check import ASK_SECONDS_PER_NODE, asks_within
 
     cap = zoo.capture_inductor("gpt2")
     probe = planned_partitioner(0.5, memory_model="inductor", max_work=4_000_000, check_time_limit=0.0)
@@ -787,13 +791,13 @@ def test_settling_asks_at_most_twice_what_the_time_budget_fits(monkeypatch: Any)
     limit = 2.5 * n * ASK_SECONDS_PER_NODE
     assert asks_within(limit, n) == 2
     calls: list[tuple[int, int]] = []
-    original = planned_check.checked_pick
+    original = peakplan.checked_pick
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         calls.append((kwargs["max_asks"], kwargs["settle_asks"]))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(planned_check, "checked_pick", spy)
+    monkeypatch.setattr(peakplan, "checked_pick", spy)
     fn = planned_partitioner(0.5, memory_model="inductor", max_work=4_000_000, check_time_limit=limit)
     cap.partition(fn)
     assert calls == [(1, SETTLE_BUDGETS * 2)] and SETTLE_BUDGETS * 2 == 4
@@ -853,7 +857,7 @@ def test_check_that_inductor_fails_picks_on_the_model_with_a_warning(monkeypatch
     torch's decisions on the model's peaks, at b=0 the model's lowest."""
     import logging
 
-    import fxcut.planned_check as planned_check
+    import fxcut.torchrules.ask as ask
     from fxcut.planned import planned_partitioner
 
     cap = zoo.capture_inductor("gpt2")
@@ -865,12 +869,14 @@ def test_check_that_inductor_fails_picks_on_the_model_with_a_warning(monkeypatch
         skipped = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000, check_time_limit=0.0)
         cap.partition(skipped)
         with monkeypatch.context() as m, caplog.at_level(logging.WARNING, logger="fxcut"):
-            m.setattr(planned_check, "decision_peak", broken)
+            m.setattr(ask, "decision_peaks", broken)
             caplog.clear()
             failing = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000)
             cap.partition(failing)
         report = failing.planner.last.check
-        assert report.failed.startswith("RuntimeError: lowering failed") and not report.asked, report
+        # the ask is a gated copy of torch's: its error comes back as TorchChanged, naming the cause
+        assert report.failed.startswith("TorchChanged: ") and not report.asked, report
+        assert report.failed.endswith("RuntimeError: lowering failed for this candidate"), report
         warned = [r.getMessage() for r in caplog.records if "could not be asked" in r.getMessage()]
         assert len(warned) == 1 and "lowering failed for this candidate" in warned[0], warned
         assert failing.planner.last.saved == skipped.planner.last.saved
@@ -881,9 +887,10 @@ def test_check_that_inductor_fails_picks_on_the_model_with_a_warning(monkeypatch
 def test_time_cost_prices_an_inlined_recompute_below_a_kernel(chain: Any) -> None:
     routed = _route(chain)
     arrays = routed.decision.decision.arrays
-    storage = memory.storage_of(arrays)
-    flops = memory.node_flops(arrays)
-    cost, inlined = node_costs(arrays, flops, storage, CPU, fused=True)
+    storage = facts.storage_of(arrays)
+    flops = facts.node_flops(arrays)
+    numel = facts.value_numel(arrays)
+    cost, inlined = node_costs(arrays, flops, storage, numel, CPU, fused=True)
     by_name = {n.name: i for i, n in enumerate(arrays.nodes)}
     relu = next(i for n, i in by_name.items() if arrays.nodes[i].target is aten.relu.default)
     mm = next(i for n, i in by_name.items() if arrays.nodes[i].target is aten.mm.default)
@@ -892,7 +899,7 @@ def test_time_cost_prices_an_inlined_recompute_below_a_kernel(chain: Any) -> Non
     assert inlined[relu] == round(16 * 128 / 1e11 * 1e12)
     assert inlined[relu] < cost[relu] / 100
     assert cost[mm] > inlined[mm]
-    eager, _ = node_costs(arrays, flops, storage, CPU, fused=False)
+    eager, _ = node_costs(arrays, flops, storage, numel, CPU, fused=False)
     assert eager[relu] - cost[relu] == round((CPU.op_overhead_s - CPU.kernel_overhead_s) * 1e12)
 
 
@@ -990,7 +997,7 @@ def test_core_names_a_bad_fusion_entry(chain: Any) -> None:
 def test_simulate_rejects_an_unknown_model(chain: Any) -> None:
     routed = _route(chain)
     with pytest.raises(ValueError, match="memory_model"):
-        memory.simulate(routed.decision.decision.arrays, list(routed.saved), chain.num_fwd_outputs,
+        simulate_saved(routed.decision.decision.arrays, list(routed.saved), chain.num_fwd_outputs,
                         model="gpu")  # type: ignore[arg-type]
 
 
@@ -1004,7 +1011,7 @@ def _primal_graph(n_in: list[list[int]], primals: int, outputs: list[int]) -> Gr
     idx = [i for ins in n_in for i in ins]
     n = len(n_in)
     kinds = [_C.KIND_PLACEHOLDER] * primals + [_C.KIND_CALL_FUNCTION] * (n - primals - 1) + [_C.KIND_OUTPUT]
-    return GraphArrays(nodes=[], index={}, kind=array("B", kinds),
+    return GraphArrays(kind=array("B", kinds),
                        flags=array("I", [_C.F_PRIMAL] * primals + [0] * (n - primals)), tag=array("b", [-1] * n),
                        ac_graph_id=array("i", [-1] * n), nbytes=array("q", [64] * n),
                        arg_ptr=array("i", ptr), arg_idx=array("i", idx), in_ptr=array("i", ptr),
@@ -1117,7 +1124,7 @@ def test_lm_loss_gradient_is_inlined_at_budget_0_as_inductor_does() -> None:
     cap = capture(_LMHead(), [torch.randint(0, 512, (4, 33))], lambda out, _: out, compiler="inductor")
     routed = _route(cap, 0.0)
     fw, bw = routed.modules
-    est = memory.simulate(routed.decision.decision.arrays, list(routed.saved), cap.num_fwd_outputs,
+    est = simulate_saved(routed.decision.decision.arrays, list(routed.saved), cap.num_fwd_outputs,
                           model="inductor")
     b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
     assert abs(est.bw_peak_bytes - b.wrapper_peak) <= 0.1 * b.wrapper_peak, (est.bw_peak_bytes, b.wrapper_peak)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import pytest
@@ -14,7 +15,7 @@ from functorch.compile import make_boxed_func
 import fxcut
 import fxcut.route.decide
 import fxcut.partition
-import fxcut.zero3
+import fxcut.torchrules.zero3
 from fxcut.integrations.torch_compile import InductorPartitioner, zero3_param_indices
 from fxcut.tools.models import build_model
 
@@ -47,16 +48,20 @@ def decisions(monkeypatch):
 
 @pytest.fixture
 def walks(monkeypatch):
-    """The nodes each ZeRO-3 walk tagged during the test."""
+    """The nodes each of fxcut's ZeRO-3 walks tagged during the test (the
+    walk runs inside the partition's guard: in C where fxcut decides, in
+    Python where torch does; both are recorded)."""
     tagged: list[list[fx.Node]] = []
-    walk = fxcut.zero3.recompute_param_aliases
 
-    def spy(graph, param_indices, **kwargs):
-        nodes = walk(graph, param_indices, **kwargs)
-        tagged.append(nodes)
-        return nodes
+    def spying(walk):
+        def spy(graph, positions, no_copy_ops=None):
+            nodes = walk(graph, positions, no_copy_ops)
+            tagged.append(nodes)
+            return nodes
+        return spy
 
-    monkeypatch.setattr(fxcut.zero3, "recompute_param_aliases", spy)
+    for name in ("c_walk", "reference_walk"):
+        monkeypatch.setattr(fxcut.torchrules.zero3, name, spying(getattr(fxcut.torchrules.zero3, name)))
     return tagged
 
 
@@ -132,6 +137,94 @@ def test_aot_backend_partitions_with_fxcut(fresh_compile, decisions, walks):
     assert walks == []
 
 
+class _Chain(nn.Module):
+    """Six tanh layers: the backward reads each layer's saved output once,
+    from the last layer down, so a program that frees each saved value
+    after its last use holds less at its peak than one that keeps them all."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(256, 256) for _ in range(6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x.sum()
+
+
+def _measured_peak(backend) -> tuple[int, torch.Tensor]:
+    from fxcut.tools.measure import profile_step
+
+    torch.manual_seed(0)
+    model = _Chain()
+    x = torch.randn(512, 256)
+    compiled = torch.compile(model, backend=backend)
+    compiled(x).backward()  # compiles: the second step is measured
+    model.zero_grad(set_to_none=True)
+    loss, memory = profile_step(lambda: compiled(x))
+    torch._dynamo.reset()
+    return memory.peak_bytes, loss
+
+
+#: Under scripts/sanitize.sh (ASan preloaded) torch's profiler aborts the process when it stops.
+UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
+
+
+@pytest.mark.skipif(UNDER_ASAN, reason="torch's profiler aborts under an LD_PRELOADed ASan runtime; "
+                    "this test runs in scripts/test.sh")
+def test_aot_backend_runs_what_aot_eager_runs(fresh_compile):
+    """fxcut.aot_backend() frees each saved value after its last use, as
+    torch's aot_eager does: the same decision, the same measured peak, and
+    below the program that keeps every saved value through the backward
+    (AOT Autograd with the unboxed no-op compilers)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.compilers import nop
+
+    ours, loss = _measured_peak(fxcut.aot_backend())
+    theirs, loss_t = _measured_peak("aot_eager")
+    kept, _ = _measured_peak(aot_autograd(fw_compiler=nop, bw_compiler=nop,
+                                          partition_fn=fxcut.min_cut_rematerialization_partition))
+    assert ours == theirs
+    torch.testing.assert_close(loss, loss_t)
+    # the six saved activations, 512 x 256 floats each: freeing them as the
+    # backward goes lowers the peak by at least one of them
+    assert kept - ours >= 512 * 256 * 4
+
+
+def test_aot_backend_keeps_inference_input_mutations(fresh_compile):
+    """Without gradients, an input mutated by the function stays in the
+    compiled graph (``keep_inference_input_mutations=True``, as aot_eager),
+    and a user's AOT Autograd keyword still overrides it."""
+    from torch._dynamo.backends.debugging import boxed_nop
+
+    def graphs(backend_of):
+        seen: list[str] = []
+
+        def record(gm, example_inputs):
+            seen.append(gm.code)
+            return boxed_nop(gm, example_inputs)
+
+        def f(x: torch.Tensor) -> torch.Tensor:
+            x.add_(1)
+            return x * 2
+
+        with torch.no_grad():
+            x = torch.zeros(4)
+            out = torch.compile(f, backend=backend_of(record))(x)
+        torch._dynamo.reset()
+        assert torch.equal(x, torch.ones(4)) and torch.equal(out, torch.full((4,), 2.0))
+        return seen
+
+    from torch._dynamo.backends.debugging import aot_eager
+
+    ours = graphs(lambda record: fxcut.aot_backend(fw_compiler=record))
+    theirs = graphs(lambda record: lambda gm, inputs: aot_eager(gm, inputs, fw_compiler=record))
+    off = graphs(lambda record: fxcut.aot_backend(fw_compiler=record, keep_inference_input_mutations=False))
+    assert ours == theirs and len(ours) == 1
+    assert "copy_" in ours[0]
+    assert "copy_" not in off[0]
+
+
 def test_aot_backend_walks_the_given_parameters_only(fresh_compile, decisions, walks):
     built = build_model("mlp")
     head = [built.model.head.weight, built.model.head.bias]
@@ -199,3 +292,74 @@ def test_backends_are_exported_lazily():
     assert fxcut.InductorPartitioner is InductorPartitioner
     with pytest.raises(AttributeError):
         fxcut.no_such_name  # noqa: B018
+
+
+# --------------------------------------------------------------------------- dynamic shapes
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 128), nn.Linear(128, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x))).tanh().sum()
+
+
+@pytest.fixture
+def plan_inputs_seen(monkeypatch):
+    """Every PlanInputs the route made during the test."""
+    seen = []
+    made = fxcut.route.decide.plan_inputs
+
+    def spy(*args, **kwargs):
+        inputs = made(*args, **kwargs)
+        seen.append(inputs)
+        return inputs
+
+    monkeypatch.setattr(fxcut.route.decide, "plan_inputs", spy)
+    return seen
+
+
+def test_a_plan_under_inductor_keeps_dynamic_shapes_dynamic(fresh_compile, plan_inputs_seen):
+    """inductor_backend(memory_budget=b) with dynamic=True compiles once for
+    many batch sizes: the plan does not ask inductor (that would specialize
+    the sizes on the compile's ShapeEnv) and says why; gradients equal eager."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch.manual_seed(0)
+    model = _Mlp()
+    counter = CompileCounterWithBackend(fxcut.inductor_backend(memory_budget=0.5))
+    compiled = torch.compile(model, backend=counter, dynamic=True)
+    for batch in (4, 8, 16):
+        x = torch.randn(batch, 64)
+        model.zero_grad(set_to_none=True)
+        compiled(x).backward()
+        got = {k: p.grad.clone() for k, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+        model(x).backward()
+        for k, p in model.named_parameters():
+            torch.testing.assert_close(got[k], p.grad, rtol=1e-4, atol=1e-5)
+    assert counter.frame_count == 1
+    assert plan_inputs_seen and all(i.ask is None and "dynamic shapes" in i.no_ask for i in plan_inputs_seen)
+
+
+def test_a_plan_under_inductor_accepts_mark_dynamic(fresh_compile, plan_inputs_seen):
+    """mark_dynamic on the batch dimension compiles (stock inductor does);
+    a static graph is still asked about."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch.manual_seed(0)
+    counter = CompileCounterWithBackend(fxcut.inductor_backend(memory_budget=0.5))
+    compiled = torch.compile(_Mlp(), backend=counter)
+    x = torch.randn(8, 64)
+    torch._dynamo.mark_dynamic(x, 0)
+    compiled(x).backward()
+    compiled(torch.randn(16, 64)).backward()
+    assert counter.frame_count == 1
+    assert plan_inputs_seen[-1].ask is None and "dynamic shapes" in plan_inputs_seen[-1].no_ask
+
+    torch._dynamo.reset()
+    plan_inputs_seen.clear()
+    torch.compile(_Mlp(), backend=fxcut.inductor_backend(memory_budget=0.5))(torch.randn(8, 64)).backward()
+    assert plan_inputs_seen and plan_inputs_seen[-1].ask is not None and plan_inputs_seen[-1].no_ask == ""

@@ -34,7 +34,8 @@ import torch.fx as fx
 import fxcut
 import fxcut.torchrules.versions
 from fxcut import _C
-from fxcut.route.lower import GraphArrays, lower_for_partition
+from fxcut.solve.arrays import GraphArrays
+from fxcut.torchrules.lower import LoweredGraph, lower_for_partition
 from fxcut.torchrules.ops import default_facts
 import small_graphs
 from synthetic_arrays import DEFAULT_OPTIONS
@@ -61,8 +62,9 @@ def _joint(conflict: bool = False) -> fx.Graph:
     return g
 
 
-def _lowered(conflict: bool = False) -> GraphArrays:
-    return lower_for_partition(_joint(conflict), default_facts(), impure_random=True)
+def _lowered(conflict: bool = False) -> LoweredGraph:
+    return lower_for_partition(_joint(conflict), default_facts(), impure_random=True,
+                               rules=fxcut.torchrules.versions.rules_or_nearest())
 
 
 def _edited(arrays: GraphArrays, field: str, index: int, value: int) -> GraphArrays:
@@ -357,16 +359,16 @@ def _prepare_plan_cases() -> list[Case]:
 
 
 def _lower_read_cases() -> list[Case]:
-    """_C.lower_read (fxcut.route.lower's C reader): plain and slow-path nodes,
+    """_C.lower_read (fxcut.torchrules.lower's C reader): plain and slow-path nodes,
     tuple and list values (None, nested, zero-size and odd items, opaque), a
     replacement, the give-ups (None) on a foreign node, a non-node in the
     list, a replacement that is not a node or not in the graph, and its error
     paths (the slow path or opaque raising or answering nonsense, a tag whose
     comparison raises, a config field missing, ill-typed or out of range);
     and the reader's two rules asked from Python."""
-    from fxcut.route.lower import _NodeFacts, _ValueFacts
+    from fxcut.torchrules.lower import _NodeFacts, _ValueFacts
 
-    def not_opaque(node: fx.Node) -> bool:  # fxcut.route.lower._is_opaque's answer, without its inductor import
+    def not_opaque(node: fx.Node) -> bool:  # fxcut.torchrules.lower._is_opaque's answer, without its inductor import
         return False
 
     facts = default_facts()

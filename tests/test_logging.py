@@ -12,7 +12,8 @@ import fxcut
 import fxcut.tools.cli as cli
 import fxcut.partition
 import zoo
-from fxcut.solve.core import Decision, decide
+from fxcut.solve.core import Decision
+from fxcut.tools.decisions import decide_graph
 from torch_reference import fxcut_prepared_arrays
 
 
@@ -24,8 +25,9 @@ def _decision_of(case: str) -> Decision:
     """The decision the partitioner logs, made on the same prepared graph (the capture is only read)."""
     cap = zoo.capture(case)
     graph = cap.gm.graph
-    return decide(fxcut_prepared_arrays(graph), num_fwd_outputs=cap.num_fwd_outputs,
-                  static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"))
+    return decide_graph(fxcut_prepared_arrays(graph), num_fwd_outputs=cap.num_fwd_outputs,
+                        static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices")
+                        or ())
 
 
 @pytest.mark.parametrize("case", ["mlp", "gpt2_ckpt"])

@@ -22,13 +22,15 @@ from torch.utils._ordered_set import OrderedSet
 import zoo
 from fxcut import _C, partition
 from fxcut.route import build
-from fxcut.torchrules import extract
+from fxcut.torchrules import build as torch_build
+from fxcut.torchrules import extract, facts
 from fxcut.solve import memory
+from fxcut.solve.memory import ModelInputs
 from fxcut.route.decide import decide_plan
-from fxcut.solve.budget import decide_with_budget
+from fxcut.tools.decisions import decide_with_budget, simulate_saved, torch_now
 from fxcut.route.lower import lower_plan
 from fxcut.route.plan import make_plan
-from fxcut.route.lower import GraphArrays, lower_for_partition
+from fxcut.torchrules.lower import LoweredGraph, lower_for_partition
 from fxcut.torchrules.ops import default_facts
 from fxcut.torchrules.versions import rules_or_nearest
 import small_graphs
@@ -52,11 +54,11 @@ fidelity = pytest.mark.fidelity
 
 def _torch_modules(gm: fx.GraphModule, saved: list[fx.Node], nfo: int) -> tuple[fx.GraphModule, fx.GraphModule]:
     """torch's own extraction passes (not fxcut's builder) for ``saved``."""
-    return build.torch_build_modules(gm, extract.split_saved(saved), nfo, OrderedSet(), False, False,
-                                     rules_or_nearest())
+    return torch_build.torch_build_modules(gm, extract.split_saved(saved), nfo, OrderedSet(), False, False,
+                                           rules_or_nearest())
 
 
-def _tangent_dependent(arrays: GraphArrays) -> list[bool]:
+def _tangent_dependent(arrays: LoweredGraph) -> list[bool]:
     dep = []
     for i in range(len(arrays)):
         d = arrays.kind[i] == _C.KIND_PLACEHOLDER and bool(arrays.flags[i] & (_C.F_TANGENT | _C.F_BWD_SEED))
@@ -65,7 +67,7 @@ def _tangent_dependent(arrays: GraphArrays) -> list[bool]:
     return dep
 
 
-def _save_everything(arrays: GraphArrays) -> list[int]:
+def _save_everything(arrays: LoweredGraph) -> list[int]:
     """A valid decision that recomputes nothing: every tangent-free value a
     tangent-dependent node reads (tensors and symbols; never a sequence)."""
     dep = _tangent_dependent(arrays)
@@ -80,10 +82,18 @@ def _save_everything(arrays: GraphArrays) -> list[int]:
     return sorted(out)
 
 
-def _check(gm: fx.GraphModule, arrays: GraphArrays, saved: list[int], nfo: int, storage: array) -> None:
+def _inputs(arrays: LoweredGraph, storage: array | None = None, flops: array | None = None) -> ModelInputs:
+    """The unfused model's inputs for ``arrays``: ``storage`` (default
+    facts.storage_of), ``flops`` (default all 0) and torch's extraction marks."""
+    return ModelInputs(facts.storage_of(arrays) if storage is None else storage,
+                       array("q", bytes(8 * len(arrays))) if flops is None else flops,
+                       facts.extraction_marks(arrays))
+
+
+def _check(gm: fx.GraphModule, arrays: LoweredGraph, saved: list[int], nfo: int, storage: array) -> None:
     nodes = [arrays.nodes[i] for i in saved]
     fw, bw = _torch_modules(gm, nodes, nfo)
-    est = memory.simulate(arrays, saved, nfo, storage=storage, flops=array("q", bytes(8 * len(arrays))))
+    est = memory.simulate(arrays, saved, nfo, _inputs(arrays, storage))
     ref_fw, ref_bw = reference_peaks(gm, fw, bw)
     assert (est.fw_peak_bytes, est.bw_peak_bytes) == (ref_fw, ref_bw)
     assert est.peak_bytes == max(ref_fw, ref_bw)
@@ -96,16 +106,15 @@ def test_zoo_model_equals_the_reference_on_the_built_modules(name: str) -> None:
     gm = cap.fresh()
     nfo = cap.num_fwd_outputs
     statics = cap.partition_kwargs.get("static_lifetime_input_indices")
-    routed = partition.route(make_plan(gm, num_fwd_outputs=nfo, static_lifetime_input_indices=statics),
+    routed = partition.route(make_plan(gm, torch_now(), num_fwd_outputs=nfo, static_lifetime_input_indices=statics),
                              cap.joint_inputs)
     arrays = routed.decision.decision.arrays
-    storage = memory.storage_of(arrays)
+    storage = facts.storage_of(arrays)
     torch_saved = list(routed.saved)
     decisions = {"torch": torch_saved, "save everything": _save_everything(arrays)}
     # torch's decision plus every other value it recomputes, saved instead
-    recomputed = memory.simulate(arrays, torch_saved, nfo, storage=storage,
-                                 flops=array("q", bytes(8 * len(arrays)))).recomputed
-    extra = [arrays.index[n] for n in recomputed[::2] if not arrays.flags[arrays.index[n]] & _C.F_NON_TENSOR]
+    recomputed = memory.simulate(arrays, torch_saved, nfo, _inputs(arrays, storage)).recomputed
+    extra = [i for i in recomputed[::2] if not arrays.flags[i] & _C.F_NON_TENSOR]
     decisions["torch + half its recompute saved"] = sorted(set(torch_saved) | set(extra))
     budget0 = decide_with_budget(gm.graph, 0.0, num_fwd_outputs=nfo, static_lifetime_input_indices=statics,
                                  arrays=arrays)
@@ -134,7 +143,7 @@ def _decidable_random_joint(seed: int) -> tuple[Any, Any, Any]:
         rj = random_joint(seed + 1000 * k)
         _consistent_getitems(rj.module)
         try:
-            plan = make_plan(rj.module, num_fwd_outputs=rj.num_fwd_outputs,
+            plan = make_plan(rj.module, torch_now(), num_fwd_outputs=rj.num_fwd_outputs,
                              static_lifetime_input_indices=rj.static_lifetime_input_indices)
             return rj, plan, decide_plan(plan, lower_plan(plan))
         except _C.InfiniteCutError:
@@ -150,7 +159,7 @@ def test_random_graph_equals_the_reference(seed: int) -> None:
     nfo = rj.num_fwd_outputs
     build.build(plan, chosen, list(chosen.saved), None)
     arrays = chosen.decision.arrays
-    storage = memory.storage_of(arrays)
+    storage = facts.storage_of(arrays)
     _check(gm, arrays, list(chosen.saved), nfo, storage)
     _check(gm, arrays, _save_everything(arrays), nfo, storage)
     rng = random.Random(seed)
@@ -165,11 +174,11 @@ def test_random_graph_equals_the_reference(seed: int) -> None:
 # --------------------------------------------------------------------------- the semantics by hand
 
 
-def _small() -> tuple[fx.Graph, GraphArrays]:
+def _small() -> tuple[fx.Graph, LoweredGraph]:
     """small_graphs.mm_relu_joint: x @ w -> relu (forward output);
     threshold_backward(t, relu); mm: 64-byte values, nodes 0..7."""
     g = small_graphs.mm_relu_joint().graph
-    return g, lower_for_partition(g, default_facts(), impure_random=True)
+    return g, lower_for_partition(g, default_facts(), impure_random=True, rules=rules_or_nearest())
 
 
 #: _small's per-node FLOPs, by hand: the two 4x4 matmuls 128 each, relu and
@@ -212,7 +221,7 @@ def test_views_share_their_base_storage() -> None:
 @fidelity
 def test_node_flops_counts_matmuls() -> None:
     _, arrays = _small()
-    f = memory.node_flops(arrays)
+    f = facts.node_flops(arrays)
     assert f[3] == f[6] == 2 * 4 * 4 * 4
     assert f[0] == f[7] == 0
 
@@ -220,17 +229,17 @@ def test_node_flops_counts_matmuls() -> None:
 @fidelity
 def test_simulate_names_the_peak() -> None:
     _, arrays = _small()
-    est = memory.simulate(arrays, [arrays.nodes[0], arrays.nodes[1]], 1, timeline=True)
+    est = simulate_saved(arrays, [arrays.nodes[0], arrays.nodes[1]], 1, timeline=True)
     assert est.peak_bytes == 128 and est.peak_phase == "forward" and est.peak_node == "relu_default"
-    assert [n.name for n in est.recomputed] == ["mm_default", "relu_default"]
-    assert est.recompute_flops == 2 * 64 + memory.node_flops(arrays)[4]
+    assert [arrays.nodes[i].name for i in est.recomputed] == ["mm_default", "relu_default"]
+    assert est.recompute_flops == 2 * 64 + facts.node_flops(arrays)[4]
     assert est.timeline is not None and [s.phase for s in est.timeline].count("backward") == 4
 
 
 # --------------------------------------------------------------------------- bad input
 
 
-def _before(arrays: GraphArrays) -> list[bytes]:
+def _before(arrays: LoweredGraph) -> list[bytes]:
     return [bytes(getattr(arrays, f)) for f in ("kind", "flags", "nbytes", "in_ptr", "in_idx", "outputs")]
 
 
@@ -241,7 +250,7 @@ def test_saved_index_out_of_range_is_named() -> None:
     with pytest.raises(IndexError, match=r"saved\[1\] = 99 is outside \[0, 8\)"):
         _C.memory_simulate(arrays, num_fwd_outputs=1, saved=array("i", [0, 99]))
     with pytest.raises(IndexError, match=r"saved\[0\] = -1"):
-        memory.simulate(arrays, [-1], 1, flops=array("q", bytes(64)))
+        memory.simulate(arrays, [-1], 1, _inputs(arrays))
     assert _before(arrays) == before
 
 
@@ -280,10 +289,10 @@ def test_unrealisable_decision_names_the_node() -> None:
     _, arrays = _small()
     # saving nothing: the backward can compute neither grad (needs relu) nor gw (needs x)
     with pytest.raises(ValueError, match=r"cannot compute output 2 \(node 6\).*'mm_default_1'"):
-        memory.simulate(arrays, [], 1, flops=array("q", bytes(64)))
+        memory.simulate(arrays, [], 1, _inputs(arrays))
     # saving a tangent-dependent value
     with pytest.raises(ValueError, match=r"saved node 5 cannot be computed in the forward.*'threshold_backward_default'"):
-        memory.simulate(arrays, [0, 4, 5], 1, flops=array("q", bytes(64)))
+        memory.simulate(arrays, [0, 4, 5], 1, _inputs(arrays))
 
 
 # --------------------------------------------------------------------------- against measured allocations
@@ -340,12 +349,12 @@ def test_mutation_stays_in_the_forward_as_torch_extracts_it() -> None:
         n.meta["val"] = torch.empty((8, 8), device="meta")
     c.meta["val"] = p1.meta["val"]
     gm = fx.GraphModule(torch.nn.Module(), g)
-    arrays = lower_for_partition(g, default_facts(), impure_random=True)
-    marks = memory.extraction_marks(arrays)
+    arrays = lower_for_partition(g, default_facts(), impure_random=True, rules=rules_or_nearest())
+    marks = facts.extraction_marks(arrays)
     assert marks[arrays.index[c]] == _C.X_MUST_FW | _C.X_COPY
     saved = [arrays.index[p1], arrays.index[p2]]
-    _check(gm, arrays, saved, 1, memory.storage_of(arrays))
-    est = memory.simulate(arrays, saved, 1, flops=array("q", bytes(8 * len(arrays))), timeline=True)
+    _check(gm, arrays, saved, 1, facts.storage_of(arrays))
+    est = memory.simulate(arrays, saved, 1, _inputs(arrays), timeline=True)
     assert est.timeline is not None
     assert [s.node for s in est.timeline] == [a.name, c.name, b.name, a.name, b.name, d.name, e.name]
     assert [s.phase for s in est.timeline].count("forward") == 3

@@ -1,8 +1,10 @@
 """The package's shape, checked from its source: its layers as folders with
-imports pointing down only, no import cycle between fxcut's modules, inductor's cache key covering every module that can change
-a partition, no development tooling in the package, the library apart from
-its tooling (``fxcut.tools``), and ``import fxcut`` without inductor (the
-reason the few lazy imports that remain are lazy)."""
+imports pointing down only, the solver layer free of torch, ``torchrules``
+entered through its one adapter, each C function with one Python owner, no
+import cycle between fxcut's modules, inductor's cache key covering every
+module that can change a partition, no development tooling in the package,
+the library apart from its tooling (``fxcut.tools``), and ``import fxcut``
+without inductor (the reason the few lazy imports that remain are lazy)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 
 import fxcut
-from fxcut.integrations.torch_compile import DECISION_FILES
+from fxcut.integrations.torch_compile import code_hash, decision_files
 
 PACKAGE = Path(fxcut.__file__).resolve().parent
 
@@ -82,12 +84,11 @@ def _graph(*, type_checking: bool = False) -> dict[str, set[str]]:
 #: layer and of the layers below it, never of one above -- at the top of a
 #: module, in a function, or under ``if TYPE_CHECKING``.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaves", ("fxcut._C", "fxcut._version", "fxcut._paths", "fxcut._numbers")),
-    ("torchrules", ("fxcut.torchrules",)),  # what copies torch's behaviour, release by release
-    ("solve", ("fxcut.solve",)),  # the solvers over the graph array, the bridge to C
+    ("leaves", ("fxcut._C", "fxcut._version", "fxcut._paths", "fxcut._numbers", "fxcut._warn")),
+    ("solve", ("fxcut.solve",)),  # the solvers over the graph array, the bridge to C: no torch
+    ("torchrules", ("fxcut.torchrules",)),  # everything that reads torch, release by release, behind one adapter
     ("route", ("fxcut.route",)),  # guard -> plan -> lower -> decide -> build
-    ("entry", ("fxcut.partition", "fxcut.planned", "fxcut.planned_check", "fxcut.zero3", "fxcut.explain",
-               "fxcut.pareto")),
+    ("entry", ("fxcut.partition", "fxcut.planned", "fxcut.zero3", "fxcut.explain", "fxcut.pareto")),
     ("integrations", ("fxcut.integrations",)),
     ("api", ("fxcut",)),  # the package's __init__: the public names
     ("tools", ("fxcut.tools", "fxcut.__main__")),
@@ -133,6 +134,8 @@ def test_imports_point_down_the_layers_only():
 def test_the_layer_check_sees_an_upward_import():
     assert _upward({"fxcut.solve.core": {"fxcut.route.plan"}, "fxcut.route.plan": set()}) == [
         "fxcut.solve.core (solve) -> fxcut.route.plan (route)"]
+    assert _upward({"fxcut.solve.core": {"fxcut.torchrules.ops"}, "fxcut.torchrules.ops": set()}) == [
+        "fxcut.solve.core (solve) -> fxcut.torchrules.ops (torchrules)"]
     assert _upward({"fxcut.route.plan": {"fxcut.solve.core"}, "fxcut.solve.core": set()}) == []
     # a function-level import counts, and one under TYPE_CHECKING when asked
     graph = _graph(type_checking=True)
@@ -194,18 +197,101 @@ def test_the_package_has_no_import_cycle():
 
 def test_inductors_cache_key_covers_the_decision_path_only():
     """What InductorPartitioner runs (fxcut.partition, via fxcut.zero3's
-    wrapper) and every fxcut module those import is hashed -- explain too,
-    since verify mode (fxcut.route.guard) names the rule behind a mismatch with
-    it; the tooling (fxcut.tools: the CLI, the capture, the models, the
-    report and the HTML page) is not."""
+    wrapper) and every fxcut module those import is hashed -- every module
+    but the tooling, derived from the tree; the tooling (fxcut.tools: the
+    CLI, the capture, the models, the report and the HTML page) is not."""
     modules = _modules()
-    hashed = {_module_name(PACKAGE / f) for f in DECISION_FILES}
-    assert all((PACKAGE / f).is_file() for f in DECISION_FILES)
-    needed = _reachable(_graph(), ["fxcut.partition", "fxcut.zero3"]) - {"fxcut._C", "fxcut._version"}
+    files = decision_files()
+    hashed = {_module_name(PACKAGE / f) for f in files}
+    assert all((PACKAGE / f).is_file() for f in files)
+    needed = _reachable(_graph(), ["fxcut.partition", "fxcut.zero3", "fxcut.planned",
+                                   "fxcut.integrations.torch_compile"]) - {"fxcut._C", "fxcut._version"}
     assert needed <= hashed, sorted(needed - hashed)
-    assert "fxcut.integrations.torch_compile" in hashed
+    assert {"fxcut.integrations.torch_compile", "fxcut.torchrules.inductor", "fxcut.torchrules.ask",
+            "fxcut.solve.peakplan", "fxcut.solve.check"} <= hashed
     assert not any(_is_tooling(m) for m in hashed), sorted(hashed)
-    assert set(modules) >= hashed
+    assert hashed == {m for m in modules if not _is_tooling(m) and m != "fxcut.__main__"}
+
+
+def test_changing_any_decision_module_changes_inductors_cache_key(tmp_path):
+    """The key is a hash of every decision file's bytes (and the extension):
+    a one-byte change to any of them gives another key; a change to the
+    tooling does not.  Run on a copy of the package."""
+    import shutil
+
+    copy = tmp_path / "fxcut"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    ext = str(Path(fxcut._C.__file__))
+    base = code_hash(str(copy), ext)
+    assert code_hash(str(copy), ext) == base  # stable
+    for rel in decision_files(str(copy)):
+        path = copy / rel
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n# changed\n")
+        try:
+            assert code_hash(str(copy), ext) != base, rel
+        finally:
+            path.write_bytes(original)
+    tool = copy / "tools" / "cli.py"
+    tool.write_bytes(tool.read_bytes() + b"\n# changed\n")
+    assert code_hash(str(copy), ext) == base
+    # a module added to a layer is covered without listing it
+    (copy / "solve" / "newsolver.py").write_text("X = 1\n")
+    assert "solve/newsolver.py" in decision_files(str(copy))
+    assert code_hash(str(copy), ext) != base
+
+
+def _imports_of_torch(path: Path) -> list[str]:
+    """Every import of torch in ``path`` -- at the top, in a function, or
+    under ``if TYPE_CHECKING`` -- as ``line: module``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        found += [f"{node.lineno}: {n}" for n in names if n == "torch" or n.startswith("torch.")]
+    return found
+
+
+def test_the_solver_layer_imports_no_torch_and_nothing_above_it():
+    """``fxcut.solve`` is arrays in, arrays out (as scipy's sparse.csgraph
+    works on CSR arrays): no torch import anywhere in it, and no import of
+    a torch-facing layer, at the top, in a function or for type checking."""
+    solve = {m: p for m, p in _modules().items() if m.startswith("fxcut.solve")}
+    assert len(solve) >= 14
+    torch_imports = {m: _imports_of_torch(p) for m, p in solve.items()}
+    assert {m: found for m, found in torch_imports.items() if found} == {}
+    graph = _graph(type_checking=True)
+    above = {m: sorted(d for d in graph[m] if _layer(d) > _layer("fxcut.solve.core")) for m in solve}
+    assert {m: d for m, d in above.items() if d} == {}
+    # the scan sees an import in a function and under TYPE_CHECKING
+    probe = "def f():\n    import torch.fx\nif TYPE_CHECKING:\n    from torch import nn\n"
+    path = PACKAGE.parent.parent / "tests" / "__probe_torch_import.py"
+    try:
+        path.write_text(probe)
+        assert _imports_of_torch(path) == ["2: torch.fx", "4: torch"]
+    finally:
+        path.unlink()
+
+
+#: What the layers above ``torchrules`` may import of it: its one adapter
+#: (the door every compile goes through), the gate's exception and warning
+#: classes, and the versions table (the guard's one lookup, the tested releases).
+TORCHRULES_DOORS = {"fxcut.torchrules", "fxcut.torchrules.adapter", "fxcut.torchrules.gate",
+                    "fxcut.torchrules.versions"}
+
+
+def test_torchrules_is_entered_through_its_adapter():
+    graph = _graph(type_checking=True)
+    library = [m for m in graph if _layer(m) > _layer("fxcut.torchrules.gate") and not _is_tooling(m)
+               and m != "fxcut.__main__"]
+    assert "fxcut.route.guard" in library and "fxcut.zero3" in library
+    entered = {m: sorted(d for d in graph[m] if d.startswith("fxcut.torchrules") and d not in TORCHRULES_DOORS)
+               for m in library}
+    assert {m: d for m, d in entered.items() if d} == {}
+    assert "fxcut.torchrules.adapter" in graph["fxcut.route.plan"]
 
 
 TOOLING = "fxcut.tools"
@@ -326,21 +412,21 @@ def test_the_c_extensions_stub_names_what_it_exports():
         assert expected, name
 
 
-#: The modules that may refer to a function of fxcut's C extension, and
-#: which: core.py is the one bridge to the core's decision (and the ZeRO-3
-#: walk); knapsack.py and maxflow.py are the public wrappers of their solver;
-#: prepare.py plans dead-code elimination and CSE through ``prepare_plan``, lower.py reads the
-#: nodes through ``lower_read`` (graph reading, not the decision) and, on its Python path, asks
-#: the reader's two rules (a placeholder's role, a partitioner tag's flags), which ops.py's
-#: ``must_be_in_backward`` asks too: each rule has one copy, in C.
-#: Any module may read the extension's constants and classes.
-C_FUNCTION_USERS: dict[str, set[str] | None] = {
-    "fxcut.solve.core": None,  # any
-    "fxcut.torchrules.prepare": {"prepare_plan"},
-    "fxcut.torchrules.ops": {"partitioner_tag_flags"},
-    "fxcut.route.lower": {"lower_read", "placeholder_role", "partitioner_tag_flags"},
-    "fxcut.solve.knapsack": {"knapsack"},
-    "fxcut.solve.maxflow": {"min_cut"},
+#: Each function of fxcut's C extension and its one Python owner: core.py is
+#: the bridge to the core's decision, the ZeRO-3 walk, the memory model and
+#: the plan's search; knapsack.py and maxflow.py wrap their solver;
+#: prepare.py plans dead-code elimination and CSE through ``prepare_plan``;
+#: lower.py reads the nodes through ``lower_read`` and, on its Python path,
+#: asks the reader's placeholder rule; ops.py owns the partitioner tags'
+#: rule (``tag_flags``: torch's _must_be_in_forward and _must_be_in_backward,
+#: one copy, in C).  Any module may read the extension's constants and classes.
+C_FUNCTION_OWNERS: dict[str, str] = {
+    "aggressive_options": "fxcut.solve.core", "budget_plan": "fxcut.solve.core",
+    "memory_simulate": "fxcut.solve.core", "param_alias_walk": "fxcut.solve.core",
+    "partition_decide": "fxcut.solve.core", "plan_frontier": "fxcut.solve.core", "plan_simulate": "fxcut.solve.core",
+    "knapsack": "fxcut.solve.knapsack", "min_cut": "fxcut.solve.maxflow",
+    "prepare_plan": "fxcut.torchrules.prepare", "lower_read": "fxcut.torchrules.lower",
+    "placeholder_role": "fxcut.torchrules.lower", "partitioner_tag_flags": "fxcut.torchrules.ops",
 }
 
 
@@ -397,19 +483,16 @@ def test_the_reference_walk_finds_c_function_references():
     assert {"partition_decide", "budget_plan", "param_alias_walk"} <= core
 
 
-def test_only_core_calls_the_c_core(tmp_path):
-    """No module but core.py (and knapsack.py/maxflow.py, for their solver)
-    refers to a function of fxcut._C: budget.py and zero3.py go through
-    core's public API."""
+def test_each_c_function_has_one_python_owner(tmp_path):
+    """Every function of fxcut._C that the package calls is called from
+    exactly one module, its owner in :data:`C_FUNCTION_OWNERS`; the others
+    go through that owner's Python API."""
     functions = _c_functions()
-    offenders = {}
+    users: dict[str, set[str]] = {}
     for name, path in _modules().items():
-        used = _c_function_references(name, path, functions)
-        allowed = C_FUNCTION_USERS.get(name, set())
-        extra = used - allowed if allowed is not None else set()
-        if extra:
-            offenders[name] = sorted(extra)
-    assert offenders == {}
+        for f in _c_function_references(name, path, functions):
+            users.setdefault(f, set()).add(name)
+    assert {f: sorted(u) for f, u in users.items() if u != {C_FUNCTION_OWNERS.get(f)}} == {}
     # The walk catches each way of reaching the extension (a module of its own, checked alike).
     probe = tmp_path / "probe.py"
     probe.write_text("from . import _C as C\nfrom ._C import budget_plan\nimport fxcut._C\n"

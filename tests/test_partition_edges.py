@@ -11,6 +11,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition as
 
 import fxcut
 import small_graphs
+from fxcut.torchrules.budget import RegionBudgetError
 
 aten = torch.ops.aten
 
@@ -196,7 +197,11 @@ def _same_error(make, *phrases: str) -> None:
     code = gm.code
     with pytest.raises(Exception) as ours:
         fxcut.min_cut_rematerialization_partition(gm, None, num_fwd_outputs=1)
-    assert type(ours.value) is type(theirs.value)
+    # torch's error class, or fxcut's named subclass of it for the region
+    # rules (RegionBudgetError, a RuntimeError): whatever catches torch's
+    # error catches fxcut's
+    assert isinstance(ours.value, type(theirs.value))
+    assert type(ours.value) in (type(theirs.value), RegionBudgetError)
     for phrase in phrases:
         assert phrase in str(theirs.value)
         assert phrase in str(ours.value)

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from torch._functorch import config
 
 import fxcut
-from fxcut.route.lower import lower_graph
-from fxcut.solve.core import decide
+from fxcut.tools.decisions import decide_graph, lower_graph
 from random_joint import random_joint
 from torch_reference import torch_decision
 
@@ -47,7 +46,7 @@ def _check_same_decision(seed: int, n_fw: int | None = None) -> str:
         torch_error = e
     graph = copy.deepcopy(rj.module).graph
     try:
-        got = decide(
+        got = decide_graph(
             lower_graph(graph),
             num_fwd_outputs=rj.num_fwd_outputs,
             static_lifetime_input_indices=rj.static_lifetime_input_indices,
@@ -60,7 +59,7 @@ def _check_same_decision(seed: int, n_fw: int | None = None) -> str:
         # The chain names real nodes joined by infinite edges.
         assert ours_error.chain, seed
         return "conflict"
-    names = [n.name for n in got.saved_nodes]
+    names = [n.name for n in got.arrays.nodes_at(got.saved)]
     assert names == expected.saved, seed
     banned = {got.arrays.nodes[i].name for i in range(len(got.arrays)) if got.banned(i)}
     assert banned == expected.banned, seed

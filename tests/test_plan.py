@@ -34,7 +34,7 @@ def test_the_plan_reads_the_running_torchs_rules_and_config_once() -> None:
     gm = small_graphs.mm_relu_joint(dead=True, duplicate=True)
     before = State.of(gm)
     with config.patch(activation_memory_budget=0.4, activation_memory_budget_solver="greedy"):
-        plan = make_plan(gm, num_fwd_outputs=1, static_lifetime_input_indices=[1])
+        plan = make_plan(gm, fxcut.running_torch()[0], num_fwd_outputs=1, static_lifetime_input_indices=[1])
     before.assert_same(gm)  # planning writes nothing
     assert plan.rules is versions.rules_or_nearest()
     assert (plan.budget, plan.solver, plan.static_indices, plan.objective) == (0.4, "greedy", [1], None)
@@ -63,7 +63,7 @@ def test_an_objective_chooses_the_saved_values() -> None:
     assert len(objective.seen) == 1 and objective.seen[0]  # asked once, given torch's choice
     assert _saved(fw, 1) == ["primals_1", "mm_default"]
     assert "relu" in bw.code  # the backward recomputes the relu from the saved mm
-    assert fxcut.partition_counts() == {"fxcut": 2}  # one per graph
+    assert fxcut.partition_counts() == {"fxcut": 1, "fxcut_objective": 1}  # one per graph, by path
 
 
 @pytest.mark.parametrize("choice, message", [([99], "is not a node index"), (["mm_default"], "is not a node index"),

@@ -62,9 +62,7 @@ def test_lanes_find_the_same_frontier_on_random_graphs(seed: int) -> None:
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_lanes_find_the_same_frontier_on_zoo_models(name: str, memory_model: str) -> None:
     cap = zoo.capture_inductor(name) if memory_model == "inductor" else zoo.capture(name)
-    prob, chosen = _problem(cap.fresh(), cap.num_fwd_outputs)
-    if memory_model == "inductor":
-        prob = PeakPlanner(memory_model="inductor").problem(chosen, cap.num_fwd_outputs)
+    prob, _ = _problem(cap.fresh(), cap.num_fwd_outputs, planner=PeakPlanner(memory_model=memory_model))
     unit = _eval_work(prob)
     one, _ = _search(prob, 1, max_work=3000 * unit)
     assert one[4] > 100, "too short a search to compare"

@@ -24,11 +24,13 @@ import torch
 import fxcut
 from fxcut import _C
 from fxcut.route import build
+from fxcut.torchrules import build as torch_build
 from fxcut.torchrules import extract
-from fxcut.route.decide import decide_plan
+from fxcut.route.decide import decide_plan, plan_inputs
 from fxcut.route.lower import lower_plan
 from fxcut.route.plan import make_plan
 from fxcut.planned import PeakPlanner
+from fxcut.tools.decisions import torch_now
 from fxcut.solve.planner import PlanProblem, pick, saved_mask
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -42,12 +44,19 @@ from training import eager_step, train_step  # noqa: E402
 # --------------------------------------------------------------------------- helpers
 
 
-def _problem(module: torch.fx.GraphModule, num_fwd_outputs: int, statics: Any = None) -> tuple[PlanProblem, Any]:
-    plan = make_plan(module, num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
+def _problem(module: torch.fx.GraphModule, num_fwd_outputs: int, statics: Any = None,
+             planner: PeakPlanner | None = None) -> tuple[PlanProblem, Any]:
+    plan = make_plan(module, torch_now(), num_fwd_outputs=num_fwd_outputs, static_lifetime_input_indices=statics,
                      objective=_Keep())
     chosen = decide_plan(plan, lower_plan(plan))
-    prob = PeakPlanner().problem(chosen, num_fwd_outputs)
-    return prob, chosen
+    return _plan_problem(plan, chosen, planner), chosen
+
+
+def _plan_problem(plan: Any, chosen: Any, planner: PeakPlanner | None = None) -> PlanProblem:
+    """The search's problem ``planner`` (a default PeakPlanner when None)
+    makes of ``plan``'s decision ``chosen``, its inputs made as the route makes them."""
+    planner = planner or PeakPlanner()
+    return planner.problem(plan_inputs(plan, planner, chosen, plan.torch.unsafe(chosen.arrays)))
 
 
 class _Keep:
@@ -113,7 +122,7 @@ def _reference_point(plan: Any, prob: PlanProblem, mask: bytes) -> tuple[int, in
     normalised one (which values the backward reads), everything else torch's."""
     a = prob.arrays
     saved = [a.nodes[i] for i in range(len(a)) if prob.simulate(mask).saved[i]]
-    fw, bw = build.torch_build_modules(plan.joint_module, extract.split_saved(saved), prob.num_fwd_outputs,
+    fw, bw = torch_build.torch_build_modules(plan.joint_module, extract.split_saved(saved), prob.num_fwd_outputs,
                                        OrderedSet(), False, False, plan.rules)
     fw_peak, bw_peak = reference_peaks(plan.joint_module, fw, bw)
     index = {node.name: i for i, node in enumerate(a.nodes)}
@@ -132,11 +141,11 @@ def test_exact_mode_is_the_frontier_of_torchs_built_modules(seed: int) -> None:
     free values, each measured on torch's own forward/backward modules."""
     j = random_joint(seed, n_fw=12)
     _consistent_getitems(j.module)
-    plan = make_plan(j.module, num_fwd_outputs=j.num_fwd_outputs,
+    plan = make_plan(j.module, torch_now(), num_fwd_outputs=j.num_fwd_outputs,
                      static_lifetime_input_indices=j.static_lifetime_input_indices, objective=_Keep())
     chosen = decide_plan(plan, lower_plan(plan))
     build.build(plan, chosen, list(chosen.saved), None)  # torch's DCE/CSE on the module, as the route does
-    prob = PeakPlanner().problem(chosen, j.num_fwd_outputs)
+    prob = _plan_problem(plan, chosen)
     free = _free_reachable(prob)
     points = []
     for bits in itertools.product((0, 1), repeat=len(free)):

@@ -40,7 +40,8 @@ def _torch_prepared(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def _fxcut_prepared(gm: fx.GraphModule) -> tuple[fx.GraphModule, prepare.Preparation]:
-    prep = prepare.plan(gm.graph, default_facts(), cse=True, impure_random=dce_impure_random())
+    prep = prepare.plan(gm.graph, default_facts(), cse=True, impure_random=dce_impure_random(),
+                        rules=versions.rules_or_nearest())
     expected = [n for n in gm.graph.nodes if n not in prep.removed]
     prepare.apply(gm, prep, expected)
     return gm, prep
@@ -137,7 +138,7 @@ def test_planned_preparation_merges_and_removes_what_torch_does() -> None:
 def test_plan_does_not_touch_the_graph() -> None:
     gm = _with_duplicates_and_dead_code()
     before = (gm.code, [n.name for n in gm.graph.nodes], [dict(n.meta) for n in gm.graph.nodes])
-    prepare.plan(gm.graph, default_facts(), cse=True, impure_random=True)
+    prepare.plan(gm.graph, default_facts(), cse=True, impure_random=True, rules=versions.rules_or_nearest())
     after = (gm.code, [n.name for n in gm.graph.nodes], [dict(n.meta) for n in gm.graph.nodes])
     assert before == after
 

@@ -41,7 +41,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition as
 
 import fxcut
 from fxcut.route import safety
-from fxcut.solve.hazards import RANDOM, unsafe_nodes
+from fxcut.solve.hazards import RANDOM
 from fxcut.torchrules.ops import draws_random_numbers
 
 BUDGETS = (0.0, 0.3, 0.7, 1.0)
@@ -255,6 +255,19 @@ def test_the_default_path_warns_exactly_where_torchs_gradients_are_wrong(name: s
 
 
 
+def test_the_warning_points_at_the_users_line() -> None:
+    """UnsafeRecomputeWarning names the user's file and line (here: this
+    file's call of the compiled step), not fxcut's or torch's code."""
+    fn = CASES["randn"][0]
+    safety.reset_warnings()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled(fn, fxcut.min_cut_rematerialization_partition, 0.0)
+    found = [w for w in caught if issubclass(w.category, fxcut.UnsafeRecomputeWarning)]
+    assert found
+    assert {w.filename for w in found} == {__file__}
+
+
 def test_no_warning_where_no_random_op_is_recomputed() -> None:
     """A function without random ops: torch is right at every budget, and
     fxcut says nothing."""
@@ -300,6 +313,7 @@ def test_sdpa_without_dropout_and_philox_do_not_draw() -> None:
 def test_unsafe_nodes_marks_the_random_op_of_a_real_joint_graph() -> None:
     from fxcut.route.lower import lower_plan
     from fxcut.route.plan import make_plan
+    from fxcut.tools.decisions import torch_now
 
     graphs: list[tuple[torch.fx.GraphModule, int]] = []
 
@@ -311,8 +325,10 @@ def test_unsafe_nodes_marks_the_random_op_of_a_real_joint_graph() -> None:
 
     compiled(CASES["randn"][0], keep)
     (gm, nfo), = graphs
-    arrays = lower_plan(make_plan(gm, num_fwd_outputs=nfo))
-    marked = {arrays.nodes[i].name for i, bits in enumerate(unsafe_nodes(arrays)) if bits & RANDOM}
+    plan = make_plan(gm, torch_now(), num_fwd_outputs=nfo)
+    arrays = lower_plan(plan)
+    # the hazards as the route reads them (fxcut.solve.hazards.unsafe_nodes over torch's facts)
+    marked = {arrays.nodes[i].name for i, bits in enumerate(plan.torch.unsafe(arrays).bits) if bits & RANDOM}
     assert marked == {n.name for n in gm.graph.nodes if n.target is torch.ops.aten.randn.default}
 
 

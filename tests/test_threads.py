@@ -11,7 +11,7 @@
    margin, and the control (sorting, which keeps the GIL) must stay under
    10% (it measures about 1%).
 2. Eight threads each partition a different zoo graph with
-   ``fxcut.solve.core.decide`` (lowering in Python under the GIL, the C core
+   ``fxcut.tools.decisions.decide_graph`` (lowering in Python under the GIL, the C core
    in parallel), several rounds over, and get exactly what a serial run got.
 """
 
@@ -29,8 +29,7 @@ import pytest
 import synthetic_arrays
 import zoo
 from fxcut import _C
-from fxcut.route.lower import lower_graph
-from fxcut.solve.core import decide
+from fxcut.tools.decisions import decide_graph, lower_graph
 
 MIN_CALL_SECONDS = 0.2
 
@@ -150,8 +149,8 @@ THREAD_CASES = ["mlp", "mlp_frozen", "gpt2", "gpt2_ckpt", "llama", "llama_sac", 
 def _decision_of(name: str) -> tuple[list[int], bytes, bytes, int]:
     cap = zoo.capture(name)
     gm = cap.fresh()
-    d = decide(lower_graph(gm.graph), num_fwd_outputs=cap.num_fwd_outputs,
-               static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"))
+    d = decide_graph(lower_graph(gm.graph), num_fwd_outputs=cap.num_fwd_outputs,
+                     static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices") or ())
     return d.saved, d.tag, d.node_class, d.cut_value
 
 

@@ -11,7 +11,7 @@ import torch
 import torch.fx as fx
 
 import fxcut
-import fxcut.route.build
+import fxcut.torchrules.build
 import fxcut.partition
 import zoo
 from fxcut.route import guard
@@ -51,19 +51,19 @@ def _inject_swap(monkeypatch) -> list[tuple[str, list[str]]]:
     instead of the value itself (the backward then recomputes it): the first
     saved op output computed from forward values only.  Records
     ``(dropped, added)`` per call."""
-    real = fxcut.route.build.build_modules
+    real = fxcut.torchrules.build.build_modules
     swaps: list[tuple[str, list[str]]] = []
 
-    def build(plan, saved_values, *args, **kwargs):
+    def build(joint_module, saved_values, *args, **kwargs):
         victim = next(n for n in saved_values
                       if n.op == "call_function" and n.all_input_nodes
                       and not any("tangents" in a.name for a in n.all_input_nodes))
         keep = [n for n in saved_values if n is not victim]
         added = [a for a in victim.all_input_nodes if a not in keep]
         swaps.append((victim.name, [a.name for a in added]))
-        return real(plan, keep + added, *args, **kwargs)
+        return real(joint_module, keep + added, *args, **kwargs)
 
-    monkeypatch.setattr(fxcut.route.build, "build_modules", build)
+    monkeypatch.setattr(fxcut.torchrules.build, "build_modules", build)
     return swaps
 
 
@@ -213,4 +213,4 @@ def test_verify_is_for_the_default_plan_only() -> None:
         *a, objective=SaveWhatTorchSaves(), **k))
     tfw, tbw = cap.partition()
     assert (fw.code, bw.code) == (tfw.code, tbw.code)
-    assert fxcut.partition_counts() == {"fxcut": 1}
+    assert fxcut.partition_counts() == {"fxcut_objective": 1}

@@ -14,13 +14,15 @@ from torch._functorch import config as functorch_config
 
 import fxcut
 import fxcut.solve.core
-import fxcut.route.lower
 import fxcut.solve.arrays
 import fxcut.partition
+import fxcut.torchrules.features
+import fxcut.torchrules.lower
 import fxcut.torchrules.snapshot
 import zoo
 from fxcut.route import guard
 from fxcut.torchrules import versions
+from fxcut.torchrules.features import unmodelled_feature
 from fxcut.torchrules.ops import default_facts, is_rng_node
 from fxcut.torchrules.prepare import plan_cse
 
@@ -58,9 +60,14 @@ def test_tested_range_bounds() -> None:
     assert versions.TESTED == ("2.12.1", "2.13.0", "2.14.1", "2.15.0")
     assert versions.rules_for("2.14.1+cu130").release == "2.14"
     assert versions.rules_for("2.13.0+cpu").release == "2.13"
-    assert versions.rules_for("2.14.0").release == "2.14"  # inside the range
+    assert versions.rules_for("2.12.1").release == "2.12" and versions.rules_for("2.15.0").release == "2.15"
+    # Only the exact tested releases: another patch release of a tested
+    # minor (inside the old range or not) is untested.
+    for untested in ("2.13.1", "2.14.0", "2.14.0+cu130", "2.12.2", "2.14.2"):
+        assert versions.rules_for(untested) is None, untested
     for outside in ("2.12.0", "2.11.0", "2.15.1", "2.16.0", "3.0.0", "2.16.0.dev20260101", "2.15.0rc1", "junk"):
         assert versions.rules_for(outside) is None, outside
+    assert versions.tested_range() == "tested: 2.12.1, 2.13.0, 2.14.1, 2.15.0"
 
 
 def test_each_release_differs_from_the_previous_one() -> None:
@@ -83,7 +90,8 @@ def test_config_missing_in_a_release_reads_as_its_behaviour() -> None:
 
 def test_nearest_rules_for_an_untested_torch(monkeypatch) -> None:
     for fake, release in (("2.16.0", "2.15"), ("3.1.0", "2.15"), ("2.11.0", "2.12"), ("1.13.1", "2.12"),
-                          ("2.14.0a0+gitabc", "2.14"), ("2.15.0rc1", "2.15"), ("2.12.0", "2.12"), ("junk", "2.15")):
+                          ("2.14.0a0+gitabc", "2.14"), ("2.15.0rc1", "2.15"), ("2.12.0", "2.12"), ("junk", "2.15"),
+                          ("2.13.1", "2.13"), ("2.14.0", "2.14")):
         monkeypatch.setattr(versions, "installed_version", lambda v=fake: v)
         assert versions.current() is None and versions.rules_or_nearest().release == release, fake
 
@@ -199,21 +207,29 @@ def test_snapshots_fx_internals_exist_on_this_release() -> None:
 
 def test_snapshot_reads_its_fields_from_the_table(monkeypatch) -> None:
     """A graph field the row names is saved and put back; the names are not
-    hard-coded in snapshot."""
+    hard-coded in snapshot (the adapter hands the row's fx internals to it)."""
     import dataclasses
 
+    from fxcut.torchrules.adapter import TorchAdapter
     from fxcut.torchrules.snapshot import ModuleSnapshot
 
     rules = versions.rules_or_nearest()
     extra = dataclasses.replace(rules.fx_internals, graph_fields=(*rules.fx_internals.graph_fields, "_fxcut_probe"))
-    monkeypatch.setattr(versions, "rules_or_nearest", lambda: dataclasses.replace(rules, fx_internals=extra))
-    monkeypatch.setattr(fxcut.torchrules.snapshot, "rules_or_nearest", versions.rules_or_nearest)
+    adapter = TorchAdapter(dataclasses.replace(rules, fx_internals=extra))
+    for take in (adapter.snapshot, lambda gm: ModuleSnapshot(gm, extra)):
+        gm = _joint_modules()[0]
+        gm.graph._fxcut_probe = "before"
+        snap = take(gm)
+        gm.graph._fxcut_probe = "after"
+        snap.restore()
+        assert gm.graph._fxcut_probe == "before"
+    # Without the field in the row, the probe is not put back.
     gm = _joint_modules()[0]
     gm.graph._fxcut_probe = "before"
-    snap = ModuleSnapshot(gm)
+    snap = ModuleSnapshot(gm, rules.fx_internals)
     gm.graph._fxcut_probe = "after"
     snap.restore()
-    assert gm.graph._fxcut_probe == "before"
+    assert gm.graph._fxcut_probe == "after"
 
 
 # --------------------------------------------------------------------------- the fallback
@@ -224,7 +240,7 @@ def _mlp_both(fn):
     return cap, cap.partition(fn)
 
 
-@pytest.mark.parametrize("fake", ["2.16.0", "2.11.0", "2.16.0.dev20260101+cu130"])
+@pytest.mark.parametrize("fake", ["2.16.0", "2.11.0", "2.16.0.dev20260101+cu130", "2.13.1", "2.14.0"])
 def test_untested_torch_uses_torchs_partitioner_with_one_warning(monkeypatch, fresh_guard, fake) -> None:
     monkeypatch.setattr(versions, "installed_version", lambda: fake)
     ran_fxcut = []
@@ -276,7 +292,7 @@ def test_opt_in_runs_fxcut_on_an_untested_torch(monkeypatch, fresh_guard, how) -
 
 def test_unmodelled_feature_falls_back_with_the_reason_once(monkeypatch, fresh_guard) -> None:
     reason = "node 'x' is a frobnicate op, which fxcut does not model"
-    monkeypatch.setattr(guard, "unmodelled_feature", lambda gm, rules: reason)
+    monkeypatch.setattr(fxcut.torchrules.features, "unmodelled_feature", lambda gm, rules: reason)
     monkeypatch.setattr(fxcut.partition, "route", lambda *a, **k: pytest.fail("fxcut ran"))
     cap = zoo.capture("mlp")
     with warnings.catch_warnings(record=True) as caught:
@@ -297,9 +313,9 @@ def test_control_deps_is_unmodelled_where_torch_splits_it() -> None:
     g.call_function(control_deps, ((), None, x))
     g.output((x,))
     gm = fx.GraphModule(torch.nn.Module(), g)
-    why = guard.unmodelled_feature(gm, versions.RELEASES["2.14"])
+    why = unmodelled_feature(gm, versions.RELEASES["2.14"])
     assert why is not None and "control_deps" in why and "'control_deps'" in why
-    assert guard.unmodelled_feature(gm, versions.RELEASES["2.13"]) is None
+    assert unmodelled_feature(gm, versions.RELEASES["2.13"]) is None
 
 
 def test_2_15_graph_features_fxcut_leaves_to_torch() -> None:
@@ -316,9 +332,9 @@ def test_2_15_graph_features_fxcut_leaves_to_torch() -> None:
     epilogue = graph_with(lambda x, y: x.meta.__setitem__("aot_runtime_epilogue_input_mutation", True))
     device = graph_with(lambda x, y: y.meta.__setitem__("val", torch.device("cpu")))
     for gm, word in ((epilogue, "mutated after the forward"), (device, "torch.device")):
-        why = guard.unmodelled_feature(gm, versions.RELEASES["2.15"])
+        why = unmodelled_feature(gm, versions.RELEASES["2.15"])
         assert why is not None and word in why
-        assert guard.unmodelled_feature(gm, versions.RELEASES["2.14"]) is None
+        assert unmodelled_feature(gm, versions.RELEASES["2.14"]) is None
 
     g = fx.Graph()
     x = g.placeholder("primals_1")
@@ -327,21 +343,22 @@ def test_2_15_graph_features_fxcut_leaves_to_torch() -> None:
     item.meta["val"] = torch.empty(2)
     g.output((item,))
     gm = fx.GraphModule(torch.nn.Module(), g)
-    assert guard.unmodelled_feature(gm, versions.RELEASES["2.15"]) is None
+    assert unmodelled_feature(gm, versions.RELEASES["2.15"]) is None
     eff.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
-    assert "'eff'" in guard.unmodelled_feature(gm, versions.RELEASES["2.15"])
-    assert guard.unmodelled_feature(gm, versions.RELEASES["2.14"]) is None
+    assert "'eff'" in unmodelled_feature(gm, versions.RELEASES["2.15"])
+    assert unmodelled_feature(gm, versions.RELEASES["2.14"]) is None
 
 
 def test_partial_region_budget_coverage_is_allowed_only_when_configured() -> None:
-    from fxcut.solve.budget import check_regions
+    from fxcut.torchrules.budget import RegionBudgetError, check_regions
 
     g = fx.Graph()
     x = g.placeholder("x")
     op = g.call_function(aten.sin.default, (x,))
     rules = versions.current()
-    with pytest.raises(RuntimeError, match="must cover the entire forward"):
+    with pytest.raises(RegionBudgetError, match="must cover the entire forward"):
         check_regions([0.5], [op], lambda n: True, rules)
+    assert issubclass(RegionBudgetError, RuntimeError)  # what torch raises
     if "activation_memory_budget_require_full_coverage" not in rules.missing_config:
         with functorch_config.patch(activation_memory_budget_require_full_coverage=False):
             check_regions([0.5], [op], lambda n: True, rules)
@@ -429,7 +446,7 @@ def test_no_return_op_size_follows_the_release(monkeypatch) -> None:
     """Before 2.13 only _assert_scalar (and get_attr) count as zero-size when
     meta['val'] is missing; from 2.13 every op without returns does."""
     from fxcut import _C
-    from fxcut.route.lower import _ValueFacts
+    from fxcut.torchrules.lower import _ValueFacts
 
     g = fx.Graph()
     x = g.placeholder("x")
@@ -521,13 +538,17 @@ def test_fxcut_failing_where_torch_would_not_falls_back(monkeypatch, fresh_guard
     def broken(*args, **kwargs):
         raise AttributeError("torch._functorch.config.some_new_option does not exist")
 
-    monkeypatch.setattr(fxcut.route.lower, "lower_for_partition", broken)  # the route lowers through lower.lower_plan
+    # the route lowers through the adapter (lower.lower_plan -> TorchAdapter.lower)
+    monkeypatch.setattr(fxcut.torchrules.lower, "lower_for_partition", broken)
+    monkeypatch.setattr(fxcut.torchrules.lower, "lower_prepared", broken)
     cap = zoo.capture("mlp")
     with pytest.warns(fxcut.FallbackWarning, match="some_new_option does not exist"):
         fw, bw = cap.partition(fxcut.min_cut_rematerialization_partition)
     tfw, tbw = cap.partition()
     assert fw.code == tfw.code and bw.code == tbw.code
-    assert fxcut.partition_counts() == {"torch_unmodelled": 1}
+    # lowering runs behind the adapter's gate: a failing copy of torch's
+    # behaviour is counted as torch having changed
+    assert fxcut.partition_counts() == {"torch_changed": 1}
 
 
 def test_bad_input_still_raises_fxcuts_error(fresh_guard) -> None:
@@ -557,8 +578,9 @@ def test_partial_region_budget_as_torch_under_the_coverage_config() -> None:
             with functorch_config.patch(activation_memory_budget=1.0, **patch):
                 fw, _ = fn(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
             outcomes.append(fw.code)
-        except RuntimeError as e:
-            outcomes.append(type(e))
+        except RuntimeError as e:  # fxcut's is a RegionBudgetError, a RuntimeError: the same to a caller
+            # with torch's key phrase (code matching torch's message matches fxcut's; the rest is worded apart)
+            outcomes.append(("RuntimeError", "must cover the entire forward" in str(e)))
     assert outcomes[0] == outcomes[1]
     rules = versions.current()
     partial_ok = has_option or not rules.region_memory_budgets
@@ -574,11 +596,13 @@ def test_partial_region_budget_as_torch_under_the_coverage_config() -> None:
 @pytest.mark.parametrize("tag", [None, "is_backward", "is_forward", "must_be_in_forward", "must_be_in_backward"])
 @pytest.mark.parametrize("target", [aten.add.Tensor, aten.add_.Tensor, operator.getitem])
 def test_must_be_in_forward_and_backward_are_torchs(tag, target) -> None:
-    """fxcut.torchrules.ops's one statement of the rule (extract.py and lower.py both
-    use it) against the running torch's own functions, node by node."""
+    """fxcut.torchrules.ops's one statement of the rule (tag_flags, the C
+    rule; extract.py and lower.py both use it) against the running torch's
+    own functions, node by node."""
     from torch._functorch import partitioners as tp
 
-    from fxcut.torchrules.ops import is_mutable_op, must_be_in_backward, must_be_in_forward
+    from fxcut.torchrules.extract import placement_rules
+    from fxcut.torchrules.ops import is_mutable_op, tag_flags
 
     graph = fx.Graph()
     x = graph.placeholder("x")
@@ -587,11 +611,92 @@ def test_must_be_in_forward_and_backward_are_torchs(tag, target) -> None:
         node.meta["partitioner_tag"] = tag
     mutable = is_mutable_op(node.target)
     assert mutable == (target is aten.add_.Tensor)
-    assert must_be_in_forward(tag, mutable) == tp._must_be_in_forward(node)
-    assert must_be_in_backward(tag, mutable) == tp._must_be_in_backward(node)
-    # The lowering's bit follows the same rule.
-    arrays = fxcut.route.lower.lower_for_partition(graph, default_facts(), impure_random=True)
+    bits = tag_flags(tag, mutable)
+    assert bool(bits & fxcut._C.F_MUST_BE_IN_FW) == tp._must_be_in_forward(node)
+    assert bool(bits & fxcut._C.F_MUST_BE_IN_BW) == tp._must_be_in_backward(node)
+    # Module extraction's placement follows the same rule.
+    must_fw, must_bw = placement_rules([node])
+    assert must_fw[node] == tp._must_be_in_forward(node) and must_bw[node] == tp._must_be_in_backward(node)
+    # The lowering's bits follow the same rule.
+    arrays = fxcut.torchrules.lower.lower_for_partition(graph, default_facts(), impure_random=True,
+                                                        rules=versions.rules_or_nearest())
     assert bool(arrays.flags[1] & fxcut._C.F_MUST_BE_IN_BW) == tp._must_be_in_backward(node)
+    assert bool(arrays.flags[1] & fxcut._C.F_MUST_BE_IN_FW) == tp._must_be_in_forward(node)
+
+
+class _Tag(str):
+    """A ``partitioner_tag`` that is a str subclass: torch compares tags with ``==``."""
+
+
+#: the partitioner tags a node may carry ("absent": no key in meta): none, torch's four, and others
+_TAGS = ["absent", None, "is_backward", "is_forward", "must_be_in_forward", "must_be_in_backward", "other",
+         "", "Is_Backward", "must_be_in_forward ", _Tag("is_backward"), _Tag("must_be_in_forward"), 3]
+
+
+def test_tag_flags_are_torchs_placement_rules_on_real_nodes() -> None:
+    """``tag_flags`` (``_C.partitioner_tag_flags``: ``F_MUST_BE_IN_FW``,
+    ``F_MUST_BE_IN_BW``, ``F_IS_BACKWARD_TAG``), module extraction's
+    placement and the lowering's bits, against the running torch's
+    ``_must_be_in_forward`` / ``_must_be_in_backward`` / ``_has_tag_is_backward``
+    on the nodes of one graph: every tag of :data:`_TAGS` (none, torch's
+    own, other values) on every kind of target -- mutable op overloads,
+    functional ones, their packets, a higher-order op, a Python function,
+    getitem -- so that both rules are seen true and false."""
+    from torch._functorch import partitioners as tp
+
+    from fxcut import _C
+    from fxcut.torchrules.extract import placement_rules
+    from fxcut.torchrules.facts import extraction_marks
+    from fxcut.torchrules.ops import is_mutable_op, tag_flags
+
+    graph = fx.Graph()
+    x = graph.placeholder("primals_1")
+    y = graph.placeholder("primals_2")
+    for p in (x, y):
+        p.meta["val"] = torch.empty(4, device="meta")
+    calls = [
+        (aten.add_.Tensor, (x, y)), (aten.copy_.default, (x, y)), (aten.mul_.Scalar, (x, 2.0)),
+        (aten.add.Tensor, (x, y)), (aten.sin.default, (x,)), (aten.clone.default, (x,)),
+        (aten.add_, (x, y)), (aten.add, (x, y)),            # packets: not OpOverloads, so not mutable to torch
+        (operator.add, (x, y)),
+    ]
+    nodes = []
+    for tag in _TAGS:
+        for target, args in calls:
+            node = graph.call_function(target, args)
+            node.meta["val"] = torch.empty(4, device="meta")
+            if tag != "absent":
+                node.meta["partitioner_tag"] = tag
+            nodes.append(node)
+    graph.output((x,))
+
+    must_fw, must_bw = placement_rules(nodes)
+    arrays = fxcut.torchrules.lower.lower_for_partition(graph, default_facts(), impure_random=True,
+                                                        rules=versions.rules_or_nearest())
+    marks = extraction_marks(arrays)
+    seen = set()
+    for node in nodes:
+        fw, bw, backward = tp._must_be_in_forward(node), tp._must_be_in_backward(node), tp._has_tag_is_backward(node)
+        tag = node.meta.get("partitioner_tag", None)
+        mutable = is_mutable_op(node.target)
+        assert mutable == (isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable)
+        why = (node.name, node.target, tag)
+        bits = tag_flags(tag, mutable)
+        assert bits == _C.partitioner_tag_flags(tag, mutable), why
+        assert (bool(bits & _C.F_MUST_BE_IN_FW), bool(bits & _C.F_MUST_BE_IN_BW)) == (fw, bw), why
+        assert bool(bits & _C.F_IS_BACKWARD_TAG) == backward, why
+        # module extraction's placement and the lowering's flags: the same rule, read off the node
+        assert (must_fw[node], must_bw[node]) == (fw, bw), why
+        flags = arrays.flags[arrays.index[node]]
+        assert (bool(flags & _C.F_MUST_BE_IN_FW), bool(flags & _C.F_MUST_BE_IN_BW)) == (fw, bw), why
+        assert bool(flags & _C.F_IS_BACKWARD_TAG) == backward, why
+        assert bool(marks[arrays.index[node]] & _C.X_MUST_FW) == fw, why
+        seen.add((mutable, fw, bw))
+    # every case torch's rules tell apart was drawn: a mutation kept in the forward or sent to the
+    # backward (never free), a functional op tagged either way or free; both rules are never true at once
+    assert seen == {(True, True, False), (True, False, True), (False, True, False), (False, False, True),
+                    (False, False, False)}, seen
+    assert not any(fw and bw for _, fw, bw in seen)
 
 
 def test_ban_relaxation_is_the_cores() -> None:
@@ -620,8 +725,10 @@ def test_ban_relaxation_is_the_cores() -> None:
 def test_each_rule_is_written_once() -> None:
     """The strings that name a rule's inputs appear in one module of the
     package each: the triton wrapper op (fxcut.torchrules.ops), inductor's
-    fallback_random (fxcut.torchrules.ops), the checkpoint tag names (from torch's
-    CheckpointPolicy, in fxcut.solve.arrays).  The private-name table lists
+    fallback_random (fxcut.torchrules.ops), the checkpoint tag names
+    (fxcut.solve.arrays, which reads no torch: torch's CheckpointPolicy
+    names, checked against torch's enum here and mapped by
+    fxcut.torchrules.lower).  The private-name table lists
     the names fxcut relies on, and decides nothing: its rows' names aside."""
     import ast
     from pathlib import Path
@@ -646,5 +753,8 @@ def test_each_rule_is_written_once() -> None:
                     where.setdefault(word, set()).add(str(path.relative_to(package)))
     assert where.get("triton_kernel_wrapper_functional") == {"torchrules/ops.py"}
     assert where.get("fallback_random") == {"torchrules/ops.py"}
-    assert "PREFER_CPU_OFFLOAD" not in where  # tag names come from torch's CheckpointPolicy
+    assert where.get("PREFER_CPU_OFFLOAD") == {"solve/arrays.py"}  # the tag names' one copy
     assert set(fxcut.solve.arrays.TAG_NAMES.values()) == {p.name for p in torch.utils.checkpoint.CheckpointPolicy}
+    # lowering maps every policy of torch's enum to the tag of that name
+    assert {policy.name: tag for policy, tag in fxcut.torchrules.lower.TAG_OF_POLICY.items()} == {
+        name: tag for tag, name in fxcut.solve.arrays.TAG_NAMES.items()}

@@ -674,18 +674,20 @@ def test_the_facts_cache_keeps_no_fresh_target_alive() -> None:
     import gc
     import weakref
 
-    from fxcut.route.lower import lower_for_partition
+    from fxcut.torchrules.lower import lower_for_partition
     from fxcut.torchrules.ops import default_facts
+    from fxcut.torchrules.versions import rules_or_nearest
 
     facts = default_facts()
-    lower_for_partition(_fresh_target_graph(lambda x: x), facts, impure_random=True)  # warm the op lists
+    rules = rules_or_nearest()
+    lower_for_partition(_fresh_target_graph(lambda x: x), facts, impure_random=True, rules=rules)  # warm the op lists
     before = len(facts._cache)
     refs = []
     for k in range(500):
         def fresh(x, k=k):  # a new function object each time
             return x
         refs.append(weakref.ref(fresh))
-        lower_for_partition(_fresh_target_graph(fresh), facts, impure_random=True)
+        lower_for_partition(_fresh_target_graph(fresh), facts, impure_random=True, rules=rules)
         del fresh
     gc.collect()
     assert all(r() is None for r in refs)

@@ -37,15 +37,15 @@ def fxcut_prepared_arrays(graph: fx.Graph, cse: bool | None = None, num_fwd_outp
     with ``num_fwd_outputs`` as the partitioner runs it from torch 2.14,
     without as ``fx_graph_cse`` alone) and the graph array of ``graph`` as
     that plan would leave it."""
-    from fxcut.route.lower import lower_for_partition
     from fxcut.torchrules import prepare
+    from fxcut.torchrules.lower import lower_for_partition
     from fxcut.torchrules.ops import dce_impure_random, default_facts
     from fxcut.torchrules.versions import rules_or_nearest
 
-    facts, impure_random = default_facts(), dce_impure_random()
+    facts, impure_random, rules = default_facts(), dce_impure_random(), rules_or_nearest()
     prep = prepare.plan(graph, facts, cse=bool(config.cse if cse is None else cse), impure_random=impure_random,
-                        rules=rules_or_nearest(), num_fwd_outputs=num_fwd_outputs)
-    return lower_for_partition(graph, facts, impure_random=impure_random, removed=prep.removed,
+                        rules=rules, num_fwd_outputs=num_fwd_outputs)
+    return lower_for_partition(graph, facts, impure_random=impure_random, rules=rules, removed=prep.removed,
                                replace=prep.replace)
 
 

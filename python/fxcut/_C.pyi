@@ -12,7 +12,7 @@ from typing import Any
 from torch.fx import Node
 from typing_extensions import Buffer
 
-from fxcut.route.lower import ReaderConfig
+from fxcut.torchrules.lower import ReaderConfig
 from fxcut.solve.arrays import GraphArrays
 from fxcut.torchrules.prepare import CseKeyConfig, PlanConfig
 
@@ -21,7 +21,7 @@ class InfiniteCutError(RuntimeError):
 
     node: int  # the node index the core names, where it names one
     chain: list[int]  # node indices of the infinite path, as the core found it
-    nodes: list[Node]  # set by fxcut.solve.core with the names
+    nodes: list[object]  # set by fxcut.solve.core: the chain's nodes (GraphArrays.handles: fx nodes from lowering)
 
 BAN_COMPUTE_INTENSIVE: int
 BAN_FAR_FROM_BACKWARD: int
@@ -60,6 +60,7 @@ F_IMPURE: int
 F_IS_BACKWARD_TAG: int
 F_LIFT_FRESH: int
 F_MUST_BE_IN_BW: int
+F_MUST_BE_IN_FW: int
 F_MUTABLE_HOP: int
 F_NON_BUILTIN: int
 F_NON_TENSOR: int
@@ -220,6 +221,7 @@ def memory_simulate(
     fused_cost: Buffer | None = None,
     iteration: Buffer | None = None,
     realize: tuple[int, int, int] | None = None,
+    hold_saved: bool = False,
 ) -> MemoryResult: ...
 def partition_decide(
     graph: GraphArrays,
@@ -269,6 +271,7 @@ def plan_simulate(
     fused_cost: Buffer | None = None,
     iteration: Buffer | None = None,
     realize: tuple[int, int, int] | None = None,
+    hold_saved: bool = False,
 ) -> tuple[int, int, int, int, int, int, int, int, bytes, memoryview, memoryview]: ...
 def plan_frontier(
     graph: GraphArrays,
@@ -289,6 +292,7 @@ def plan_frontier(
     iteration: Buffer | None = None,
     realize: tuple[int, int, int] | None = None,
     threads: int = 0,
+    hold_saved: bool = False,
 ) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool, int]: ...
 def cse_key(
     args: Any, kwargs: Any, env: dict[Any, Any], config: CseKeyConfig

@@ -8,10 +8,14 @@
   activation memory budget included.
 - :func:`memory_pareto`: the memory/recompute trade-off over a budget sweep.
 - :class:`Plan`, :func:`make_plan`, :class:`Objective`: one partition call
-  planned (rules, options, budget, DCE/CSE, objective), as the partition,
-  explain, the HTML page and the Pareto sweep read it.
+  planned (the running torch, options, budget, DCE/CSE, objective), as the
+  partition, explain, the HTML page and the Pareto sweep read it;
+  :func:`running_torch` looks the running torch up (a
+  :class:`TorchAdapter`: the one door to everything fxcut asks of torch).
 - :func:`planned_partitioner`, :class:`PeakPlanner`: a partition_fn whose
-  budget is on the simulated peak of activation memory (:mod:`fxcut.planned`).
+  budget is on the simulated peak of activation memory (:mod:`fxcut.planned`);
+  :func:`last_plans` (:class:`PlanReport`): what the plan decided for each
+  graph, whichever backend ran it (:mod:`fxcut.route.report`).
 - :class:`PartitionMismatch`, :func:`partition_counts`, the fallback
   warnings: :mod:`fxcut.route.guard` (untested torch, verify mode).
 - :class:`UnsafeRecomputeWarning`: torch's decision recomputes a random op
@@ -24,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 from ._version import __version__
 from ._C import InfiniteCutError
 from .route.guard import FallbackWarning, PartitionMismatch, UntestedTorchWarning, VerifyWarning, partition_counts
-from .route.lower import LoweringError
 from .solve.arrays import GraphArrays
-from .torchrules.ops import get_no_copy_ops, is_cast_op
+from .torchrules.adapter import LoweringError, TorchAdapter, get_no_copy_ops, is_cast_op, running_torch
 from .pareto import ParetoPoint, memory_pareto
 from .partition import min_cut_rematerialization_partition
 from .route.plan import Objective, Plan, make_plan
+from .route.report import PlanReport, last_plans
 from .route.safety import UnsafeRecomputeWarning
 from .planned import PeakPlanner, planned_partitioner
 from .zero3 import get_wrapped_partitioner, recompute_param_aliases
@@ -61,8 +65,12 @@ __all__ = [
     "memory_pareto",
     "min_cut_rematerialization_partition",
     "PeakPlanner",
+    "PlanReport",
+    "last_plans",
     "planned_partitioner",
     "recompute_param_aliases",
+    "running_torch",
+    "TorchAdapter",
 ]
 
 _LAZY = {"InductorPartitioner", "aot_backend", "inductor_backend"}

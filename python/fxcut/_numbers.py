@@ -72,4 +72,35 @@ def _shown(value: object) -> str:
     return text[:37] + "..."
 
 
-__all__ = ["check_int", "check_number"]
+def human_bytes(n: float) -> str:
+    """``n`` bytes for a log line or a report: ``512 B``, ``47.1 KiB``,
+    ``23.99 MiB``, ``1.50 GiB`` (binary units, two decimals)."""
+    if abs(n) < 1024:
+        return f"{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.2f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def human_cost(value: float, unit: str) -> str:
+    """A recompute cost in its unit: ``"flops"`` (torch's FLOPs: ``1.2
+    GFLOP``) or ``"time"`` (the time model's picoseconds: ``3.4 ms``)."""
+    if unit == "time":
+        seconds = value * 1e-12
+        for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")):
+            if abs(seconds) >= scale:
+                return _sig3(seconds / scale, name)
+        return "0 s" if value == 0 else f"{seconds / 1e-9:.3g} ns"
+    for scale, name in ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP")):
+        if abs(value) >= scale:
+            return _sig3(value / scale, name)
+    return f"{int(value)} FLOP"
+
+
+def _sig3(x: float, unit: str) -> str:
+    return f"{x:.3g} {unit}" if abs(x) < 1000 else f"{x:.0f} {unit}"
+
+
+__all__ = ["check_int", "check_number", "human_bytes", "human_cost"]

@@ -15,10 +15,11 @@ from typing import Any, NamedTuple
 import torch.fx as fx
 
 import fxcut._C as _C
-from .solve.budget import Solver, check_budget, check_estimator, check_solver
-from .solve.core import Decision
 from .route.lower import lower_plan
 from .route.plan import Plan, make_plan
+from .solve.budget import check_budget
+from .solve.core import Decision
+from .torchrules.adapter import Solver, running_torch
 
 class ParetoPoint(NamedTuple):
     budget: float
@@ -30,7 +31,7 @@ class ParetoPoint(NamedTuple):
 DEFAULT_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
 
 
-def saved_for_backward(decision: Decision, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
+def saved_for_backward(decision: Decision[Any], saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
     """The saved values the backward reads: those the backward outputs reach
     through their inputs without passing another saved value or a
     placeholder (the module extraction drops the others)."""
@@ -52,7 +53,7 @@ def saved_for_backward(decision: Decision, saved: Sequence[int], num_fwd_outputs
     return [i for i in saved if i in reached]
 
 
-def recomputed_nodes(decision: Decision, saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
+def recomputed_nodes(decision: Decision[Any], saved: Sequence[int], num_fwd_outputs: int) -> list[int]:
     """The forward ops the backward recomputes when ``saved`` is saved: the
     call_function forward nodes the backward outputs reach through their
     inputs without passing a saved value or a placeholder (getitems, which
@@ -109,23 +110,22 @@ def memory_pareto(
         _pyplot()
     points_budgets = [check_budget(b, f"budgets[{k}]") for k, b in enumerate(budgets)]
     if plan is None:
-        plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
+        plan = make_plan(joint_module, running_torch()[0], num_fwd_outputs=num_fwd_outputs,
                          static_lifetime_input_indices=static_lifetime_input_indices, solver=solver)
     if any(0.0 < b < 1.0 for b in points_budgets):  # the plan checked them only for a budget of its own below 1
-        check_solver(plan.solver)
-        check_estimator(plan.estimator)
+        plan.torch.check_budget_settings(plan.solver, plan.estimator)
     arrays = lower_plan(plan)
-    estimates = plan.estimates()
+    inputs = plan.budget_inputs(arrays)
     points = []
     for b in points_budgets:
-        d = plan.budget_pass(arrays, b, estimates)
+        d = plan.budget_pass(arrays, b, inputs=inputs)
         if d.stage == "no_backward":
             points.append(ParetoPoint(b, 0, 0.0, d.stage))
             continue
         kept = saved_for_backward(d.decision, d.saved, plan.num_fwd_outputs)
         saved_bytes = sum(max(arrays.nbytes[i], 0) for i in kept)
-        recomputed = [arrays.nodes[i] for i in recomputed_nodes(d.decision, d.saved, plan.num_fwd_outputs)]
-        runtime = float(sum(estimates(recomputed))) if recomputed else 0.0
+        recomputed = recomputed_nodes(d.decision, d.saved, plan.num_fwd_outputs)
+        runtime = float(sum(inputs.runtimes(recomputed))) if recomputed else 0.0
         points.append(ParetoPoint(b, saved_bytes, runtime, d.stage))
     if plot is not None:
         plot_pareto(points, plot)

@@ -27,10 +27,13 @@ import torch.fx as fx
 
 from .route.build import build
 from .route.decide import Decided, decide
-from .route.guard import Call, Guard
+from .route.guard import Call, Guard, Zero3Walk
 from .route.lower import lower_plan
 from .route.plan import Objective, Plan, make_plan, safe_budget_mode
+from .route.report import PATHS, partitioned, path_of
 from .solve.budget import BudgetDecision
+from .solve.peakplan import PeakPlanner, PlanChoice
+from .torchrules.adapter import LoweredGraph, TorchAdapter
 
 PartitionResult = tuple[fx.GraphModule, fx.GraphModule]
 
@@ -44,8 +47,9 @@ def min_cut_rematerialization_partition(
     static_lifetime_input_indices: list[int] | None = None,
     verify: Any = None,
     allow_untested: bool | None = None,
-    objective: Objective | None = None,
+    objective: PeakPlanner | Objective | None = None,
     safe_budget: bool | None = None,
+    _zero3: Zero3Walk | None = None,
 ) -> PartitionResult:
     """Drop-in for torch's ``min_cut_rematerialization_partition``.
 
@@ -68,7 +72,11 @@ def min_cut_rematerialization_partition(
     return partition(joint_module, _joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
                      static_lifetime_input_indices=static_lifetime_input_indices, verify=verify,
                      allow_untested=allow_untested, objective=objective,
-                     safe_budget=safe_budget).modules
+                     safe_budget=safe_budget, zero3=_zero3).modules
+
+
+#: fxcut.zero3.wrap_partitioner hands DeepCompile's walk to this function, which runs it inside its guard.
+min_cut_rematerialization_partition.fxcut_takes_zero3 = True  # type: ignore[attr-defined]
 
 
 class Partitioned(NamedTuple):
@@ -89,37 +97,51 @@ def partition(
     static_lifetime_input_indices: list[int] | None = None,
     verify: Any = None,
     allow_untested: bool | None = None,
-    objective: Objective | None = None,
+    objective: PeakPlanner | Objective | None = None,
     safe_budget: bool | None = None,
+    zero3: Zero3Walk | None = None,
+    torch: TorchAdapter | None = None,
 ) -> Partitioned:
     """:func:`min_cut_rematerialization_partition` with the route behind
     its modules -- the plan and the decision -- for the tools that report
-    on a partition (the HTML page, the CLI) without planning it again."""
-    call = Call(joint_module, joint_inputs, compiler, num_fwd_outputs, static_lifetime_input_indices)
+    on a partition (the HTML page, the CLI) without planning it again.
+    ``zero3``: DeepCompile's ZeRO-3 walk to run first, inside the guard
+    (:func:`fxcut.zero3.wrap_partitioner`); ``torch``: the running torch as
+    this compile already looked it up (None: the guard looks it up)."""
+    call = Call(joint_module, joint_inputs, compiler, num_fwd_outputs, static_lifetime_input_indices, zero3)
     routed: Routed | None = None
-    safe = safe_budget_mode(safe_budget)
-    with Guard(call, verify=verify, allow_untested=allow_untested,
-               default_plan=objective is None and not safe) as guard:
+    # a plan with an objective never reads FXCUT_SAFE_BUDGET: it keeps unsafe values saved whatever it says
+    safe = safe_budget_mode(safe_budget) if objective is None or safe_budget is not None else False
+    path = path_of(objective, safe)
+    with Guard(call, verify=verify, allow_untested=allow_untested, default_plan=objective is None and not safe,
+               torch=torch, count_as=PATHS[path]) as guard:
         if guard.fxcut_decides:
-            plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
+            assert guard.torch is not None
+            plan = make_plan(joint_module, guard.torch, num_fwd_outputs=num_fwd_outputs,
                              static_lifetime_input_indices=static_lifetime_input_indices, objective=objective,
-                             rules=guard.rules, safe_budget=safe)
+                             safe_budget=safe)
             routed = route(plan, joint_inputs)
-            guard.result, guard.decided = routed.modules, Decided(routed.decision, routed.saved)
+            guard.result, guard.decided = routed.modules, Decided(routed.decision, routed.saved, routed.choice)
     assert guard.result is not None
-    return Partitioned(guard.result, routed if routed is not None and guard.result is routed.modules else None)
+    mine = routed if routed is not None and guard.result is routed.modules else None
+    if mine is not None:
+        partitioned(guard.torch, path, mine.plan, Decided(mine.decision, mine.saved, mine.choice))
+    else:
+        partitioned(guard.torch, "torch", None, None, reason=guard.reason, outcome=guard.outcome)
+    return Partitioned(guard.result, mine)
 
 
 class Routed(NamedTuple):
     """What the route made of one plan: the plan, the core's decision
     (torch's, under the plan's budget), the saved node indices the modules
-    were built from (the objective's where the plan has one) and the
-    modules."""
+    were built from (the objective's where the plan has one), the modules,
+    and fxcut's peak plan's record where the plan ran one."""
 
     plan: Plan
-    decision: BudgetDecision
+    decision: BudgetDecision[LoweredGraph]
     saved: list[int]
     modules: PartitionResult
+    choice: PlanChoice | None = None
 
 
 def route(plan: Plan, joint_inputs: Any) -> Routed:
@@ -128,8 +150,8 @@ def route(plan: Plan, joint_inputs: Any) -> Routed:
     :func:`min_cut_rematerialization_partition`).  Writes to the plan's
     joint module; the caller restores it if this raises.  For tools and
     benchmarks that need the decision behind the modules."""
-    chosen, saved = decide(plan, lower_plan(plan))
-    return Routed(plan, chosen, saved, build(plan, chosen, saved, joint_inputs))
+    chosen, saved, choice = decide(plan, lower_plan(plan))
+    return Routed(plan, chosen, saved, build(plan, chosen, saved, joint_inputs), choice)
 
 
 __all__ = ["Partitioned", "Routed", "min_cut_rematerialization_partition", "partition", "route"]

@@ -6,26 +6,32 @@ parameter would stay alive and ZeRO-3's memory saving would be lost.  So
 before partitioning, every alias or cast of a parameter (transitively) is
 tagged ``MUST_RECOMPUTE``; the min-cut partitioner then recomputes it in
 backward from the re-gathered parameter.
+
+The walk runs under the same guard as a partition (:mod:`fxcut.route.guard`):
+in C where fxcut decides, in plain Python (DeepCompile's algorithm over the
+fx nodes) where it does not -- an untested torch, a torch fxcut's copies do
+not fit, a gap in fxcut's walk -- so ZeRO-3's promise holds whoever
+partitions.  Wrapping fxcut's own partition function, the walk runs inside
+that partition's guard: one lookup of the running torch, one snapshot, one
+restore on failure.
 """
 
 from __future__ import annotations
 
-from array import array
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch.fx as fx
-from torch.utils.checkpoint import CheckpointPolicy
 
-import fxcut._C as _C
-from .solve.core import param_alias_walk
-from .route.lower import lower_structure
-from .torchrules.ops import TargetFacts, get_no_copy_ops, zero3_facts
-from .torchrules.snapshot import ModuleSnapshot
+from .route.guard import Zero3Walk, compile_scope, guarded_walk, walk_module
+from .torchrules.adapter import get_no_copy_ops, primal_placeholders
 
 #: (position among the primal inputs, ds_id, full unsharded shape)
 ParamIndex = tuple[int, int, Any]
 PartitionFn = Callable[..., tuple[fx.GraphModule, fx.GraphModule]]
+#: The keyword fxcut's own partition functions take the walk by (inside their guard).
+ZERO3_KEYWORD = "_zero3"
 
 
 def primal_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[tuple[str | None, Any]]:
@@ -36,7 +42,10 @@ def primal_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[tup
     return [*own, *((None, t) for t in example_inputs)]
 
 
-def _param_positions(param_indices: Iterable[Any], n_primals: int) -> list[int]:
+def param_positions(param_indices: Iterable[Any], n_primals: int) -> list[int]:
+    """Each ``(arg_idx, ds_id, shape)`` entry's ``arg_idx``, checked: a
+    TypeError naming an entry that is not such a triple, an IndexError
+    naming one outside the graph's ``n_primals`` primal placeholders."""
     positions: list[int] = []
     for k, entry in enumerate(param_indices):
         if not isinstance(entry, Sequence) or isinstance(entry, (str, bytes)) or len(entry) != 3:
@@ -55,6 +64,19 @@ def _param_positions(param_indices: Iterable[Any], n_primals: int) -> list[int]:
             )
         positions.append(position)
     return positions
+
+
+def _walk_request(joint_graph: fx.Graph, param_indices: Iterable[Any], no_copy_ops: Iterable[Any] | None
+                  ) -> Zero3Walk:
+    """The walk asked for, checked against the graph (nothing written)."""
+    if not isinstance(joint_graph, fx.Graph):
+        raise TypeError(
+            f"joint_graph must be a torch.fx.Graph, got {type(joint_graph).__name__}"
+        )
+    if not any(node.op == "placeholder" for node in joint_graph.nodes):
+        raise ValueError("joint_graph has no placeholders: it is not a joint graph")
+    positions = param_positions(param_indices, len(primal_placeholders(joint_graph)))
+    return Zero3Walk(positions, None if no_copy_ops is None else frozenset(no_copy_ops))
 
 
 def recompute_param_aliases(
@@ -77,30 +99,15 @@ def recompute_param_aliases(
     Everything is validated before any meta is written: on error the graph is
     unchanged.  Returns the tagged nodes in graph order.
     """
-    if not isinstance(joint_graph, fx.Graph):
-        raise TypeError(
-            f"joint_graph must be a torch.fx.Graph, got {type(joint_graph).__name__}"
-        )
-    facts = zero3_facts() if no_copy_ops is None else TargetFacts(frozenset(no_copy_ops))
-    arrays = lower_structure(joint_graph, facts)
-    primals = [i for i, bits in enumerate(arrays.flags) if bits & _C.F_PRIMAL]
-    if not any(k == _C.KIND_PLACEHOLDER for k in arrays.kind):
-        raise ValueError("joint_graph has no placeholders: it is not a joint graph")
-    positions = _param_positions(param_indices, len(primals))
-    params = array("i", sorted({primals[p] for p in positions}))
-    for node in arrays.nodes:
-        if not isinstance(node.meta, dict):
-            raise TypeError(f"node {node.name!r}: meta is {type(node.meta).__name__}, not a dict")
-    marks = param_alias_walk(arrays, params)
+    return guarded_walk(joint_graph, _walk_request(joint_graph, param_indices, no_copy_ops))
 
-    must_recompute = CheckpointPolicy.MUST_RECOMPUTE
-    tagged: list[fx.Node] = []
-    for node, mark in zip(arrays.nodes, marks):
-        node.meta.setdefault("ac_graph_id", 1)
-        if mark:
-            node.meta["recompute"] = must_recompute
-            tagged.append(node)
-    return tagged
+
+def takes_zero3(fn: object) -> bool:
+    """Whether ``fn`` is one of fxcut's own partition functions (or a
+    ``functools.partial`` of one), which run the walk inside their guard."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return bool(getattr(fn, "fxcut_takes_zero3", False))
 
 
 def wrap_partitioner(
@@ -111,19 +118,21 @@ def wrap_partitioner(
     frame_id: int = 0,
     frames_partitioned: set[int] | None = None,
     num_fwd_outputs_by_frame: dict[int, int] | None = None,
-    walk: Callable[[fx.Graph, Sequence[ParamIndex]], Any] | None = None,
+    no_copy_ops: Callable[[], Iterable[Any] | None] = lambda: None,
 ) -> PartitionFn:
     """The one ZeRO-3 partition wrapper (used by :func:`get_wrapped_partitioner`
     and by :mod:`fxcut.integrations.deepspeed`).
 
     The returned function records ``frame_id`` in ``frames_partitioned`` and
     its ``num_fwd_outputs`` in ``num_fwd_outputs_by_frame`` (each when
-    given), runs ``walk`` (:func:`recompute_param_aliases` when None) when
-    ``z3_partition`` is true, then calls ``inner`` with ``num_fwd_outputs``
-    and every other keyword argument forwarded.  If the walk or ``inner``
-    raises, the module is put back as it was before the walk.
+    given), runs the walk (:func:`recompute_param_aliases`'s, with
+    ``no_copy_ops()``'s set) when ``z3_partition`` is true, then calls
+    ``inner`` with ``num_fwd_outputs`` and every other keyword argument
+    forwarded.  Where ``inner`` is fxcut's own partition function the walk
+    runs inside its guard; otherwise under a guard of its own first.  If the
+    walk or ``inner`` raises, the module is put back as it was before the
+    walk.
     """
-    run_walk = walk if walk is not None else recompute_param_aliases
 
     def partition_recomputing_zero3_aliases(
         joint_module: fx.GraphModule,
@@ -142,15 +151,29 @@ def wrap_partitioner(
             raise TypeError(
                 f"joint_module must be a torch.fx.GraphModule, got {type(joint_module).__name__}"
             )
-        snapshot = ModuleSnapshot(joint_module)
-        try:
-            run_walk(joint_module.graph, param_indices)
-            return inner(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
-        except BaseException:
-            snapshot.restore()
-            raise
+        walk = _walk_request(joint_module.graph, param_indices, no_copy_ops())
+        if takes_zero3(inner):
+            return inner(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **{ZERO3_KEYWORD: walk},
+                         **kwargs)
+        return _walk_then(inner, walk, joint_module, joint_inputs, num_fwd_outputs, kwargs)
 
     return partition_recomputing_zero3_aliases
+
+
+def _walk_then(inner: PartitionFn, walk: Zero3Walk, joint_module: fx.GraphModule, joint_inputs: Any,
+               num_fwd_outputs: int, kwargs: dict[str, Any]) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """The walk under a guard of its own, then a partition function that is
+    not fxcut's; both undone if either raises.  The running torch looked up
+    for the walk serves fxcut's partitioner too where ``inner`` calls it
+    (inductor's partition function with fxcut's as its override)."""
+    torch, tested, snapshot = walk_module(joint_module, walk)
+    try:
+        with compile_scope(torch, tested):
+            return inner(joint_module, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kwargs)
+    except BaseException:
+        if snapshot is not None:
+            snapshot.restore()
+        raise
 
 
 def get_wrapped_partitioner(
@@ -181,4 +204,5 @@ def get_wrapped_partitioner(
     )
 
 
-__all__ = ["recompute_param_aliases", "get_wrapped_partitioner", "get_no_copy_ops", "wrap_partitioner"]
+__all__ = ["ZERO3_KEYWORD", "get_no_copy_ops", "get_wrapped_partitioner", "param_positions",
+           "recompute_param_aliases", "takes_zero3", "wrap_partitioner"]

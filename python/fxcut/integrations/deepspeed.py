@@ -52,14 +52,23 @@ from ..zero3 import ParamIndex, PartitionFn
 _saved: dict[tuple[str, str], Any] = {}
 #: Held by install() and uninstall() for their whole read-check-write.
 _lock = threading.Lock()
-#: install(memory_budget=b) / install(safe_budget=...): what DeepCompile cuts with (empty: fxcut's default path).
+#: install(memory_budget=b) / install(safe_budget=...): what DeepCompile cuts
+#: with, per backend ("eager", "inductor"; empty: fxcut's default path).
 _planned: dict[str, PartitionFn] = {}
 
+#: The memory model of the program each DeepCompile backend runs.  Eager:
+#: its compilers return ``make_boxed_func(gm.forward)``, whose argument list
+#: lives through the call, so the backward holds every saved value to its
+#: end ("unfused_held"; DeepCompile's ``free_activation`` option frees the
+#: largest ones early on CUDA: the model then over-estimates).  Inductor:
+#: inductor's compiled modules ("inductor").
+DEEPCOMPILE_MEMORY_MODELS = {"eager": "unfused_held", "inductor": "inductor"}
 
-def _partition() -> PartitionFn:
-    """What DeepCompile cuts with: fxcut's default path, or the plan (or
-    ``safe_budget``) install() was given."""
-    return _planned.get("fn", fxcut_partition)
+
+def _partition(backend: str = "eager") -> PartitionFn:
+    """What DeepCompile's ``backend`` ("eager" or "inductor") cuts with:
+    fxcut's default path, or the plan (or ``safe_budget``) install() was given."""
+    return _planned.get(backend, fxcut_partition)
 
 
 def _modules() -> dict[str, Any]:
@@ -92,7 +101,7 @@ def _fxcut_in_place_of(partition_fn: PartitionFn | None) -> PartitionFn:
     from torch._functorch import partitioners
 
     if partition_fn is None or partition_fn is partitioners.min_cut_rematerialization_partition:
-        return _partition()
+        return _partition("eager")
     try:
         from torch._inductor import compile_fx
     except ImportError:  # pragma: no cover - torch without inductor
@@ -106,7 +115,7 @@ def _inductor_partition(inductor_partition_fn: PartitionFn, *args: Any, **kwargs
     from torch._inductor import config
 
     if config.custom_partitioner_fn is None:
-        kwargs["partitioner_fn_override"] = _partition()
+        kwargs["partitioner_fn_override"] = _partition("inductor")
     return inductor_partition_fn(*args, **kwargs)
 
 
@@ -127,7 +136,7 @@ def get_wrapped_partitioner(
         frame_id=frame_id,
         frames_partitioned=frames_partitioned,
         num_fwd_outputs_by_frame=getattr(partitioner, "_num_fwd_outputs_by_frame", None),
-        walk=recompute_param_aliases,
+        no_copy_ops=_no_copy_ops,
     )
 
 
@@ -137,7 +146,7 @@ def _replacements() -> dict[tuple[str, str], Callable[..., Any]]:
         ("partitioner", "get_wrapped_partitioner"): get_wrapped_partitioner,
         ("backend", "get_wrapped_partitioner"): get_wrapped_partitioner,
         ("inductor", "get_wrapped_partitioner"): get_wrapped_partitioner,
-        ("backend", "min_cut_rematerialization_partition"): _partition(),
+        ("backend", "min_cut_rematerialization_partition"): _partition("eager"),
     }
 
 
@@ -153,29 +162,31 @@ def install(memory_budget: float | None = None, *, safe_budget: bool | None = No
     nothing is patched.  ``memory_budget``: cut with
     :func:`fxcut.planned_partitioner` (the budget on the simulated peak; under
     ZeRO-3 the plan recomputes what the walk requires plus what it chooses)
-    instead of torch's decision; None: torch's decision.  ``safe_budget``:
+    instead of torch's decision, on the memory model of the program each
+    DeepCompile backend runs (:data:`DEEPCOMPILE_MEMORY_MODELS`); None:
+    torch's decision.  ``safe_budget``:
     as :func:`fxcut.min_cut_rematerialization_partition`'s (None:
     ``FXCUT_SAFE_BUDGET`` decides at partition time; a plan never recomputes
     what it keeps saved).  A bad value raises ValueError naming the option,
     before anything is patched.  A later install() sets both again."""
     from ..route.plan import safe_budget_mode
 
-    chosen: PartitionFn | None = None
+    if safe_budget is not None:
+        safe_budget_mode(safe_budget)  # ValueError naming safe_budget, with a plan too (which ignores it)
+    chosen: dict[str, PartitionFn] = {}
     if memory_budget is not None:
         from ..planned import planned_partitioner
 
-        chosen = planned_partitioner(memory_budget)  # ValueError naming memory_budget
+        chosen = {backend: planned_partitioner(memory_budget, memory_model=model)  # ValueError naming memory_budget
+                  for backend, model in DEEPCOMPILE_MEMORY_MODELS.items()}
     elif safe_budget is not None:
-        safe_budget_mode(safe_budget)  # ValueError naming safe_budget
-        chosen = functools.partial(fxcut_partition, safe_budget=safe_budget)
+        chosen = dict.fromkeys(DEEPCOMPILE_MEMORY_MODELS, functools.partial(fxcut_partition, safe_budget=safe_budget))
     with _lock:
-        if chosen is None:
-            _planned.clear()
-        else:
-            _planned["fn"] = chosen
+        _planned.clear()
+        _planned.update(chosen)
         if _saved:  # installed: the budget is read at partition time, the backend's name rebound
             if ("backend", "min_cut_rematerialization_partition") in _saved:
-                setattr(_modules()["backend"], "min_cut_rematerialization_partition", _partition())
+                setattr(_modules()["backend"], "min_cut_rematerialization_partition", _partition("eager"))
             return
         modules = _modules()
         replacements = _replacements()

@@ -32,6 +32,7 @@ function, so its walk runs before those passes.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import os
 from collections.abc import Callable, Iterable, Sequence
@@ -41,10 +42,10 @@ import torch
 import torch.fx as fx
 import torch.nn as nn
 from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.compilers import nop
+from torch._dynamo.backends.debugging import boxed_nop
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx
-from torch._inductor.custom_graph_pass import CustomPartitionerFn, get_hash_for_files
+from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 import fxcut._C as _C
 from .._numbers import check_number
@@ -89,35 +90,45 @@ def zero3_param_indices(gm: fx.GraphModule, example_inputs: Sequence[Any], zero3
     ]
 
 
-#: The files whose code can change a partition (the decision path: what
-#: InductorPartitioner runs, and every fxcut module that imports), relative to
-#: the package.  tests/test_package_shape.py checks it against the imports.
-#: The decision path's code, relative to the package: the layers under the
-#: entry (every module of ``route/``, ``solve/``, ``torchrules/``), the entry
-#: modules a partition runs, and this integration.
-DECISION_FILES: tuple[str, ...] = (
-    "_numbers.py", "_paths.py", "explain.py", "pareto.py", "partition.py", "planned.py", "planned_check.py",
-    "zero3.py",
-    *(os.path.join(layer, name) for layer, names in (
-        ("route", ("__init__.py", "build.py", "decide.py", "guard.py", "lower.py", "plan.py", "safety.py")),
-        ("solve", ("__init__.py", "account.py", "arrays.py", "budget.py", "core.py", "cost.py", "exact.py",
-                   "hazards.py", "knapsack.py", "liveness.py", "maxflow.py", "memory.py", "planner.py", "roles.py")),
-        ("torchrules", ("__init__.py", "codegen.py", "extract.py", "fusion.py", "gate.py", "ops.py", "prepare.py",
-                        "snapshot.py", "versions.py")),
-    ) for name in names),
-    os.path.join("integrations", "torch_compile.py"),
-)
+#: The package's tooling: never imported by the library (tests/test_package_shape.py), so it cannot
+#: change a partition; everything else can.
+TOOLING: tuple[str, ...] = ("tools", "__main__.py")
+
+
+def decision_files(package: str | None = None) -> tuple[str, ...]:
+    """The files whose code can change a decision or a plan, relative to
+    the package (``package``: its folder; this package when None): every
+    module of it but its tooling (:data:`TOOLING`) -- derived from the tree,
+    not listed, so a module added to any layer is covered."""
+    root = package or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in files:
+            rel = os.path.relpath(os.path.join(folder, name), root)
+            if name.endswith(".py") and rel.split(os.sep)[0] not in TOOLING:
+                found.append(rel)
+    return tuple(sorted(found))
+
+
+def code_hash(package: str | None = None, extension: str | None = None) -> str:
+    """A hash of the decision path's code (:func:`decision_files` and the C
+    extension): part of inductor's cache key, so a cached graph is only
+    reused when it was cut by this very code, and a change to the CLI or the
+    tooling does not throw the cache away."""
+    root = package or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for rel in decision_files(root):
+        with open(os.path.join(root, rel), "rb") as f:
+            digest.update(rel.encode() + b"\0" + f.read() + b"\0")
+    with open(extension or _C.__file__, "rb") as f:
+        digest.update(f.read())
+    return digest.hexdigest()
 
 
 @functools.cache
 def _code_hash() -> str:
-    """A hash of the decision path's code (:data:`DECISION_FILES` and the C
-    extension): part of inductor's cache key, so a cached graph is only
-    reused when it was cut by this very code, and a change to the CLI or the
-    tooling does not throw the cache away."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    paths = [os.path.join(root, f) for f in DECISION_FILES]
-    return get_hash_for_files((*paths, _C.__file__)).hex()
+    return code_hash()
 
 
 class InductorPartitioner(CustomPartitionerFn):
@@ -142,7 +153,7 @@ class InductorPartitioner(CustomPartitionerFn):
         # the plan's memory model: inductor compiles what this partitioner builds
         self.memory_model = memory_model
         # the plan's budget for asking inductor (None: fxcut.planned's default)
-        self.check_time_limit = _check_check_time_limit(check_time_limit, self.memory_budget)
+        self.check_time_limit = _check_check_time_limit(check_time_limit, self.memory_budget, memory_model)
 
     def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
                  ) -> tuple[fx.GraphModule, fx.GraphModule]:
@@ -154,8 +165,10 @@ class InductorPartitioner(CustomPartitionerFn):
     def uuid(self) -> Any:
         # verify mode re-decides with torch: a graph cached without it is
         # not a verified one; safe_budget changes the decision.
+        # A plan never reads safe_budget (nor FXCUT_SAFE_BUDGET): it keeps unsafe values saved whatever it says.
+        safe = None if self.memory_budget is not None else safe_budget_mode(self.safe_budget)
         return (_code_hash(), tuple(e[0] for e in self.param_indices), verify_mode(self.verify),
-                safe_budget_mode(self.safe_budget), self.memory_model, self.memory_budget, self.check_time_limit)
+                safe, self.memory_model, self.memory_budget, self.check_time_limit)
 
     def __repr__(self) -> str:
         return (f"InductorPartitioner(param_indices={self.param_indices!r}, verify={self.verify!r}, "
@@ -182,17 +195,24 @@ def _check_plan_options(memory_budget: Any, verify: Any, safe_budget: Any,
     return None if memory_budget is None else check_number("memory_budget", memory_budget, 0.0, 1.0)
 
 
-def _check_check_time_limit(check_time_limit: Any, memory_budget: float | None) -> float | None:
+def _check_check_time_limit(check_time_limit: Any, memory_budget: float | None,
+                            memory_model: str = "inductor") -> float | None:
     """``check_time_limit`` as a float (seconds inductor's check may spend
-    per graph), or None; a ValueError naming it when it is out of range or
-    given without a ``memory_budget`` (it belongs to the plan)."""
+    per graph), or None; a ValueError naming it when it is out of range,
+    given without a ``memory_budget`` (it belongs to the plan), or given
+    where the plan never asks inductor (an unfused ``memory_model``)."""
     if check_time_limit is None:
         return None
     if memory_budget is None:
         raise ValueError("check_time_limit applies to a plan: pass memory_budget too")
     from ..planned import MAX_TIME_LIMIT
 
-    return check_number("check_time_limit", check_time_limit, 0.0, MAX_TIME_LIMIT)
+    limit = check_number("check_time_limit", check_time_limit, 0.0, MAX_TIME_LIMIT)
+    if memory_model != "inductor":
+        raise ValueError(f"check_time_limit bounds the plan's questions to inductor, which a plan on "
+                         f"memory_model={memory_model!r} never asks; drop check_time_limit (it applies to "
+                         "memory_model='inductor')")
+    return limit
 
 
 def _fxcut_partition(verify: Any, memory_budget: float | None = None, safe_budget: bool | None = None,
@@ -245,7 +265,8 @@ def _check_aot_options(options: dict[str, Any]) -> None:
     if unknown:
         raise TypeError(f"aot_backend() got unknown keyword argument(s) {', '.join(map(repr, unknown))}: neither "
                         "fxcut's options (fw_compiler, bw_compiler, zero3_params, verify, memory_budget, "
-                        "safe_budget, memory_model) nor AOT Autograd's (" + ", ".join(sorted(_aot_autograd_options())) + ")")
+                        "safe_budget, memory_model, check_time_limit) nor AOT Autograd's ("
+                        + ", ".join(sorted(_aot_autograd_options())) + ")")
 
 
 def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget: float | None = None,
@@ -266,7 +287,8 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     the plan may spend asking inductor about its candidates, per graph
     (:class:`fxcut.planned.PeakPlanner`; None: its default, 20 s; where a
     budget's pick would rest on the model's figure, asking about the picks
-    may take twice that again).
+    may take twice that again); only with ``memory_budget`` on the inductor
+    memory model, where the plan asks inductor (else a ValueError naming it).
     ``safe_budget``: keep saved what torch's decision would recompute
     although it draws random numbers or reads state the step mutates
     (:func:`fxcut.min_cut_rematerialization_partition`); None leaves it to
@@ -277,7 +299,7 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     if verify is not None:
         verify = verify_mode(verify) or "off"
     memory_budget = _check_plan_options(memory_budget, verify, safe_budget, memory_model)
-    check_time_limit = _check_check_time_limit(check_time_limit, memory_budget)
+    check_time_limit = _check_check_time_limit(check_time_limit, memory_budget, memory_model)
 
     def fxcut_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         partitioner = InductorPartitioner(zero3_param_indices(gm, example_inputs, zero3_params), verify,
@@ -289,31 +311,42 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
 
 def aot_backend(fw_compiler: Callable[..., Any] | None = None, bw_compiler: Callable[..., Any] | None = None,
                 zero3_params: Any = None, verify: Any = None, memory_budget: float | None = None,
-                safe_budget: bool | None = None, memory_model: str = "unfused", **aot_kwargs: Any) -> Backend:
+                safe_budget: bool | None = None, memory_model: str = "unfused", check_time_limit: float | None = None,
+                **aot_kwargs: Any) -> Backend:
     """A ``torch.compile`` backend: AOT Autograd with fxcut's partitioner.
 
-    ``fw_compiler`` defaults to torch's no-op compiler (eager kernels),
-    ``bw_compiler`` to ``fw_compiler``; ``aot_kwargs`` go to
-    ``torch._dynamo.backends.common.aot_autograd`` (e.g. ``decompositions``;
-    a keyword AOT Autograd does not take is a TypeError here, not later
-    inside ``torch.compile``).  See the module docstring for
+    With no compilers given it runs what torch's ``backend="aot_eager"``
+    runs: eager kernels through torch's boxed no-op compiler, which frees
+    each saved value in the backward after its last use (the program the
+    memory model describes), and ``keep_inference_input_mutations=True``.
+    ``fw_compiler`` / ``bw_compiler`` replace the compilers (``bw_compiler``
+    defaults to ``fw_compiler``); ``aot_kwargs`` go to
+    ``torch._dynamo.backends.common.aot_autograd`` (e.g. ``decompositions``,
+    or ``keep_inference_input_mutations=False``; a keyword AOT Autograd does
+    not take is a TypeError here, not later inside ``torch.compile``).  See the module docstring for
     ``zero3_params``; ``verify`` and ``safe_budget`` as for
     :func:`inductor_backend`; ``memory_budget`` as there, on the unfused
     memory model (the modules run op by op); pass
     ``memory_model="inductor"`` when the compilers given run inductor.
+    ``check_time_limit``: as for :func:`inductor_backend`, with
+    ``memory_model="inductor"`` only (an unfused plan never asks inductor:
+    a ValueError naming it).
     """
     _check_aot_options(aot_kwargs)
     if verify is not None:
         verify = verify_mode(verify) or "off"
     memory_budget = _check_plan_options(memory_budget, verify, safe_budget, memory_model)
+    check_time_limit = _check_check_time_limit(check_time_limit, memory_budget, memory_model)
 
     def fxcut_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         indices = zero3_param_indices(gm, example_inputs, zero3_params)
-        fw = fw_compiler if fw_compiler is not None else nop
+        fw = fw_compiler if fw_compiler is not None else boxed_nop
         bw = bw_compiler if bw_compiler is not None else fw
         partition_fn = get_wrapped_partitioner(bool(indices), indices,
-                                               _fxcut_partition(verify, memory_budget, safe_budget, memory_model))
-        return aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition_fn, **aot_kwargs)(gm, example_inputs)
+                                               _fxcut_partition(verify, memory_budget, safe_budget, memory_model,
+                                                                check_time_limit))
+        options = {"keep_inference_input_mutations": True, **aot_kwargs}
+        return aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=partition_fn, **options)(gm, example_inputs)
 
     return fxcut_aot
 

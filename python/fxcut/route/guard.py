@@ -5,15 +5,17 @@ graph by graph, that fxcut does.
 Every call of :func:`fxcut.min_cut_rematerialization_partition` runs inside
 one :class:`Guard` (``with Guard(call, ...) as g:`` wraps fxcut's route):
 
-1. **Untested torch.**  On a torch outside the tested range
-   (:mod:`fxcut.torchrules.versions`), the graph goes to torch's partitioner, with one
-   :class:`UntestedTorchWarning` per process naming the version and the
-   range.  ``allow_untested=True`` or ``FXCUT_ALLOW_UNTESTED_TORCH=1`` runs
-   fxcut anyway (with the nearest tested release's rules).
+1. **Untested torch.**  On a torch that is not one of the exact releases
+   fxcut is tested on (:data:`fxcut.torchrules.versions.TESTED`; a local
+   build tag such as ``+cu130`` aside), the graph goes to torch's
+   partitioner, with one :class:`UntestedTorchWarning` per process naming
+   the version and the releases.  ``allow_untested=True`` or
+   ``FXCUT_ALLOW_UNTESTED_TORCH=1`` runs fxcut anyway (with the rules of
+   its major.minor release, or the nearest).
 2. **A torch fxcut's copies do not fit** (the compatibility gate,
    :mod:`fxcut.torchrules.gate`: the private names and node slots of the
    versions table checked once per process), **a feature fxcut does not
-   model** (:func:`unmodelled_feature`), or fxcut failing where torch would
+   model** (:func:`fxcut.torchrules.features.unmodelled_feature`), or fxcut failing where torch would
    not (:data:`FXCUT_GAPS`, a copy of torch's behaviour failing --
    :class:`~fxcut.torchrules.gate.TorchChanged` -- among them; the graph is
    restored first): torch's partitioner, one :class:`FallbackWarning` per
@@ -30,36 +32,39 @@ one :class:`Guard` (``with Guard(call, ...) as g:`` wraps fxcut's route):
 Every hand-off is :func:`torch_partition`: torch's own partitioner as its
 module defined it (captured when that module runs, so a name rebound later
 -- to fxcut's function, a partial, a lambda, a wrapper -- is never called),
-with the joint graph restored if torch's partitioner fails too.
+after DeepCompile's ZeRO-3 walk in plain Python where the call asks for
+the walk, with the joint graph restored if torch's partitioner fails too.
+A call's ZeRO-3 walk runs inside the guard: in C where fxcut decides, in
+Python before torch's partitioner where torch does.
 :func:`partition_counts` tells who made how many partitions in this process:
 each graph is counted once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import difflib
 import importlib
 import importlib.abc
 import importlib.machinery
 import logging
-import operator
 import os
 import sys
 import threading
 import types
-import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 import torch.fx as fx
 
-from ..torchrules import gate, versions
+from .._warn import warn_user
 from ..solve.account import accounts
-from ..torchrules.gate import FallbackWarning, TorchChanged
-from ..torchrules.snapshot import ModuleSnapshot, copy_graph_module
+from ..torchrules import gate, versions
+from ..torchrules.adapter import ModuleSnapshot, TorchAdapter, reference_zero3_walk, running_torch
+from ..torchrules.gate import BadInput, FallbackWarning, TorchChanged
 from .decide import Decided
 
 log = logging.getLogger("fxcut")
@@ -100,12 +105,18 @@ _counts: Counter[str] = Counter()
 
 
 def partition_counts() -> dict[str, int]:
-    """Partitions made in this process, by who made them: ``fxcut``,
-    ``torch_untested`` (untested torch), ``torch_unmodelled`` (a feature
-    fxcut does not model), ``torch_changed`` (a copy of torch's behaviour
-    that does not hold on the running torch or graph: the compatibility
-    gate), ``verified`` (fxcut's, checked equal to torch's),
-    ``mismatch`` (verify found a difference)."""
+    """Partitions made in this process, by who made them and how:
+    ``fxcut`` (fxcut made torch's decision: the default path),
+    ``fxcut_safe_budget`` (torch's decision with what it recomputes
+    unsafely kept saved: ``safe_budget=True``), ``fxcut_plan`` (fxcut's
+    peak plan, :func:`fxcut.planned_partitioner` and the backends'
+    ``memory_budget``: :func:`fxcut.last_plans` has each), ``fxcut_objective``
+    (a user's :class:`~fxcut.route.plan.Objective`), ``torch_untested``
+    (untested torch), ``torch_unmodelled`` (a feature fxcut does not
+    model), ``torch_changed`` (a copy of torch's behaviour that does not
+    hold on the running torch or graph: the compatibility gate),
+    ``verified`` (fxcut's, checked equal to torch's), ``mismatch`` (verify
+    found a difference)."""
     with _lock:
         return dict(_counts)
 
@@ -125,7 +136,7 @@ def _warn_once(key: str, message: str, category: type[Warning]) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(message, category, stacklevel=4)
+    warn_user(message, category)
 
 
 def verify_mode(verify: Any = None) -> str | None:
@@ -148,64 +159,30 @@ def verify_mode(verify: Any = None) -> str | None:
     raise ValueError(f"{source}={value!r}: expected True/False, 'raise' or 'warn' (or 1/0)")
 
 
+def _warn_untested() -> None:
+    version = versions.installed_version()
+    _warn_once(
+        "untested",
+        f"fxcut: torch {version} is not a release fxcut is tested on ({versions.tested_range()}); "
+        f"torch's own partitioner decides every graph.  Set {versions.ALLOW_UNTESTED_ENV}=1 "
+        "(or allow_untested=True) to run fxcut anyway, ideally with FXCUT_VERIFY=1.",
+        UntestedTorchWarning,
+    )
+
+
+def untested_reason(allow_untested: bool | None = None) -> str | None:
+    """Why fxcut hands every graph to torch's partitioner in this process
+    (an untested torch, not allowed), or None where fxcut decides."""
+    if versions.running()[1] or _allow_untested(allow_untested):
+        return None
+    return (f"torch {versions.installed_version()} is not a release fxcut is tested on "
+            f"({versions.tested_range()}): torch's own partitioner decides every graph")
+
+
 def _allow_untested(allow_untested: bool | None) -> bool:
     if allow_untested is not None:
         return bool(allow_untested)
     return os.environ.get(versions.ALLOW_UNTESTED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def unmodelled_feature(joint_module: fx.GraphModule, rules: versions.Rules) -> str | None:
-    """Why fxcut cannot decide this graph as the running torch would, or
-    None when it can (one pass over the nodes, only for the rules the
-    running release has)."""
-    control_deps = _control_deps_hop() if rules.splits_control_deps else None
-    with_effects = getattr(torch.ops.higher_order, "with_effects", None) if rules.effectful_leaves_only else None
-    devices = rules.device_values_are_free
-    epilogue = rules.epilogue_mutated_inputs_unsaveable
-    if control_deps is None and with_effects is None and not devices and not epilogue:
-        return None
-    torch_release = f"torch {rules.release}"
-    for node in joint_module.graph.nodes:
-        meta = node.meta
-        if epilogue and meta.get("aot_runtime_epilogue_input_mutation", False):
-            return (f"input {node.name!r} is mutated after the forward, which {torch_release} "
-                    "never saves; fxcut does not model that")
-        if devices and isinstance(meta.get("val"), torch.device):
-            return (f"node {node.name!r} has a torch.device value, which {torch_release} treats "
-                    "as free and recomputable; fxcut does not model that")
-        if node.op != "call_function":
-            continue
-        if control_deps is not None and node.target is control_deps:
-            return (f"node {node.name!r} is a control_deps op, which {torch_release} splits "
-                    "between forward and backward; fxcut does not model that split")
-        if with_effects is not None and node.target is with_effects and _effects_unmodelled(node):
-            return (f"effectful node {node.name!r} is tagged MUST_RECOMPUTE or has nested outputs, "
-                    f"which {torch_release} handles differently; fxcut does not model that")
-    return None
-
-
-def _effects_unmodelled(node: fx.Node) -> bool:
-    from torch.utils.checkpoint import CheckpointPolicy
-
-    if node.meta.get("recompute") == CheckpointPolicy.MUST_RECOMPUTE:
-        return True
-    getitem = operator.getitem
-    stack = [u for u in node.users if u.target is getitem]
-    while stack:
-        user = stack.pop()
-        nested = [u for u in user.users if u.target is getitem]
-        if nested and not isinstance(user.meta.get("val"), (tuple, list)):
-            return True
-        stack.extend(nested)
-    return False
-
-
-def _control_deps_hop() -> Any:
-    try:
-        from torch._inductor.fx_passes.control_dependencies import control_deps
-    except ImportError:
-        return None
-    return control_deps
 
 
 # --------------------------------------------------------------------------- torch's own partitioner
@@ -316,20 +293,25 @@ def torch_partition(
     *,
     num_fwd_outputs: int,
     static_lifetime_input_indices: list[int] | None = None,
-    fx_internals: versions.FxInternals | None = None,
+    torch: TorchAdapter | None = None,
+    zero3: Zero3Walk | None = None,
 ) -> PartitionResult:
     """The one hand-off to torch: torch's own partitioner
-    (:func:`torchs_own_min_cut`) on ``joint_module``, which is restored
-    exactly as it was if torch's partitioner raises (``fx_internals``: the
-    running release's, looked up when None)."""
+    (:func:`torchs_own_min_cut`) on ``joint_module``, after DeepCompile's
+    ZeRO-3 walk where ``zero3`` asks for it (in plain Python: torch's own
+    path), the module restored exactly as it was if either raises
+    (``torch``: the call's adapter, for the snapshot; without one the
+    graph is left as torch's partitioner leaves it)."""
     partition = torchs_own_min_cut()
     snapshot = None
-    if isinstance(joint_module, fx.GraphModule):
+    if isinstance(joint_module, fx.GraphModule) and torch is not None:
         try:
-            snapshot = ModuleSnapshot(joint_module, fx_internals)
+            snapshot = torch.snapshot(joint_module)
         except TorchChanged as e:  # torch's partitioner runs all the same, as it would without fxcut
             log.warning("fxcut: %s; torch's partitioner runs without fxcut's restore on failure", e)
     try:
+        if zero3 is not None:
+            reference_zero3_walk(joint_module.graph, zero3.positions, zero3.no_copy_ops)
         return partition(joint_module, joint_inputs, compiler, num_fwd_outputs=num_fwd_outputs,
                          static_lifetime_input_indices=static_lifetime_input_indices)
     except BaseException:
@@ -362,41 +344,125 @@ FXCUT_GAPS: tuple[type[BaseException], ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Zero3Walk:
+    """DeepCompile's ZeRO-3 walk as part of a partition call: the
+    parameters' positions among the primal placeholders (checked by
+    :func:`fxcut.zero3.param_positions`) and the no-copy set (None:
+    DeepCompile's)."""
+
+    positions: Sequence[int]
+    no_copy_ops: Any = None
+
+
 @dataclass
 class Call:
-    """One call of the public entry, as torch's partitioner takes it."""
+    """One call of the public entry, as torch's partitioner takes it, and
+    the ZeRO-3 walk that runs before the cut where one is asked for."""
 
     joint_module: fx.GraphModule
     joint_inputs: Any
     compiler: str
     num_fwd_outputs: int
     static_lifetime_input_indices: list[int] | None
+    zero3: Zero3Walk | None = None
 
-    def to_torch(self, joint_module: fx.GraphModule | None = None,
-                 fx_internals: versions.FxInternals | None = None) -> PartitionResult:
+    def to_torch(self, joint_module: fx.GraphModule | None = None, torch: TorchAdapter | None = None
+                 ) -> PartitionResult:
         return torch_partition(
             self.joint_module if joint_module is None else joint_module, self.joint_inputs, self.compiler,
             num_fwd_outputs=self.num_fwd_outputs, static_lifetime_input_indices=self.static_lifetime_input_indices,
-            fx_internals=fx_internals,
+            torch=torch, zero3=self.zero3,
         )
+
+
+#: The running torch a compile already looked up (:func:`compile_scope`), for the calls it makes.
+_scope: contextvars.ContextVar[tuple[TorchAdapter, bool] | None] = contextvars.ContextVar("fxcut_torch",
+                                                                                          default=None)
+
+
+def lookup_torch() -> tuple[TorchAdapter, bool]:
+    """The running torch as this compile asks it, and whether it is tested:
+    the one a caller of this compile looked up already (:func:`compile_scope`),
+    else looked up now (:func:`fxcut.torchrules.adapter.running_torch`)."""
+    scoped = _scope.get()
+    return scoped if scoped is not None else running_torch()
+
+
+@contextlib.contextmanager
+def compile_scope(torch: TorchAdapter | None, tested: bool = True) -> Iterator[None]:
+    """Within: fxcut's partitions use ``torch`` (None: they look it up),
+    so one compile looks the running torch up once."""
+    token = _scope.set(None if torch is None else (torch, tested))
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def guarded_walk(graph: fx.Graph, walk: Zero3Walk) -> list[fx.Node]:
+    """DeepCompile's ZeRO-3 walk (``walk``) over ``graph`` under the guard's
+    rules: in C where fxcut decides, in plain Python where torch does (an
+    untested torch, a torch fxcut's copies do not fit, a gap in the C walk:
+    one warning each).  The tagged nodes, in graph order."""
+    torch, tested = lookup_torch()
+    return _walk(torch, tested, graph, walk)
+
+
+def walk_module(module: fx.GraphModule, walk: Zero3Walk) -> tuple[TorchAdapter, bool, ModuleSnapshot | None]:
+    """:func:`guarded_walk` over ``module``'s graph, a snapshot of the module
+    taken first (None where it cannot be taken); with the running torch
+    looked up for it and whether that torch is tested, for the partition
+    that follows (:func:`compile_scope`)."""
+    torch, tested = lookup_torch()
+    snapshot = None
+    try:
+        snapshot = torch.snapshot(module)
+    except TorchChanged as e:
+        log.warning("fxcut: %s; the ZeRO-3 walk runs without fxcut's restore on failure", e)
+    _walk(torch, tested, module.graph, walk)
+    return torch, tested, snapshot
+
+
+def _walk(torch: TorchAdapter, tested: bool, graph: fx.Graph, walk: Zero3Walk) -> list[fx.Node]:
+    reason = None
+    if not tested and not _allow_untested(None):
+        _warn_untested()
+    else:
+        reason = gate.torch_problem(torch.rules)
+        if reason is None:
+            try:
+                return torch.zero3_walk(graph, walk.positions, walk.no_copy_ops)
+            except TorchChanged as e:
+                reason = str(e)
+    if reason is not None:
+        log.info("fxcut: %s; DeepCompile's ZeRO-3 walk runs in Python", reason)
+        _warn_once(f"walk: {reason}", f"fxcut: {reason}; DeepCompile's ZeRO-3 walk runs in Python instead "
+                   "of fxcut's", FallbackWarning)
+    return reference_zero3_walk(graph, walk.positions, walk.no_copy_ops)
 
 
 class Guard:
     """The guard around one partition, used as ``with Guard(call, ...) as g:``.
 
-    On entry it decides who partitions: torch (an untested torch, a feature
-    fxcut does not model, a torch fxcut's copies do not fit) or fxcut
-    (``g.fxcut_decides``); the body then runs fxcut's route and stores its
-    modules in ``g.result``.  On exit it hands the graph to torch where
-    torch decides or where fxcut failed for a gap of its own
-    (:data:`FXCUT_GAPS`; the graph restored first), checks fxcut's result
-    against torch's in verify mode (default plans only), and counts the
-    graph once: ``fxcut``, ``verified``, ``mismatch``, ``torch_untested``,
-    ``torch_unmodelled`` or ``torch_changed``.
+    On entry it looks the running torch up once (``g.torch``, the call's
+    :class:`~fxcut.torchrules.adapter.TorchAdapter`; or takes the one a
+    caller already made for this compile) and decides who partitions: torch
+    (an untested torch, a feature fxcut does not model, a torch fxcut's
+    copies do not fit) or fxcut (``g.fxcut_decides``), running the call's
+    ZeRO-3 walk in C under its snapshot where fxcut decides.  The body then
+    runs fxcut's route and stores its modules in ``g.result``.  On exit it
+    hands the graph to torch where torch decides or where fxcut failed for a
+    gap of its own (:data:`FXCUT_GAPS`; the graph restored first; the walk,
+    if the call has one, run again in plain Python before torch's
+    partitioner), checks fxcut's result against torch's in verify mode
+    (default plans only), and counts the graph once: ``fxcut``,
+    ``verified``, ``mismatch``, ``torch_untested``, ``torch_unmodelled`` or
+    ``torch_changed``.
     """
 
     def __init__(self, call: Call, *, verify: Any = None, allow_untested: bool | None = None,
-                 default_plan: bool = True) -> None:
+                 default_plan: bool = True, torch: TorchAdapter | None = None, count_as: str = "fxcut") -> None:
         self.call = call
         self.mode = verify_mode(verify)
         if self.mode is not None and not default_plan:
@@ -407,57 +473,84 @@ class Guard:
                 "safe_budget=False)"
             )
         self.allow_untested = allow_untested
+        #: what a graph fxcut decides is counted as (:func:`partition_counts`): the call's path
+        self.count_as = count_as
         self.result: PartitionResult | None = None
         #: the route's decision behind ``result`` (verify mode explains a mismatch with it)
         self.decided: Decided | None = None
         self.fxcut_decides = False
-        #: the running torch's rules (the nearest release's on an untested
-        #: torch), looked up once on entry: the plan takes them from here
-        self.rules: versions.Rules | None = None
+        #: the running torch as this call asks it (its rules: the nearest
+        #: release's on an untested torch), looked up once on entry (or
+        #: given): the plan takes it from here
+        self.torch: TorchAdapter | None = torch
         self._outcome = ""
         self._reason = ""
         self._graphs = "this graph"  # the graphs torch decides for that reason
         self._snapshot: ModuleSnapshot | None = None
         self._pristine: fx.GraphModule | None = None
 
+    @property
+    def rules(self) -> versions.Rules | None:
+        return None if self.torch is None else self.torch.rules
+
+    @property
+    def outcome(self) -> str:
+        """Once exited: who partitioned the graph and why, as counted
+        (``torch_changed`` ...; "" where fxcut's route made the modules)."""
+        return self._outcome
+
+    @property
+    def reason(self) -> str:
+        """Why torch's partitioner took the graph ("" where fxcut decided)."""
+        return self._reason
+
     def __enter__(self) -> Guard:
-        joint_module = self.call.joint_module
-        self.rules, tested = versions.running()
+        tested = True
+        if self.torch is None:
+            self.torch, tested = lookup_torch()
         if not tested and not _allow_untested(self.allow_untested):
-            version = versions.installed_version()
-            _warn_once(
-                "untested",
-                f"fxcut: torch {version} is outside fxcut's tested range {versions.tested_range()}; "
-                f"torch's own partitioner decides every graph.  Set {versions.ALLOW_UNTESTED_ENV}=1 "
-                "(or allow_untested=True) to run fxcut anyway, ideally with FXCUT_VERIFY=1.",
-                UntestedTorchWarning,
-            )
+            _warn_untested()
             self._outcome = "torch_untested"
             return self
-        problem = gate.torch_problem(self.rules)
+        problem = gate.torch_problem(self.torch.rules)
         if problem is not None:
             self._outcome, self._reason, self._graphs = "torch_changed", problem, "every graph of this process"
             return self
+        joint_module = self.call.joint_module
         if isinstance(joint_module, fx.GraphModule):
-            reason = unmodelled_feature(joint_module, self.rules)
-            if reason is not None:
-                self._outcome, self._reason = "torch_unmodelled", reason
-                return self
             try:
-                self._snapshot = ModuleSnapshot(joint_module, self.rules.fx_internals)
-                if self.mode is not None:
-                    self._pristine = copy_graph_module(joint_module)
-            except TorchChanged as e:  # nothing written yet: torch's partitioner takes the graph as it is
+                self._take_graph(self.torch, joint_module)
+            except TorchChanged as e:  # nothing written yet (or restored): torch's partitioner takes the graph
                 self._outcome, self._reason = "torch_changed", str(e)
+                return self
+            if self._outcome:
                 return self
         self.fxcut_decides = True
         return self
+
+    def _take_graph(self, torch: TorchAdapter, joint_module: fx.GraphModule) -> None:
+        """Where fxcut decides: the feature scan, the snapshot (and verify's
+        pristine copy), then the ZeRO-3 walk in C."""
+        reason = torch.unmodelled_feature(joint_module)
+        if reason is not None:
+            self._outcome, self._reason = "torch_unmodelled", reason
+            return
+        self._snapshot = torch.snapshot(joint_module)
+        if self.mode is not None:
+            self._pristine = torch.copy(joint_module)
+        walk = self.call.zero3
+        if walk is not None:
+            try:
+                torch.zero3_walk(joint_module.graph, walk.positions, walk.no_copy_ops)
+            except BaseException as e:
+                self._restore(e)
+                raise
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
         if kind is not None:
             if self._snapshot is not None:
                 self._restore(error)
-            if not issubclass(kind, FXCUT_GAPS):
+            if isinstance(error, BadInput) or not issubclass(kind, FXCUT_GAPS):
                 return False  # a bad input, or torch's own error: fxcut's answer
             if isinstance(error, TorchChanged):
                 self._outcome, self._reason = "torch_changed", str(error)
@@ -469,10 +562,10 @@ class Guard:
             if self._reason:
                 note_fallback(self._reason, self._graphs)
             _count(self._outcome)
-            self.result = self.call.to_torch(fx_internals=self._fx_internals())
+            self.result = self.call.to_torch(torch=self.torch)
             return True
         if self._pristine is None:
-            _count("fxcut")
+            _count(self.count_as)
             return False
         self.result = self._verified(self._pristine)
         return False
@@ -488,16 +581,14 @@ class Guard:
             raise RuntimeError(f"fxcut could not put the joint graph back as it was after "
                                f"{type(error).__name__}: {error} ({e})") from e
 
-    def _fx_internals(self) -> versions.FxInternals | None:
-        return None if self.rules is None else self.rules.fx_internals
-
     def _verified(self, pristine: fx.GraphModule) -> PartitionResult:
         """fxcut's result (in ``self.result``) checked against torch's own
         partitioner on the pristine copy of the joint graph."""
         got = self.result
         assert got is not None
+        assert self.torch is not None
         try:
-            expected = self.call.to_torch(copy_graph_module(pristine), self._fx_internals())
+            expected = self.call.to_torch(self.torch.copy(pristine), self.torch)
         except BaseException:
             if self._snapshot is not None:
                 self._restore(None)  # as torch's error would leave it: fxcut's changes undone
@@ -509,7 +600,8 @@ class Guard:
         _count("mismatch")
         if self.mode == "raise":
             raise diff
-        warnings.warn(f"{diff.diff}\nfxcut: using torch's partition of this graph", VerifyWarning, stacklevel=4)
+        warn_user(f"{diff.diff}\nfxcut: using torch's partition of this graph", VerifyWarning)
+        self._outcome, self._reason = "mismatch", "verify mode found fxcut's decision different from torch's"
         return expected
 
     def _explain(self, names: list[str]) -> list[dict[str, Any]]:
@@ -521,8 +613,8 @@ class Guard:
         if decided is None:
             return [{"node": n, "text": f"{n}: (fxcut's decision is not at hand)"} for n in names]
         try:
-            nodes = decided.decision.decision.arrays.nodes
-            index = {node.name: i for i, node in enumerate(nodes) if node.op != "output"}
+            lowered = decided.decision.arrays
+            index = {node.name: i for i, node in enumerate(lowered.nodes) if node.op != "output"}
             found = {facts["node"]: facts for facts in accounts(
                 decided.decision, decided.saved, self.call.num_fwd_outputs, [index[n] for n in names if n in index])}
         except Exception as e:  # noqa: BLE001
@@ -610,6 +702,7 @@ def _code_diff(a: str, b: str, limit: int = 40) -> list[str]:
 
 
 __all__ = [
+    "untested_reason",
     "FallbackWarning",
     "PartitionMismatch",
     "UntestedTorchWarning",
@@ -625,6 +718,10 @@ __all__ = [
     "reset_counts",
     "torch_partition",
     "torchs_own_min_cut",
-    "unmodelled_feature",
     "verify_mode",
+    "Zero3Walk",
+    "compile_scope",
+    "guarded_walk",
+    "lookup_torch",
+    "walk_module",
 ]

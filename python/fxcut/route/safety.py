@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
+from typing import Any
 
+from .._warn import warn_user
 from ..solve.budget import BudgetDecision
-from ..solve.hazards import RANDOM, Hazard, keep_saved, recomputed_hazards, unsafe_nodes
+from ..solve.hazards import RANDOM, Hazard, Unsafe, keep_saved, recomputed_hazards
 from .plan import SAFE_BUDGET_ENV, Plan
 
 log = logging.getLogger("fxcut")
@@ -49,14 +50,13 @@ _lock = threading.Lock()
 _warned: set[str] = set()
 
 
-def safe_saved(plan: Plan, chosen: BudgetDecision, saved: list[int]) -> list[int]:
+def safe_saved(plan: Plan, chosen: BudgetDecision[Any], saved: list[int], unsafe: Unsafe) -> list[int]:
     """The saved node indices to build from, given the decision step's
-    ``saved`` for ``plan`` (module docstring)."""
+    ``saved`` for ``plan`` and the graph's ``unsafe`` nodes (module docstring)."""
     if chosen.stage == "no_backward":
         return saved
     decision = chosen.decision
-    unsafe = unsafe_nodes(decision.arrays)
-    if not any(unsafe):
+    if not unsafe:
         return saved
     if plan.objective is None and not plan.safe_budget:
         for hazard in recomputed_hazards(decision, saved, plan.num_fwd_outputs, unsafe):
@@ -64,7 +64,7 @@ def safe_saved(plan: Plan, chosen: BudgetDecision, saved: list[int]) -> list[int
         return saved
     kept = keep_saved(decision, saved, plan.num_fwd_outputs, unsafe)
     if len(kept) != len(saved):
-        added = ", ".join(decision.arrays.nodes[i].name for i in kept[len(saved):])
+        added = ", ".join(decision.arrays.name(i) for i in kept[len(saved):])
         if plan.objective is None:
             log.info("safe_budget: kept saved what torch's decision recomputes unsafely: %s", added)
         else:  # the objective's roles should have kept them: its own figures (peak, recompute) are off
@@ -94,7 +94,7 @@ def _warn(hazard: Hazard, budget: float) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(warning_text(hazard, budget), UnsafeRecomputeWarning, stacklevel=2)
+    warn_user(warning_text(hazard, budget), UnsafeRecomputeWarning)
 
 
 def reset_warnings() -> None:

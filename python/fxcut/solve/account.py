@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import fxcut._C as _C
-from ..torchrules.ops import value_nbytes
 from .arrays import TAG_NAMES, GraphArrays
 from .budget import BudgetDecision
 from .core import Decision
@@ -56,7 +55,7 @@ def placement(arrays: GraphArrays, saved: Iterable[int], num_fwd_outputs: int) -
     return Placement(kept, forward, backward)
 
 
-def accounts(chosen: BudgetDecision, saved: Sequence[int], num_fwd_outputs: int,
+def accounts(chosen: BudgetDecision[Any], saved: Sequence[int], num_fwd_outputs: int,
              indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
     """The account of each node index in ``indices`` (every node but the
     output when None) under the decision ``chosen`` saving ``saved``; each
@@ -75,27 +74,8 @@ def accounts(chosen: BudgetDecision, saved: Sequence[int], num_fwd_outputs: int,
     return out
 
 
-def account(d: Decision, i: int, where: Placement, has_backward: bool) -> dict[str, Any]:
-    saved, forward, backward = where
-    node = d.arrays.nodes[i]
-    name = node.name
-    cls = d.node_class[i]
-    tag = int.from_bytes(d.tag[i : i + 1], "little", signed=True)
-    weight = d.weight[i]
-    facts = {
-        "node": name,
-        "op": str(node.target),
-        "bytes": value_nbytes(node),
-        "required_forward": bool(cls & _C.C_REQUIRED_FW),
-        "required_backward": bool(cls & _C.C_REQUIRED_BW),
-        "tag": TAG_NAMES.get(tag),
-        "banned": d.banned(i),
-        "dist_from_bw": d.dist_from_bw[i] if cls & _C.C_REQUIRED_FW else None,
-        "weight": None if weight == _C.WEIGHT_NONE else ("inf" if weight == _C.WEIGHT_INF else weight),
-        "saved": i in saved,
-        "in_forward": i in forward,
-        "in_backward": i in backward and i not in saved,
-    }
+def _why(facts: dict[str, Any], cls: int, weight: int, has_backward: bool) -> str:
+    """Why the node sits where the decision put it, in one sentence."""
     if not has_backward:
         why = "forward only: the graph computes no gradients"
     elif facts["saved"]:
@@ -117,9 +97,36 @@ def account(d: Decision, i: int, where: Placement, has_backward: bool) -> dict[s
         why = "forward only: the backward does not use it"
     else:
         why = "in neither graph"
+    return why
+
+
+def account(d: Decision[Any], i: int, where: Placement, has_backward: bool) -> dict[str, Any]:
+    """Node ``i``'s entry in the decision's account: where it went, the facts
+    that put it there, why in a sentence, and the text the report prints."""
+    saved, forward, backward = where
+    arrays = d.arrays
+    name = arrays.name(i)
+    cls = d.node_class[i]
+    tag = int.from_bytes(d.tag[i : i + 1], "little", signed=True)
+    weight = d.weight[i]
+    facts = {
+        "node": name,
+        "op": arrays.target(i),
+        "bytes": max(0, int(arrays.nbytes[i])),
+        "required_forward": bool(cls & _C.C_REQUIRED_FW),
+        "required_backward": bool(cls & _C.C_REQUIRED_BW),
+        "tag": TAG_NAMES.get(tag),
+        "banned": d.banned(i),
+        "dist_from_bw": d.dist_from_bw[i] if cls & _C.C_REQUIRED_FW else None,
+        "weight": None if weight == _C.WEIGHT_NONE else ("inf" if weight == _C.WEIGHT_INF else weight),
+        "saved": i in saved,
+        "in_forward": i in forward,
+        "in_backward": i in backward and i not in saved,
+    }
+    why = _why(facts, cls, weight, has_backward)
     facts["why"] = why
     a = d.arrays
-    saved_inputs = [a.nodes[j].name for j in dict.fromkeys(a.in_idx[a.in_ptr[i]:a.in_ptr[i + 1]]) if j in saved]
+    saved_inputs = [a.name(j) for j in dict.fromkeys(a.in_idx[a.in_ptr[i]:a.in_ptr[i + 1]]) if j in saved]
     facts["saved_inputs"] = saved_inputs
     lines = [f"{name} = {facts['op']}  ({facts['bytes']} bytes)", f"  {why}"]
     lines.append(

@@ -28,13 +28,10 @@ with measured step times (``bench/inductor_memory.py --time``).
 
 from __future__ import annotations
 
-import operator
 from array import array
 from dataclasses import dataclass
 
-import torch
-
-from ..torchrules.ops import tensor_nbytes
+import fxcut._C as _C
 from .arrays import GraphArrays
 
 #: picoseconds per second: costs are int64 picoseconds
@@ -75,35 +72,28 @@ def machine_for(device: str) -> MachineModel:
     return CPU if device == "cpu" else GPU
 
 
-def _numel(val: object) -> int:
-    """Elements of a value (a symbolic count by its hint, as sizes are taken)."""
-    if isinstance(val, torch.Tensor):
-        return tensor_nbytes(val) // max(1, val.dtype.itemsize)
-    if isinstance(val, (list, tuple)):
-        return sum(_numel(v) for v in val)
-    return 0
-
-
-def node_costs(arrays: GraphArrays, flops: array[int], storage: array[int], machine: MachineModel, *,
-               fused: bool) -> tuple[array[int], array[int]]:
+def node_costs(arrays: GraphArrays, flops: array[int], storage: array[int], numel: array[int],
+               machine: MachineModel, *, fused: bool) -> tuple[array[int], array[int]]:
     """Per node, (the cost of running it as a kernel or op of its own, the
     cost of running it inlined into a reader), int64 picoseconds.
 
-    ``flops``: torch's flop counter per node (:func:`fxcut.solve.memory.node_flops`;
-    at least 1 for an op it cannot count).  ``storage``: :func:`fxcut.solve.memory.storage_of`
-    (a node that shares an earlier node's storage -- a view -- moves no
-    bytes and costs nothing).  ``fused``: the backend fuses (inductor: a
-    kernel's fixed cost) or runs op by op (an eager op's fixed cost).
-    Placeholders, get_attr, getitems and the output cost nothing."""
+    ``flops``: torch's flop counter per node (:func:`fxcut.torchrules.facts.node_flops`;
+    at least 1 for an op it cannot count).  ``storage``: the earliest node
+    sharing each node's storage (a node that shares an earlier node's
+    storage -- a view -- moves no bytes and costs nothing).  ``numel``: the
+    elements each node's value holds.  ``fused``: the backend fuses
+    (inductor: a kernel's fixed cost) or runs op by op (an eager op's fixed
+    cost).  Placeholders, get_attr, getitems and the output cost nothing."""
     n = len(arrays)
     cost = array("q", bytes(8 * n))
     inlined = array("q", bytes(8 * n))
     overhead = machine.kernel_overhead_s if fused else machine.op_overhead_s
-    nbytes = arrays.nbytes
-    for i, node in enumerate(arrays.nodes):
-        if node.op != "call_function" or node.target is operator.getitem or storage[i] != i:
+    nbytes, kind, flags = arrays.nbytes, arrays.kind, arrays.flags
+    call, getitem = _C.KIND_CALL_FUNCTION, _C.F_GETITEM
+    for i in range(n):
+        if kind[i] != call or flags[i] & getitem or storage[i] != i:
             continue
-        elements = _numel(node.meta.get("val"))
+        elements = int(numel[i])
         work = max(int(flops[i]), elements)
         moved = max(0, int(nbytes[i]))
         for j in set(arrays.in_idx[arrays.in_ptr[i]:arrays.in_ptr[i + 1]]):

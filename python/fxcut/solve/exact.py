@@ -718,13 +718,14 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
     use = better and (take == "best" or proven)
     mask = _normalised(prob, ans.to_mask(exact_plan)) if use else search_mask
     peak, flops = _peak_and_flops(prob, mask)
+    peak_bound = int(max(float(lv.certain_bound()), pr.bound if pr is not None and math.isfinite(pr.bound) else 0.0))
+    cost_bound = int(max(0.0, cr.bound)) if cr is not None and math.isfinite(cr.bound) else None
+    # Proven is what the bounds prove of the plan returned, whichever solve (or none) reached them: a
+    # peak at its proven bound is the lowest (the instant bound alone may show it before the MILP
+    # does), so a gap of 0 and "optimal" never disagree.
     return Certificate(
-        mask=mask, peak_bytes=peak, recompute_flops=flops,
-        peak_bound=int(max(float(lv.certain_bound()), pr.bound if pr is not None and math.isfinite(pr.bound)
-                           else 0.0)),
-        cost_bound=int(max(0.0, cr.bound)) if cr is not None and math.isfinite(cr.bound) else None,
-        peak_optimal=pr is not None and pr.optimal and pr.bound >= peak,
-        cost_optimal=cr is not None and cr.optimal,
+        mask=mask, peak_bytes=peak, recompute_flops=flops, peak_bound=peak_bound, cost_bound=cost_bound,
+        peak_optimal=peak_bound >= peak, cost_optimal=cost_bound is not None and cost_bound >= flops,
         from_exact=use, exact_model=not lv.inexact and not lv.messy_slots, seconds=time.perf_counter() - t0)
 
 

@@ -2,12 +2,17 @@
 
 The C core (``csrc/memory.c``, semantics stated in ``csrc/fxcut.h`` above
 ``fxcut_memory_options``) emulates torch's module extraction on the graph
-array and walks the forward then the backward module.  Two models of how
+array and walks the forward then the backward module.  Three models of how
 the modules run, chosen by the backend that runs them:
 
-- ``"unfused"``: op by op, as AOT Autograd's no-op compilers (eager
-  kernels) run the FX modules: every value is allocated at its op and freed
-  after its last use.
+- ``"unfused"``: op by op, as torch's ``aot_eager`` (AOT Autograd's boxed
+  no-op compilers, eager kernels) and :func:`fxcut.aot_backend` run the FX
+  modules: every value is allocated at its op and freed after its last use,
+  a saved value too.
+- ``"unfused_held"``: op by op, but the backward holds every saved value
+  until it ends: a backward called with its arguments unboxed keeps them
+  alive (AOT Autograd with ``torch._functorch.compilers.nop``, DeepSpeed
+  DeepCompile's eager backend, which runs ``make_boxed_func(gm.forward)``).
 - ``"inductor"``: as inductor runs them (``csrc/memory_fused.c``): pointwise
   and view chains inlined into the kernels that read them, reductions,
   extern kernels and outputs as buffers, in-place updates of dying buffers
@@ -15,108 +20,27 @@ the modules run, chosen by the backend that runs them:
   kinds come from inductor's own tables (:mod:`fxcut.torchrules.fusion`);
   :mod:`fxcut.torchrules.inductor` asks inductor itself, for validation.
 
-This module supplies what the core reads besides the graph array -- which
-values share a storage (:func:`storage_of`), what running each node costs
-(:func:`node_flops`), the inductor model's kinds (:func:`inductor_model`) --
-and wraps the answer (:func:`simulate` -> :class:`MemoryEstimate`).
+What the core reads besides the graph array -- which values share a storage,
+what running each node costs, what torch's module extraction knows of each
+node, the inductor model's kinds -- comes from torch's side
+(:mod:`fxcut.torchrules.facts`) as arrays; this module wraps the call
+(:func:`simulate` -> :class:`MemoryEstimate`).
 """
 
 from __future__ import annotations
 
-import operator
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import torch
-import torch.fx as fx
-from torch.multiprocessing.reductions import StorageWeakRef
-
-import fxcut._C as _C
 from . import core
-from .budget import RuntimeEstimates
 from .arrays import GraphArrays
 
 
-def _ref(t: torch.Tensor) -> StorageWeakRef:
-    return StorageWeakRef(t.untyped_storage())  # type: ignore[no-untyped-call]
-
-
-def _storages(val: Any) -> list[StorageWeakRef] | None:
-    """The storages a value holds: one for a tensor, one per tensor of a
-    sequence; None for anything else (or a tensor without a storage)."""
-    try:
-        if isinstance(val, torch.Tensor):
-            return [_ref(val)]
-        if isinstance(val, (list, tuple)):
-            return [_ref(x) for x in val if isinstance(x, torch.Tensor)]
-    except (NotImplementedError, RuntimeError):  # sparse / nested / functional wrappers
-        return None
-    return None
-
-
-def storage_of(arrays: GraphArrays) -> array[int]:
-    """Per node, the earliest node whose value's storage it shares (``meta["val"]``
-    storages compared, as torch's partitioner compares them), itself when its
-    storage is its own.  A sequence (a multi-output op) shares a storage only
-    when all its tensors live on one earlier storage (``split`` of a value);
-    otherwise it owns, and its getitems own their tensors' storages."""
-    owner: dict[StorageWeakRef, int] = {}
-    out = array("i", range(len(arrays)))
-    for i, node in enumerate(arrays.nodes):
-        val = node.meta.get("val")
-        refs = _storages(val)
-        if not refs:
-            continue
-        if isinstance(val, torch.Tensor):
-            j = owner.setdefault(refs[0], i)
-            out[i] = j
-            continue
-        owners = {owner.get(r, -1) for r in refs}
-        if len(owners) == 1 and -1 not in owners:
-            out[i] = owners.pop()
-    return out
-
-
-def node_flops(arrays: GraphArrays, estimates: RuntimeEstimates | None = None) -> array[int]:
-    """Per node, the cost torch's knapsack gives running it once under its
-    ``"flops"`` estimator (``torch.utils.flop_counter``; at least 1 for an
-    op, as torch counts it), through :class:`fxcut.solve.budget.RuntimeEstimates`
-    (memoised per op signature); 0 for placeholders, get_attr, getitems, the
-    output, and an op the estimator cannot replay on its fake values (its
-    exception swallowed: torch's knapsack never asks those).  ``estimates``:
-    a cache to share, used when its estimator is ``"flops"``."""
-    est = estimates if estimates is not None and estimates.estimator == "flops" else RuntimeEstimates("flops")
-    out = array("q", bytes(8 * len(arrays)))
-    for i, node in enumerate(arrays.nodes):
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
-        try:
-            (value,) = est([node])
-        except Exception:  # an op the flop counter cannot replay (torch's knapsack never asks it)
-            value = 0
-        out[i] = max(0, int(value))
-    return out
-
-
-def extraction_marks(arrays: GraphArrays) -> bytes:
-    """Per node, what torch's module extraction knows beyond the graph array
-    (``_C.X_*`` bits): ``X_MUST_FW`` for ``_must_be_in_forward`` (a mutable
-    op not tagged for the backward, or ``partitioner_tag ==
-    "must_be_in_forward"``), ``X_COPY`` for ``aten.copy_`` (which the
-    backward's reordering emits early)."""
-    from ..torchrules.extract import _placement
-
-    must_fw, _ = _placement(arrays.nodes)
-    copy_ = torch.ops.aten.copy_.default
-    return bytes((_C.X_MUST_FW if must_fw[n] else 0) | (_C.X_COPY if n.target is copy_ else 0)
-                 for n in arrays.nodes)
-
-
 #: The memory models: how the backend runs the modules (module docstring).
-MemoryModelName = Literal["unfused", "inductor"]
-MEMORY_MODELS: tuple[str, ...] = ("unfused", "inductor")
+MemoryModelName = Literal["unfused", "unfused_held", "inductor"]
+MEMORY_MODELS: tuple[str, ...] = ("unfused", "unfused_held", "inductor")
 
 
 @dataclass(frozen=True)
@@ -145,22 +69,36 @@ def check_memory_model(name: object) -> str:
     return str(name)
 
 
-def graph_device(arrays: GraphArrays) -> str:
-    """The device type of the graph's tensors ("cpu" when none says)."""
-    for node in arrays.nodes:
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            return val.device.type
-    return "cpu"
+@dataclass(frozen=True)
+class ModelInputs:
+    """What the memory model reads of a graph besides its array, per node
+    (:func:`fxcut.torchrules.facts.model_inputs` makes them): ``storage``,
+    the earliest node whose value's storage each shares (itself when its
+    own); ``flops``, what running it once costs (the recompute cost's
+    unit); ``marks``, what torch's module extraction knows of it
+    (``_C.X_*``); ``inductor``, the inductor model's inputs (None: an
+    unfused model); ``hold_saved``: the backward holds its saved values to
+    its end (``"unfused_held"``)."""
 
+    storage: array[int]
+    flops: array[int]
+    marks: bytes
+    inductor: InductorModel | None = None
+    hold_saved: bool = False
 
-def inductor_model(arrays: GraphArrays, fused_cost: array[int] | None = None) -> InductorModel:
-    """The inductor model's inputs for ``arrays`` on the installed torch."""
-    from ..torchrules.fusion import fusion_kinds, iteration_spaces, realize_thresholds
+    def core_options(self) -> dict[str, Any]:
+        """The keyword arguments of the C entry points for these inputs."""
+        out: dict[str, Any] = {"storage_of": self.storage, "flops": self.flops, "marks": self.marks}
+        out.update(self.model_options())
+        return out
 
-    device = graph_device(arrays)
-    kinds = fusion_kinds(arrays.nodes, device)
-    return InductorModel(kinds, fused_cost, realize_thresholds(device), iteration_spaces(arrays.nodes, kinds))
+    def model_options(self) -> dict[str, Any]:
+        """The keyword arguments that choose the model (its inductor
+        inputs, its hold on saved values), for the C entry points."""
+        out: dict[str, Any] = self.inductor.core_options() if self.inductor is not None else {}
+        if self.hold_saved:
+            out["hold_saved"] = True
+        return out
 
 
 @dataclass(frozen=True)
@@ -172,7 +110,8 @@ class TimelineStep:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """What :func:`simulate` found for one decision."""
+    """What :func:`simulate` found for one decision (``recomputed``: the
+    node indices the backward recomputes)."""
 
     peak_bytes: int
     fw_peak_bytes: int
@@ -180,51 +119,24 @@ class MemoryEstimate:
     saved_bytes: int
     recompute_flops: int
     recompute_bytes: int
-    recomputed: list[fx.Node]
+    recomputed: list[int]
     peak_node: str | None
     peak_phase: str | None
     timeline: list[TimelineStep] | None
 
 
-def simulate(graph_arrays: GraphArrays, saved: Sequence[int | fx.Node], num_fwd_outputs: int, *,
-             storage: array[int] | None = None, flops: array[int] | None = None,
-             marks: bytes | None = None, timeline: bool = False,
-             model: MemoryModelName | InductorModel = "unfused") -> MemoryEstimate:
-    """The memory model of the decision saving ``saved`` (node indices or
-    nodes of ``graph_arrays``).  ``storage`` (:func:`storage_of`) and
-    ``flops`` (:func:`node_flops`) and ``marks`` (:func:`extraction_marks`)
-    are computed when not given; pass them to evaluate several decisions
-    over one graph.  ``model``: ``"unfused"``, ``"inductor"``, or an
-    :class:`InductorModel` made once for several calls.  Under the inductor
-    model the timeline's steps are kernels (a buffer's node), not ops."""
-    index = graph_arrays.index
-    idx = []
-    for x in saved:
-        if isinstance(x, fx.Node):
-            if x not in index:
-                raise ValueError(f"saved node {x.name!r} is not a node of the graph array")
-            idx.append(index[x])
-        else:
-            idx.append(x)
-    if storage is None:
-        storage = storage_of(graph_arrays)
-    if flops is None:
-        flops = node_flops(graph_arrays)
-    if marks is None:
-        marks = extraction_marks(graph_arrays)
-    if isinstance(model, str):
-        check_memory_model(model)
-        fused = inductor_model(graph_arrays) if model == "inductor" else None
-    else:
-        fused = model
-    r = core.memory_simulate(graph_arrays, idx, num_fwd_outputs=num_fwd_outputs, storage_of=storage,
-                             flops=flops, marks=marks, timeline=timeline,
-                             **(fused.core_options() if fused is not None else {}))
-    nodes = graph_arrays.nodes
+def simulate(arrays: GraphArrays, saved: Sequence[int], num_fwd_outputs: int, inputs: ModelInputs, *,
+             timeline: bool = False) -> MemoryEstimate:
+    """The memory model of the decision saving node indices ``saved`` of
+    ``arrays``, under ``inputs`` (unfused, or inductor's where
+    ``inputs.inductor`` is set: then the timeline's steps are kernels, a
+    buffer's node, not ops)."""
+    r = core.memory_simulate(arrays, saved, num_fwd_outputs=num_fwd_outputs, timeline=timeline,
+                             **inputs.core_options())
     steps: list[TimelineStep] | None = None
     peak_node = peak_phase = None
     if r.schedule is not None and r.live_bytes is not None:
-        steps = [TimelineStep(nodes[v].name, "forward" if k < r.n_fw_steps else "backward", int(b))
+        steps = [TimelineStep(arrays.name(v), "forward" if k < r.n_fw_steps else "backward", int(b))
                  for k, (v, b) in enumerate(zip(r.schedule, r.live_bytes))]
         if r.peak_step >= 0:
             peak_node = steps[r.peak_step].node
@@ -234,11 +146,10 @@ def simulate(graph_arrays: GraphArrays, saved: Sequence[int | fx.Node], num_fwd_
     return MemoryEstimate(
         peak_bytes=r.peak_bytes, fw_peak_bytes=r.fw_peak_bytes, bw_peak_bytes=r.bw_peak_bytes,
         saved_bytes=r.saved_bytes, recompute_flops=r.recompute_flops, recompute_bytes=r.recompute_bytes,
-        recomputed=[nodes[i] for i, m in enumerate(r.recomputed) if m],
+        recomputed=[i for i, m in enumerate(r.recomputed) if m],
         peak_node=peak_node, peak_phase=peak_phase, timeline=steps,
     )
 
 
-__all__ = ["MEMORY_MODELS", "InductorModel", "MemoryEstimate", "MemoryModelName", "TimelineStep",
-           "check_memory_model", "extraction_marks", "graph_device", "inductor_model", "node_flops", "simulate",
-           "storage_of"]
+__all__ = ["MEMORY_MODELS", "InductorModel", "MemoryEstimate", "MemoryModelName", "ModelInputs", "TimelineStep",
+           "check_memory_model", "simulate"]

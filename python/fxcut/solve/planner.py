@@ -35,7 +35,6 @@ from typing import Any, NamedTuple
 
 import fxcut._C as _C
 from . import core, memory
-from ..torchrules.versions import Rules
 from .arrays import GraphArrays
 
 DEFAULT_SEED_BUDGETS: tuple[float, ...] = tuple(k / 10 for k in range(11))
@@ -126,9 +125,15 @@ class PlanProblem:
     flops: array[int]
     marks: bytes | None = None
     inductor: memory.InductorModel | None = None
+    hold_saved: bool = False
 
     def _model(self) -> dict[str, Any]:
-        return self.inductor.core_options() if self.inductor is not None else {}
+        return self.model_inputs().model_options()
+
+    def model_inputs(self) -> memory.ModelInputs:
+        """The memory model's inputs of this problem."""
+        marks = self.marks if self.marks is not None else bytes(len(self.arrays))
+        return memory.ModelInputs(self.storage, self.flops, marks, self.inductor, self.hold_saved)
 
     def simulate(self, saved: bytes | Sequence[int], roles: bytes | None = None) -> Simulation:
         mask = saved if isinstance(saved, bytes) else saved_mask(len(self.arrays), saved)
@@ -140,8 +145,7 @@ class PlanProblem:
     def model_point(self, saved: Sequence[int]) -> tuple[int, int]:
         """(peak, recompute cost) of the decision saving exactly ``saved``:
         the memory model alone, no plan role applied."""
-        est = memory.simulate(self.arrays, saved, self.num_fwd_outputs, storage=self.storage, flops=self.flops,
-                              marks=self.marks, model=self.inductor if self.inductor is not None else "unfused")
+        est = memory.simulate(self.arrays, saved, self.num_fwd_outputs, self.model_inputs())
         return est.peak_bytes, est.recompute_flops
 
     def step_cost(self, saved: Sequence[int]) -> int:
@@ -196,27 +200,19 @@ def pick(frontier: Frontier, budget: float, torch_peak: int) -> int:
     return k
 
 
-def region_groups(prob: PlanProblem, default: float, rules: Rules) -> list[tuple[float, list[int]]]:
-    """The FREE nodes grouped by their region budget (``default`` where
-    none, and everywhere on a release without region budgets), groups in
-    the graph order of their first node."""
+def region_groups(prob: PlanProblem, default: float, region_budget: Sequence[float | None]
+                  ) -> list[tuple[float, list[int]]]:
+    """The FREE nodes grouped by their region budget (``region_budget[i]``;
+    ``default`` where None), groups in the graph order of their first node."""
     by_budget: dict[float, list[int]] = {}
-    annotation = _annotation_reader() if rules.region_memory_budgets else None
-    for i, node in enumerate(prob.arrays.nodes):
+    for i in range(len(prob.arrays)):
         if prob.roles[i] != _C.PLAN_ROLE_FREE:
             continue
-        b = annotation(node) if annotation is not None else None
-        b = default if b is None else float(b)
-        by_budget.setdefault(b, []).append(i)
+        b = region_budget[i]
+        by_budget.setdefault(default if b is None else float(b), []).append(i)
     if not by_budget:
         return [(default, [])]
     return list(by_budget.items())
-
-
-def _annotation_reader() -> Any:
-    from torch.fx.traceback import _get_memory_budget_annotation
-
-    return _get_memory_budget_annotation
 
 
 def roles_for(roles: bytes, members: list[int], current: bytes) -> bytes:

@@ -17,9 +17,13 @@ counts per class, the cut (one ``.cut`` mark per saved node) and the edges
 between blocks, and a click on a block lists and draws its nodes.  A "memory
 over time" section draws the memory model's timeline of the decision
 (:func:`fxcut.solve.memory.simulate`: live activation bytes at each step of the
-forward then the backward) as an inline SVG, with a second line when one is
-given (``baseline``: torch's default decision on the same graph, for a
-planned partition), each peak labelled with its bytes and node.  Inline CSS,
+forward then the backward) as an inline SVG, with more lines when given
+(``baseline``, ``more``: for a memory plan, torch's decisions at the same b
+and at its default budget on the same graph), each peak labelled with its
+MiB and node inside the plot; round ticks (1, 2 or 5 x 10^k) on both axes,
+the phases named, every line stretched to the first line's forward and
+backward so that all end at the right edge.  One unit, MiB, on the whole
+page; the node count is the CLI's (the output node included).  Inline CSS,
 JS and SVG only: the page loads nothing.
 """
 
@@ -28,7 +32,9 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import math
 import re
+from collections.abc import Sequence
 from array import array
 from typing import Any
 
@@ -39,9 +45,11 @@ from ..solve.core import Decision
 from ..explain import partition_decision
 from ..solve.account import placement
 from ..torchrules.ops import value_nbytes
-from ..solve.memory import MemoryEstimate, simulate
+from ..solve.memory import MemoryEstimate, TimelineStep, simulate
 from ..partition import Routed
 from ..route.plan import Plan, make_plan
+from ..torchrules.adapter import LoweredGraph, running_torch
+from .report import mib
 
 #: The classes, in legend order, with their colours.
 CLASSES: dict[str, tuple[str, str]] = {
@@ -60,25 +68,25 @@ _LAYER = re.compile(r"^(.*?[.\[]'?(\d+)'?\]?)(?:[.\[]|$)")
 
 def decide_prepared(joint_module: fx.GraphModule, *, num_fwd_outputs: int,
                     static_lifetime_input_indices: list[int] | None = None, plan: Plan | None = None,
-                    **_: Any) -> Decision:
+                    **_: Any) -> Decision[LoweredGraph]:
     """The partitioner's decision on ``joint_module`` under its ``plan``
     (made from the arguments when None), with the values it saves;
     ``joint_module`` is not modified."""
     if plan is None:
-        plan = make_plan(joint_module, num_fwd_outputs=num_fwd_outputs,
+        plan = make_plan(joint_module, running_torch()[0], num_fwd_outputs=num_fwd_outputs,
                          static_lifetime_input_indices=static_lifetime_input_indices)
     chosen, saved = partition_decision(plan)
     return dataclasses.replace(chosen.decision, saved=saved)
 
 
-def routed_decision(routed: Routed) -> Decision:
+def routed_decision(routed: Routed) -> Decision[LoweredGraph]:
     """The decision a partition's route carried out: the core's
     classification with the saved values the modules were built from (the
     plan's objective's where it has one)."""
     return dataclasses.replace(routed.decision.decision, saved=list(routed.saved))
 
 
-def _infer_num_fwd_outputs(d: Decision) -> int:
+def _infer_num_fwd_outputs(d: Decision[LoweredGraph]) -> int:
     """Leading outputs without the required-in-backward bit are forward outputs."""
     count = 0
     for i in d.arrays.outputs:
@@ -88,7 +96,7 @@ def _infer_num_fwd_outputs(d: Decision) -> int:
     return count
 
 
-def classify(d: Decision, num_fwd_outputs: int | None = None) -> dict[fx.Node, str]:
+def classify(d: Decision[LoweredGraph], num_fwd_outputs: int | None = None) -> dict[fx.Node, str]:
     """Each node's class (every node but the output), with explain's placement."""
     nodes = d.arrays.nodes
     has_backward = d.n_required_bw > 0 and any(n.op == "output" for n in nodes)
@@ -140,11 +148,7 @@ def blocks_of(nodes: list[fx.Node]) -> list[tuple[str, list[int]]]:
     return list(groups.items())
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:,.2f} MiB"
-
-
-def memory_timeline(d: Decision, num_fwd_outputs: int | None = None) -> MemoryEstimate | None:
+def memory_timeline(d: Decision[LoweredGraph], num_fwd_outputs: int | None = None) -> MemoryEstimate | None:
     """The memory model's estimate of decision ``d`` with its timeline
     (:func:`fxcut.solve.memory.simulate`); None for a graph without a backward.
     Recompute FLOPs are not asked for (zero): the page draws bytes only."""
@@ -153,69 +157,147 @@ def memory_timeline(d: Decision, num_fwd_outputs: int | None = None) -> MemoryEs
         return None
     if num_fwd_outputs is None:
         num_fwd_outputs = _infer_num_fwd_outputs(d)
-    zero_flops = array("q", bytes(8 * len(d.arrays)))
-    return simulate(d.arrays, d.saved, num_fwd_outputs, flops=zero_flops, timeline=True)
+    inputs = running_torch()[0].model_inputs(d.arrays, with_flops=False)
+    return simulate(d.arrays, d.saved, num_fwd_outputs, inputs, timeline=True)
 
 
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:,.2f} {unit}"
-    return f"{n} B"
+#: Line colours of the memory plot: the page's decision, then the others.
+_LINE_COLOURS = ("#1f77b4", "#d62728", "#7f7f7f")
+
+#: The memory plot's size and margins (left, right, top, bottom), in pixels.
+_W, _H, _L, _R, _T, _B = 900, 330, 70, 20, 24, 64
+#: An upper bound of a peak label's width per character (bold 11px sans-serif).
+CHAR_WIDTH = 7.0
 
 
-#: Line colours of the memory plot: the page's decision, the baseline.
-_LINE_COLOURS = ("#1f77b4", "#d62728")
+def nice_step(span: float, most: int) -> float:
+    """The smallest round step -- 1, 2 or 5 x 10^k -- that cuts ``span``
+    into at most ``most`` parts."""
+    if span <= 0:
+        return 1.0
+    raw = span / most
+    k = math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        step = m * 10.0**k
+        if step >= raw * (1 - 1e-9):
+            return step
+    return 10.0 ** (k + 1)  # pragma: no cover - 10 x 10^k always is
+
+
+def _ticks(top: float, most: int, *, integer: bool = False) -> tuple[float, list[float]]:
+    """Round ticks from 0 up to ``top``: the step and the values."""
+    step = nice_step(top, most)
+    if integer:
+        step = max(1.0, step)
+    return step, [round(i * step, 12) for i in range(int(top / step + 1e-9) + 1)]
+
+
+def _decimals(step: float) -> int:
+    return max(0, -math.floor(math.log10(step) + 1e-9))
+
+
+class _Phases:
+    """Where each line's steps go on the x axis: the page's line (the first)
+    one step per unit, every other line stretched so that its forward and
+    its backward span the first line's (all lines end at the right edge)."""
+
+    def __init__(self, first: list[TimelineStep]) -> None:
+        self.x0, self.x1 = float(_L), float(_W - _R)
+        self.n = len(first)
+        self.n_fw = sum(1 for s in first if s.phase == "forward")
+        self.xf = self.x0 + (self.x1 - self.x0) * self.n_fw / max(self.n - 1, 1)
+
+    def at(self, k: int) -> float:
+        """Step ``k`` of the first line."""
+        return self.x0 + (self.x1 - self.x0) * k / max(self.n - 1, 1)
+
+    def mapper(self, tl: list[TimelineStep]) -> Any:
+        n, f = len(tl), sum(1 for s in tl if s.phase == "forward")
+
+        def x(k: int) -> float:
+            if k <= f:
+                return self.x0 + (self.xf - self.x0) * k / max(f, 1)
+            return self.xf + (self.x1 - self.xf) * (k - f) / max(n - 1 - f, 1)
+        return x
+
+
+def _axes_svg(lines: list[tuple[str, str, MemoryEstimate]], phases: _Phases, y: Any, top_mib: float) -> list[str]:
+    """The plot's frame: the backward's shading, round y ticks in MiB, round
+    x ticks in the first line's steps, the phases named below them."""
+    esc = html.escape
+    x0, x1, bottom = phases.x0, phases.x1, _H - _B
+    out = [f"<rect x='{_L}' y='{_T}' width='{x1 - x0}' height='{bottom - _T}' fill='#fff' stroke='#333'/>",
+           f"<rect class='phase-band' x='{phases.xf:.1f}' y='{_T}' width='{x1 - phases.xf:.1f}' "
+           f"height='{bottom - _T}' fill='#f3f6fa'/>",
+           f"<text x='{_L - 6}' y='{_T - 8}' text-anchor='end' fill='#555'>MiB</text>"]
+    ystep, yvals = _ticks(top_mib, 6)
+    for v in yvals:
+        yy = y(v * 2**20)
+        out.append(f"<line x1='{x0}' x2='{x1}' y1='{yy:.1f}' y2='{yy:.1f}' stroke='#e4e4e4'/>"
+                   f"<text class='y-tick' data-mib='{v:g}' x='{_L - 6}' y='{yy + 4:.1f}' text-anchor='end'>"
+                   f"{v:,.{_decimals(ystep)}f}</text>")
+    xstep, xvals = _ticks(max(phases.n - 1, 1), 8, integer=True)
+    for k in xvals:
+        xx = phases.at(int(k))
+        out.append(f"<line x1='{xx:.1f}' x2='{xx:.1f}' y1='{bottom}' y2='{bottom + 4}' stroke='#333'/>"
+                   f"<text class='x-tick' data-step='{int(k)}' x='{xx:.1f}' y='{bottom + 16}' "
+                   f"text-anchor='middle'>{int(k)}</text>")
+    for phase, a, b, count in (("forward", x0, phases.xf, phases.n_fw),
+                               ("backward", phases.xf, x1, phases.n - phases.n_fw)):
+        out.append(f"<text class='phase' data-phase='{phase}' x='{(a + b) / 2:.1f}' y='{bottom + 32}' "
+                   f"text-anchor='middle' fill='#555'>{phase} ({count} steps)</text>")
+    out.append(f"<text x='{(x0 + x1) / 2:.1f}' y='{_H - 8}' text-anchor='middle'>step of {esc(lines[0][1])}"
+               + (" (every other line stretched to the same forward and backward)" if len(lines) > 1 else "")
+               + "</text>")
+    return out
+
+
+def label_x(px: float, width: float) -> float:
+    """The left edge of a peak's label of ``width`` pixels: right of the
+    peak where it fits, else left of it, always inside the plot."""
+    lo, hi = _L + 4.0, _W - _R - 4.0 - width
+    x = px + 6 if px + 6 + width <= _W - _R - 4 else px - 6 - width
+    return max(lo, min(x, hi))
 
 
 def memory_svg(lines: list[tuple[str, str, MemoryEstimate]]) -> str:
-    """An inline SVG of the timelines ``(key, label, estimate)``: one
-    polyline per line (one point per step), its forward/backward boundary
-    and its peak marked and labelled (bytes and node)."""
+    """An inline SVG of the timelines ``(key, label, estimate)`` in MiB: one
+    polyline per line (one point per step, every line from the left edge to
+    the right), the forward/backward boundary, round ticks, and each line's
+    peak marked and labelled (MiB and node) inside the plot."""
     esc = html.escape
-    W, H, L, R, T, B = 900, 300, 70, 20, 20, 40
-    pw, ph = W - L - R, H - T - B
-    steps = max(len(e.timeline or []) for _, _, e in lines)
-    band = 16 * len(lines) + 14  # the peak labels' band, above every line
+    phases = _Phases(lines[0][2].timeline or [])
+    ph = _H - _B - _T
+    band = 16 * len(lines) + 10  # the peak labels' band, above every line
     top = max(max(e.peak_bytes for _, _, e in lines), 1) * ph / (ph - band)
-    def x(k: int) -> float:
-        return L + pw * k / max(steps - 1, 1)
-    def y(v: int) -> float:
-        return T + ph * (1 - v / top)
-    out = [f"<svg id='memory-plot' xmlns='http://www.w3.org/2000/svg' width='{W}' height='{H}' "
-           f"viewBox='0 0 {W} {H}'>",
-           f"<rect x='{L}' y='{T}' width='{pw}' height='{ph}' fill='#fff' stroke='#333'/>"]
-    for q in range(5):
-        v = int(top * q / 5)
-        out.append(f"<line x1='{L}' x2='{L + pw}' y1='{y(v):.1f}' y2='{y(v):.1f}' stroke='#eee'/>"
-                   f"<text x='{L - 4}' y='{y(v) + 4:.1f}' text-anchor='end'>{esc(_size(v))}</text>")
-    out.append(f"<text x='{L + pw / 2}' y='{H - 8}' text-anchor='middle'>step (forward, then backward)</text>")
+
+    def y(v: float) -> float:
+        return _T + ph * (1 - v / top)
+    out = [f"<svg id='memory-plot' xmlns='http://www.w3.org/2000/svg' width='{_W}' height='{_H}' "
+           f"viewBox='0 0 {_W} {_H}'>", *_axes_svg(lines, phases, y, top / 2**20)]
     for n, (key, label, e) in enumerate(lines):
         tl = e.timeline or []
+        x = phases.mapper(tl)
         colour = _LINE_COLOURS[n % len(_LINE_COLOURS)]
         n_fw = sum(1 for s in tl if s.phase == "forward")
-        bx = x(n_fw) if n_fw < len(tl) else x(len(tl) - 1)
-        out.append(f"<line class='fw-bw' data-line='{esc(key)}' data-step='{n_fw}' x1='{bx:.1f}' x2='{bx:.1f}' "
-                   f"y1='{T}' y2='{T + ph}' stroke='{colour}' stroke-dasharray='5 3'/>")
-        if n == 0:
-            out.append(f"<text x='{bx - 4:.1f}' y='{T + 12}' text-anchor='end' fill='#555'>forward</text>"
-                       f"<text x='{bx + 4:.1f}' y='{T + 12}' fill='#555'>backward</text>")
+        out.append(f"<line class='fw-bw' data-line='{esc(key)}' data-step='{n_fw}' x1='{phases.xf:.1f}' "
+                   f"x2='{phases.xf:.1f}' y1='{_T}' y2='{_H - _B}' stroke='#555' stroke-dasharray='5 3'/>")
         points = " ".join(f"{x(k):.1f},{y(s.live_bytes):.1f}" for k, s in enumerate(tl))
         out.append(f"<polyline class='mem-line' data-line='{esc(key)}' data-steps='{len(tl)}' "
                    f"points='{points}' fill='none' stroke='{colour}' stroke-width='1.5'/>")
         at_peak = [k for k, s in enumerate(tl) if s.live_bytes == e.peak_bytes]
         peak_step = next((k for k in at_peak if tl[k].node == e.peak_node), at_peak[0] if at_peak else 0)
-        px, py = x(peak_step), y(e.peak_bytes)
-        ly = T + 28 + 16 * n
-        anchor, dx = ("end", -6) if px > L + pw / 2 else ("start", 6)
+        px, py, ly = x(peak_step), y(e.peak_bytes), _T + 14 + 16 * n
         node = e.peak_node or "?"
-        out.append(f"<line x1='{px:.1f}' x2='{px:.1f}' y1='{ly - 4:.1f}' y2='{py:.1f}' stroke='{colour}' "
+        text = f"{label}: peak {mib(e.peak_bytes)} at {node} ({e.peak_phase or '?'})"
+        lx = label_x(px, CHAR_WIDTH * len(text))
+        # the leader runs from below every label to the peak: it crosses no other line's label
+        out.append(f"<line x1='{px:.1f}' x2='{px:.1f}' y1='{_T + band - 6:.1f}' y2='{py:.1f}' stroke='{colour}' "
                    f"stroke-dasharray='2 2'/><circle cx='{px:.1f}' cy='{py:.1f}' r='4' fill='{colour}'/>"
                    f"<text class='mem-peak' data-line='{esc(key)}' data-bytes='{e.peak_bytes}' "
-                   f"data-node='{esc(node)}' x='{px + dx:.1f}' y='{ly:.1f}' text-anchor='{anchor}' "
+                   f"data-node='{esc(node)}' x='{lx:.1f}' y='{ly:.1f}' text-anchor='start' "
                    f"fill='{colour}' font-weight='bold' stroke='#fff' stroke-width='3' paint-order='stroke'>"
-                   f"{esc(label)}: peak {esc(_size(e.peak_bytes))} at "
-                   f"{esc(node)} ({esc(e.peak_phase or '?')})</text>")
+                   f"{esc(text)}</text>")
     out.append("</svg>")
     return "".join(out)
 
@@ -224,9 +306,9 @@ def certificate_text(c: dict[str, Any]) -> str:
     """One line on a plan's proof: its peak, the proven lower bound, the gap
     (``c``: :func:`plan_certificate`'s dict)."""
     if c.get("lower_bound_bytes") is None:
-        return f"plan peak {_mib(c['peak_bytes'])} (solver {c['solver']}: no proven bound)"
+        return f"plan peak {mib(c['peak_bytes'])} (solver {c['solver']}: no proven bound)"
     gap = c["gap"] if c["gap"] is not None else float("inf")
-    text = (f"plan peak {_mib(c['peak_bytes'])}, proven lower bound {_mib(c['lower_bound_bytes'])} "
+    text = (f"plan peak {mib(c['peak_bytes'])}, proven lower bound {mib(c['lower_bound_bytes'])} "
             f"(gap {100 * gap:.1f}%{', optimal' if gap == 0 else ''}; solver {c['solver']})")
     if c.get("recompute_lower_bound") is not None:
         rg = c["recompute_gap"]
@@ -253,13 +335,18 @@ def plan_certificate(choice: Any) -> dict[str, Any]:
             "proven_optimal": choice.proven_optimal, "from_exact": choice.from_exact}
 
 
-def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs: int | None = None,
+def render_html(d: Decision[LoweredGraph], *, title: str = "fxcut partition", num_fwd_outputs: int | None = None,
                 baseline: MemoryEstimate | None = None, label: str = "fxcut",
-                baseline_label: str = "torch default", certificate: dict[str, Any] | None = None) -> str:
+                baseline_label: str = "torch default", certificate: dict[str, Any] | None = None,
+                more: Sequence[tuple[str, str, MemoryEstimate]] = (), note: str | None = None,
+                joint_nodes: int | None = None) -> str:
     """The page for decision ``d`` (see the module's doc).  ``baseline``:
     a second memory timeline (:func:`memory_timeline` of another decision
     on the same graph) drawn with ``d``'s; ``label`` / ``baseline_label``
-    name the two lines."""
+    name the two lines; ``more``: further lines ``(key, label, estimate)``;
+    ``note``: a sentence under the plot.  ``joint_nodes``: the node count
+    of the joint graph as traced (the output node included), when the page
+    draws it after dead-code elimination and CSE."""
     classes = classify(d, num_fwd_outputs)
     nodes = list(classes)
     pos = {n: i for i, n in enumerate(nodes)}
@@ -268,6 +355,41 @@ def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs:
     for b, (_, members) in enumerate(blocks):
         for i in members:
             block_of[i] = b
+    data = {
+        "classes": {k: v[0] for k, v in CLASSES.items()},
+        "nodes": [[n.name, classes[n], block_of[i], str(n.target)] for i, n in enumerate(nodes)],
+        "blocks": [name for name, _ in blocks],
+        "edges": [[pos[a], pos[n]] for n in nodes for a in n.all_input_nodes if a in pos],
+    }
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>",
+        f"<title>{esc(title)}</title>\n<style>{_CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        _summary_html(d, nodes, classes, certificate, joint_nodes),
+        "<div id='legend' class='legend'>",
+    ]
+    for key, (colour, meaning) in CLASSES.items():
+        parts.append(f"<span class='legend-item' data-class='{key}'><i style='background:{colour}'></i>{esc(meaning)}</span>")
+    parts.append("<span class='legend-item'><i class='cutmark'></i>cut: one mark per saved node; "
+                 "red dashed edges: saved value used in backward</span></div>")
+    others = ([("baseline", baseline_label, baseline)] if baseline is not None else []) + list(more)
+    parts.append(_memory_section(d, num_fwd_outputs, label, others, note))
+    parts.append("<p class='hint'>Click a block to list and draw its nodes.</p>")
+    parts.append("<svg id='overview' xmlns='http://www.w3.org/2000/svg'></svg>\n<div id='blocks'>")
+    parts.extend(_block_html(d, b, name, [nodes[i] for i in members], classes)
+                 for b, (name, members) in enumerate(blocks))
+    parts.append("</div>\n<script type='application/json' id='fxcut-data'>")
+    parts.append(json.dumps(data).replace("</", "<\\/"))
+    parts.append(f"</script>\n<script>{_JS}</script></body></html>\n")
+    return "".join(parts)
+
+
+def _summary_html(d: Decision[LoweredGraph], nodes: list[fx.Node], classes: dict[fx.Node, str],
+                  certificate: dict[str, Any] | None, joint_nodes: int | None) -> str:
+    """The summary line: the joint graph's nodes, counted as the CLI counts
+    them (the output node included), the nodes per class, the saved bytes,
+    the cut's value and, for a plan, its certificate."""
     counts = dict.fromkeys(CLASSES, 0)
     for c in classes.values():
         counts[c] += 1
@@ -278,75 +400,64 @@ def render_html(d: Decision, *, title: str = "fxcut partition", num_fwd_outputs:
                 saved_bytes += value_nbytes(n)
             except Exception:  # symbolic sizes: leave it out
                 pass
-    edges = [[pos[a], pos[n]] for n in nodes for a in n.all_input_nodes if a in pos]
-    data = {
-        "classes": {k: v[0] for k, v in CLASSES.items()},
-        "nodes": [[n.name, classes[n], block_of[i], str(n.target)] for i, n in enumerate(nodes)],
-        "blocks": [name for name, _ in blocks],
-        "edges": edges,
-    }
-    esc = html.escape
+    prepared = len(d.arrays.nodes)
+    shown = prepared if joint_nodes is None else joint_nodes
+    after = f", {prepared} after dead-code elimination and CSE" if shown != prepared else ""
     parts = [
-        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'>",
-        f"<title>{esc(title)}</title>\n<style>{_CSS}</style></head><body>",
-        f"<h1>{esc(title)}</h1>",
         "<div id='summary'>",
-        f"<span class='stat'>nodes: <b class='count' data-class='nodes'>{len(nodes)}</b></span>",
+        f"<span class='stat'>joint graph: <b class='count' data-class='nodes'>{shown}</b> nodes "
+        f"(the output node included{after}); each but the output:</span>",
         f"<span class='stat'>saved: <b class='count' data-class='saved'>{counts['saved']}</b>"
-        f" (<b id='saved-bytes' data-bytes='{saved_bytes}'>{_mib(saved_bytes)}</b>)</span>",
+        f" (<b id='saved-bytes' data-bytes='{saved_bytes}'>{mib(saved_bytes)}</b>)</span>",
         f"<span class='stat'>recomputed: <b class='count' data-class='recomputed'>{counts['recomputed']}</b></span>",
         f"<span class='stat'>forward only: <b class='count' data-class='forward'>{counts['forward']}</b></span>",
         f"<span class='stat'>backward: <b class='count' data-class='backward'>{counts['backward']}</b></span>",
         f"<span class='stat'>banned: <b class='count' data-class='banned'>{counts['banned']}</b></span>",
         f"<span class='stat'>cut value: {d.cut_value}</span>",
         *([certificate_html(certificate)] if certificate is not None else []),
-        "</div>\n<div id='legend' class='legend'>",
+        "</div>\n",
     ]
-    for key, (colour, meaning) in CLASSES.items():
-        parts.append(f"<span class='legend-item' data-class='{key}'><i style='background:{colour}'></i>{esc(meaning)}</span>")
-    parts.append("<span class='legend-item'><i class='cutmark'></i>cut: one mark per saved node; "
-                 "red dashed edges: saved value used in backward</span></div>")
-    parts.append(_memory_section(d, num_fwd_outputs, baseline, label, baseline_label))
-    parts.append("<p class='hint'>Click a block to list and draw its nodes.</p>")
-    parts.append("<svg id='overview' xmlns='http://www.w3.org/2000/svg'></svg>\n<div id='blocks'>")
-    for b, (name, members) in enumerate(blocks):
-        bc = dict.fromkeys(CLASSES, 0)
-        for i in members:
-            bc[classes[nodes[i]]] += 1
-        summary = ", ".join(f"{k} {v}" for k, v in bc.items() if v)
-        parts.append(f"<div class='block' id='block-{b}' data-block='{b}'>"
-                     f"<div class='block-head' data-block='{b}'>{esc(name)} &mdash; {len(members)} nodes: {summary}</div>"
-                     f"<div class='block-body' hidden><svg class='detail' xmlns='http://www.w3.org/2000/svg'></svg><ul>")
-        for i in members:
-            n = nodes[i]
-            c = classes[n]
-            ban = d.banned(d.arrays.index[n])
-            extra = f" title='banned: {esc(ban)}'" if ban else ""
-            parts.append(f"<li class='node {c}' data-node='{esc(n.name)}' data-class='{c}'{extra}>"
-                         f"{esc(n.name)} <small>{esc(str(n.target))}</small> <em>{c}</em></li>")
-        parts.append("</ul></div></div>")
-    parts.append("</div>\n<script type='application/json' id='fxcut-data'>")
-    parts.append(json.dumps(data).replace("</", "<\\/"))
-    parts.append(f"</script>\n<script>{_JS}</script></body></html>\n")
     return "".join(parts)
 
 
-def _memory_section(d: Decision, num_fwd_outputs: int | None, baseline: MemoryEstimate | None,
-                    label: str, baseline_label: str) -> str:
+def _block_html(d: Decision[LoweredGraph], b: int, name: str, members: list[fx.Node],
+                classes: dict[fx.Node, str]) -> str:
+    """Block ``b``'s entry: its head (the nodes per class) and its list of
+    nodes, drawn when clicked."""
+    esc = html.escape
+    bc = dict.fromkeys(CLASSES, 0)
+    for n in members:
+        bc[classes[n]] += 1
+    summary = ", ".join(f"{k} {v}" for k, v in bc.items() if v)
+    parts = [f"<div class='block' id='block-{b}' data-block='{b}'>"
+             f"<div class='block-head' data-block='{b}'>{esc(name)} &mdash; {len(members)} nodes: {summary}</div>"
+             f"<div class='block-body' hidden><svg class='detail' xmlns='http://www.w3.org/2000/svg'></svg><ul>"]
+    for n in members:
+        c = classes[n]
+        ban = d.banned(d.arrays.index[n])
+        extra = f" title='banned: {esc(ban)}'" if ban else ""
+        parts.append(f"<li class='node {c}' data-node='{esc(n.name)}' data-class='{c}'{extra}>"
+                     f"{esc(n.name)} <small>{esc(str(n.target))}</small> <em>{c}</em></li>")
+    parts.append("</ul></div></div>")
+    return "".join(parts)
+
+
+def _memory_section(d: Decision[LoweredGraph], num_fwd_outputs: int | None, label: str,
+                    others: list[tuple[str, str, MemoryEstimate]], note: str | None) -> str:
+    """The memory plot of ``d`` (labelled ``label``) and of ``others``."""
     esc = html.escape
     mine = memory_timeline(d, num_fwd_outputs)
     head = "<div id='memory'><h2>memory over time</h2>"
     if mine is None or not mine.timeline:
         return head + "<p class='hint'>No backward: no memory timeline.</p></div>"
-    lines = [("fxcut", label, mine)]
-    if baseline is not None and baseline.timeline:
-        lines.append(("baseline", baseline_label, baseline))
-    legend = "".join(f"<span class='legend-item'><i style='background:{_LINE_COLOURS[n]}'></i>{esc(lab)}: peak "
-                     f"{esc(_size(e.peak_bytes))} at {esc(e.peak_node or '?')}</span>"
+    lines = [("fxcut", label, mine), *((k, lab, e) for k, lab, e in others if e.timeline)]
+    legend = "".join(f"<span class='legend-item'><i style='background:{_LINE_COLOURS[n % len(_LINE_COLOURS)]}'>"
+                     f"</i>{esc(lab)}: peak {esc(mib(e.peak_bytes))} at {esc(e.peak_node or '?')}</span>"
                      for n, (_, lab, e) in enumerate(lines))
-    return (head + "<p class='hint'>Live activation bytes at each step of the forward then the backward, as the "
-            "memory model (fxcut.solve.memory.simulate) runs the modules; dashed: the forward/backward boundary.</p>"
-            f"<div class='legend'>{legend}</div>" + memory_svg(lines) + "</div>")
+    return (head + "<p class='hint'>Live activation bytes (MiB) at each step of the forward then the backward, as "
+            "the memory model (fxcut.solve.memory.simulate) runs the modules; dashed: the forward/backward "
+            "boundary.</p>" + (f"<p class='hint' id='memory-note'>{esc(note)}</p>" if note else "")
+            + f"<div class='legend'>{legend}</div>" + memory_svg(lines) + "</div>")
 
 
 _CSS = """

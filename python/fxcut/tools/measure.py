@@ -96,15 +96,17 @@ def profile_step(forward: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, Ste
 
 # --------------------------------------------------------------------------- one model, several partitions
 
-#: A measured step's backend: "aot" (AOT Autograd, no-op compilers: the FX
-#: modules run op by op, the program fxcut's memory model describes) or
-#: "inductor" (torch.compile's default backend).
+#: A measured step's backend: "aot" (torch's ``aot_eager``: AOT Autograd
+#: with the boxed no-op compilers, the FX modules run op by op and each saved
+#: value freed after its last use, the program fxcut's memory model
+#: describes; fxcut's side :func:`fxcut.aot_backend`, which runs the same)
+#: or "inductor" (torch.compile's default backend).
 MEASURE_BACKENDS = ("aot", "inductor")
 
 
 def _torch_backend(backend: str, zero3: bool) -> Any:
     from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.compilers import nop
+    from torch._dynamo.backends.debugging import boxed_nop
 
     from ..integrations.torch_compile import zero3_param_indices
     from ..zero3 import get_wrapped_partitioner
@@ -117,7 +119,9 @@ def _torch_backend(backend: str, zero3: bool) -> Any:
     def torch_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         indices = zero3_param_indices(gm, example_inputs, True if zero3 else None)
         partition_fn = get_wrapped_partitioner(bool(indices), indices, torch_min_cut_partition)
-        return aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=partition_fn)(gm, example_inputs)
+        # torch's aot_eager, with DeepCompile's walk before the partition under --zero3
+        return aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=partition_fn,
+                            keep_inference_input_mutations=True)(gm, example_inputs)
 
     return torch_aot
 

@@ -677,6 +677,19 @@ MODELS: dict[str, Builder] = {
 }
 
 
+#: One line on each built-in model (``fxcut --help`` lists them).
+MODEL_SUMMARIES: dict[str, str] = {
+    "mlp": "linear layers with GELU in between",
+    "gpt2": "GPT-2: embeddings, pre-LN attention and MLP blocks, tied LM head",
+    "llama": "Llama: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU",
+    "vit": "vision transformer: patch embedding, class token, SDPA blocks",
+    "resnet": "a small ResNet with batch norm in training mode",
+    "convnet": "conv-ReLU-maxpool stages, then a linear classifier",
+    "lstm": "an LSTM, its recurrence unrolled into the graph",
+    "moe": "token-choice top-k mixture-of-experts blocks",
+}
+
+
 def build_model(name: str, **cfg: Any) -> BuiltModel:
     """``MODELS[name](**cfg)``: ``(model, make_inputs, loss_fn)``."""
     try:
@@ -687,6 +700,6 @@ def build_model(name: str, **cfg: Any) -> BuiltModel:
 
 
 __all__ = [
-    "BlockStack", "BuiltModel", "LossFn", "MODELS", "build_model",
+    "BlockStack", "BuiltModel", "LossFn", "MODELS", "MODEL_SUMMARIES", "build_model",
     "convnet", "gpt2", "llama", "lstm", "mlp", "moe", "resnet", "vit",
 ]

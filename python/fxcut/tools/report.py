@@ -12,6 +12,23 @@ import torch.fx as fx
 from ..torchrules.ops import value_nbytes
 
 
+def mib(n: int) -> str:
+    """Bytes in MiB, the one unit of the CLI and the HTML page: two
+    decimals, three significant digits below 0.01 MiB (0 is "0.00 MiB")."""
+    value = n / 2**20
+    if n == 0 or abs(value) >= 0.01:
+        return f"{value:,.2f} MiB"
+    return f"{value:.3g} MiB"
+
+
+def flops(n: int) -> str:
+    """FLOPs in a readable unit (k, M, G, T)."""
+    for unit, scale in (("TFLOP", 10**12), ("GFLOP", 10**9), ("MFLOP", 10**6), ("kFLOP", 10**3)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n} FLOP"
+
+
 def _op_name(node: fx.Node) -> str:
     target = node.target
     packet = getattr(target, "overloadpacket", None)
@@ -92,8 +109,14 @@ class Comparison:
     routed: Any = None
 
     @property
+    def is_plan(self) -> bool:
+        """fxcut's side is a memory plan (--plan-budget): meant to differ
+        from torch's decision, and slower to make; never a verdict or a speed."""
+        return self.extra.get("plan_budget") is not None
+
+    @property
     def speedup(self) -> float | None:
-        if self.torch is None or self.fxcut.seconds <= 0:
+        if self.torch is None or self.fxcut.seconds <= 0 or self.is_plan:
             return None
         return self.torch.seconds / self.fxcut.seconds
 

@@ -149,14 +149,9 @@ def _check_generator(graph: fx.Graph) -> CodeGen:
     return codegen
 
 
-def _generate(graph: fx.Graph) -> PythonCode:
-    codegen = _check_generator(graph)
-    nodes = list(graph.nodes)
-    _check_names(nodes)
-    if any(node.type is not None for node in nodes):
-        raise _Outside(graph)
-
-    # The last use of every value: the first user met walking backwards.
+def _freed_after(nodes: list[fx.Node]) -> dict[fx.Node, list[str]]:
+    """The values each node is the last user of, in the order torch's
+    generator frees them: the first user met walking backwards."""
     last_user: dict[fx.Node, fx.Node] = {}
     freed_after: dict[fx.Node, list[str]] = {}
     for node in reversed(nodes):
@@ -164,7 +159,30 @@ def _generate(graph: fx.Graph) -> PythonCode:
             if source not in last_user:
                 last_user[source] = node
                 freed_after.setdefault(node, []).append(source.name)
+    return freed_after
 
+
+def _call_line(node: fx.Node, writer: _Writer, callees: dict[int, tuple[Any, str, bool]]) -> str:
+    """The assignment a call_function node generates (before its frees)."""
+    meta = node.meta
+    if meta.get("is_wrapped", False) or meta.get("boxed_arg_indices"):
+        raise _Outside(node)
+    callee, template = _callee(node.target, callees)
+    if template:  # a Python operator, written as an expression: x[i], a * b
+        if node.kwargs or len(node.args) != callee.count("{}"):
+            raise _Outside(node)
+        return f"{node.name} = {callee.format(*[writer.arg(a) for a in node.args])}"
+    return f"{node.name} = {callee}({writer.call_args(node.args, node.kwargs)})"
+
+
+def _generate(graph: fx.Graph) -> PythonCode:
+    codegen = _check_generator(graph)
+    nodes = list(graph.nodes)
+    _check_names(nodes)
+    if any(node.type is not None for node in nodes):
+        raise _Outside(graph)
+
+    freed_after = _freed_after(nodes)
     writer = _Writer()
     callees: dict[int, tuple[Any, str, bool]] = {}
     free_vars: list[str] = []
@@ -178,16 +196,7 @@ def _generate(graph: fx.Graph) -> PythonCode:
             free_vars.append(node.name)
             continue
         if op == "call_function":
-            meta = node.meta
-            if meta.get("is_wrapped", False) or meta.get("boxed_arg_indices"):
-                raise _Outside(node)
-            callee, template = _callee(node.target, callees)
-            if template:  # a Python operator, written as an expression: x[i], a * b
-                if node.kwargs or len(node.args) != callee.count("{}"):
-                    raise _Outside(node)
-                text = f"{node.name} = {callee.format(*[writer.arg(a) for a in node.args])}"
-            else:
-                text = f"{node.name} = {callee}({writer.call_args(node.args, node.kwargs)})"
+            text = _call_line(node, writer, callees)
             freed = freed_after.get(node)
             if not node.users:
                 freed = [*freed, node.name] if freed else [node.name]

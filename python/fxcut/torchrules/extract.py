@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import itertools
 import operator
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -36,9 +36,11 @@ import torch.fx as fx
 from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import map_aggregate
 
+import fxcut._C as _C
+
 from .codegen import generated_code
 from .gate import MODULE_BUILDER, gated
-from .ops import is_mutable_op, must_be_in_backward, must_be_in_forward
+from .ops import is_mutable_op, tag_flags
 from .versions import BUILDER_FXCUT, Rules, is_assert_only_symbool
 
 
@@ -94,7 +96,7 @@ def _select(nodes: list[fx.Node], inputs: list[fx.Node], outputs: list[Any], sub
     return _Selection(inputs, copied, kept, outputs)
 
 
-def _placement(nodes: list[fx.Node]) -> tuple[dict[fx.Node, bool], dict[fx.Node, bool]]:
+def placement_rules(nodes: Sequence[fx.Node]) -> tuple[dict[fx.Node, bool], dict[fx.Node, bool]]:
     """torch's ``_must_be_in_forward`` / ``_must_be_in_backward`` of every
     node: a ``partitioner_tag``, or a mutable op outside / inside the
     backward (``is_backward`` tag)."""
@@ -110,9 +112,9 @@ def _placement(nodes: list[fx.Node]) -> tuple[dict[fx.Node, bool], dict[fx.Node,
                 mutable[target] = m
             except TypeError:  # an unhashable target
                 pass
-        tag = node.meta.get("partitioner_tag", None)
-        must_fw[node] = must_be_in_forward(tag, m)
-        must_bw[node] = must_be_in_backward(tag, m)
+        bits = tag_flags(node.meta.get("partitioner_tag", None), m)
+        must_fw[node] = bool(bits & _C.F_MUST_BE_IN_FW)
+        must_bw[node] = bool(bits & _C.F_MUST_BE_IN_BW)
     return must_fw, must_bw
 
 
@@ -559,7 +561,7 @@ def _build(joint_module: fx.GraphModule, saved_values: list[fx.Node], saved_sym_
     )
     primals, tangents, fwd_seed, bwd_seed = _joint_placeholders(nodes, rules, static_nodes)
 
-    must_fw, must_bw = _placement(nodes)
+    must_fw, must_bw = placement_rules(nodes)
 
     # The first backward extraction only tells which saved values the
     # backward really reads.

@@ -32,7 +32,7 @@ spaces (:func:`iteration_spaces`): kernels over the same number of elements
 that share a read fuse.
 
 Views are not a kind: a value sharing its storage with an earlier one
-(:func:`fxcut.solve.memory.storage_of`) is an alias of it in both models.
+(:func:`fxcut.torchrules.facts.storage_of`) is an alias of it in both models.
 The realization thresholds are inductor's config values on the installed
 release (:func:`realize_thresholds`).
 """
@@ -50,7 +50,7 @@ import torch.fx as fx
 
 import fxcut._C as _C
 
-from .versions import Rules, rules_or_nearest
+from .versions import Rules
 
 aten = torch.ops.aten
 
@@ -159,14 +159,13 @@ def _absorbing_add(mm: fx.Node) -> fx.Node | None:
         return None
 
 
-def fusion_kinds(nodes: Iterable[fx.Node], device: str = "cpu", rules: Rules | None = None) -> bytes:
+def fusion_kinds(nodes: Iterable[fx.Node], rules: Rules, device: str = "cpu") -> bytes:
     """Per node, its ``_C.FUSE_*`` kind with ``_C.FUSE_HEAVY`` (``device``
-    "cpu": its lowering uses one of ``rules``' heavy ops; default: the
-    running torch's rules), ``_C.FUSE_ABSORBED`` and (``device`` "cpu")
+    "cpu": its lowering uses one of ``rules``' heavy ops), ``_C.FUSE_ABSORBED`` and (``device`` "cpu")
     ``_C.FUSE_COPIES_INPUTS`` where they apply (placeholders, get_attr and
     the output: POINTWISE, unused)."""
     nodes = list(nodes)
-    heavy_ops = (rules or rules_or_nearest()).cpu_heavy_ops if device == "cpu" else frozenset()
+    heavy_ops = rules.cpu_heavy_ops if device == "cpu" else frozenset()
     cache: dict[Any, int] = {}
     out = bytearray()
     absorbing: dict[fx.Node, fx.Node] = {}

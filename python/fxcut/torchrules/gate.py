@@ -39,13 +39,13 @@ import inspect
 import logging
 import threading
 import types
-import warnings
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
 import torch
 import torch.fx as fx
 
+from .._warn import warn_user
 from .versions import ATTRIBUTE, NODE_SLOT, PRIVATE_NAMES, Private, Rules
 
 log = logging.getLogger("fxcut")
@@ -56,6 +56,14 @@ NODE_READERS = "node readers"
 MODULE_BUILDER = "module builder"
 DCE_CSE_PLAN = "dead-code elimination and CSE"
 SNAPSHOT = "graph snapshot"
+CONFIG = "config readers"
+BUDGET_RULES = "memory-budget rules (runtime estimates, input storages, knapsack dispatch)"
+NODE_FACTS = "node facts (storages, costs, random ops, mutated inputs, extraction marks)"
+INDUCTOR_TABLES = "inductor's fusion tables"
+INDUCTOR_LOWERING = "inductor's lowering (the plan's check)"
+FEATURE_SCAN = "unmodelled-feature scan"
+ZERO3_WALK = "ZeRO-3 parameter-alias walk"
+STRUCTURED_TRACE = "structured trace (TORCH_TRACE) and compile id"
 
 
 class FallbackWarning(UserWarning):
@@ -109,14 +117,15 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-def warn_once(message: str, stacklevel: int = 3) -> None:
-    """One :class:`FallbackWarning` per message in the process (logged too)."""
+def warn_once(message: str) -> None:
+    """One :class:`FallbackWarning` per message in the process (logged
+    too), at the user's line."""
     with _lock:
         if message in _warned:
             return
         _warned.add(message)
     log.info("%s", message)
-    warnings.warn(message, FallbackWarning, stacklevel=stacklevel)
+    warn_user(message, FallbackWarning)
 
 
 # --------------------------------------------------------------------------- the names, once per process

@@ -320,17 +320,15 @@ def is_mutable_op(target: Any) -> bool:
     return isinstance(target, torch._ops.OpOverload) and bool(target._schema.is_mutable)
 
 
-def must_be_in_forward(tag: object, mutable: bool) -> bool:
-    """torch's ``_must_be_in_forward`` of a node with ``partitioner_tag``
-    ``tag`` whose target is mutable or not (:func:`is_mutable_op`): tagged
-    so, or a mutation not tagged as backward."""
-    return tag == "must_be_in_forward" or (mutable and tag != "is_backward" and tag != "must_be_in_backward")
-
-
-def must_be_in_backward(tag: object, mutable: bool) -> bool:
-    """torch's ``_must_be_in_backward``: tagged so, or a mutation tagged
-    ``is_backward``.  The rule is the C reader's (one copy, csrc/py_lower.c)."""
-    return tag is not None and bool(_C.partitioner_tag_flags(tag, mutable) & _C.F_MUST_BE_IN_BW)
+def tag_flags(tag: object, mutable: bool) -> int:
+    """The flag bits a node's ``meta["partitioner_tag"]`` (None: none) gives
+    it, its target mutable or not (:func:`is_mutable_op`): torch's two
+    placement rules, ``_must_be_in_forward`` (``F_MUST_BE_IN_FW``) and
+    ``_must_be_in_backward`` (``F_MUST_BE_IN_BW``), and the ``is_backward``
+    tag.  The rules' one home is the C reader (csrc/py_lower.c); this is
+    their one Python door."""
+    bits: int = _C.partitioner_tag_flags(tag, mutable)
+    return bits
 
 
 def dce_impure_random() -> bool:

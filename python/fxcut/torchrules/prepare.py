@@ -30,7 +30,7 @@ import fxcut._C as _C
 from .codegen import generated_code
 from .gate import DCE_CSE_PLAN, gated
 from .ops import TargetFacts, aten_target, default_facts, is_impure, mutable_hop_targets, mutated_inputs
-from .versions import Rules, rules_or_nearest
+from .versions import Rules
 
 
 @dataclass
@@ -443,7 +443,7 @@ def _merged_duplicates(nodes: list[fx.Node], rules: Rules, facts: TargetFacts, b
 
 def plan_cse(
     nodes: list[fx.Node],
-    rules: Rules | None = None,
+    rules: Rules,
     num_fwd_outputs: int | None = None,
     facts: TargetFacts | None = None,
     use_c: bool = True,
@@ -458,7 +458,6 @@ def plan_cse(
     C extension's ``prepare_plan`` (one pass over the nodes, calling back
     here once per distinct target); False: this module's Python loop, the
     reference the C plan is tested against (the same plan)."""
-    rules = rules or rules_or_nearest()
     facts = facts or default_facts()
     if use_c:
         _, replace_c, region_ids_c = _C.prepare_plan(
@@ -476,14 +475,13 @@ def plan_cse(
 
 @gated(DCE_CSE_PLAN)
 def plan(graph: fx.Graph, facts: TargetFacts, *, cse: bool, impure_random: bool,
-         rules: Rules | None = None, num_fwd_outputs: int | None = None, use_c: bool = True) -> Preparation:
+         rules: Rules, num_fwd_outputs: int | None = None, use_c: bool = True) -> Preparation:
     """What dead-code elimination (``impure_random`` as torch's reads it)
     and, when ``cse``, fx_graph_cse (as ``plan_cse``) will do to ``graph``.
     ``use_c``: in one pass of the C extension's ``prepare_plan``; False: in
     Python (``plan_dead_code`` and ``plan_cse``), the reference."""
     nodes = list(graph.nodes)
     if use_c:
-        rules = rules or rules_or_nearest()
         dead, replace, region_ids = _C.prepare_plan(
             nodes, node_facts_of(facts, impure_random, rules), plan_config(rules, num_fwd_outputs),
             eliminate_dead=True, cse=cse)
@@ -543,11 +541,13 @@ class PreparationMismatch(RuntimeError):
     """Applying the plan did not give the graph it promised."""
 
 
-@gated(DCE_CSE_PLAN, passes=(PreparationMismatch,))
+@gated(DCE_CSE_PLAN)
 def apply(joint_module: fx.GraphModule, prep: Preparation, expected: list[fx.Node]) -> None:
     """Dead-code elimination (torch's own, in place), then the planned CSE in
     place, then one recompile.  Raises PreparationMismatch if the graph's
-    nodes are not ``expected`` afterwards."""
+    nodes are not ``expected`` afterwards -- as any failure of a copy, a
+    :class:`~fxcut.torchrules.gate.TorchChanged` (the gate): the guard
+    restores the graph and torch's partitioner decides it."""
     graph = joint_module.graph
     if prep.dead or any(node.op == "get_attr" for node in graph.nodes):
         # torch's own pass (it also cleans subgraph modules named by get_attr).

@@ -30,7 +30,7 @@ from typing import Any
 import torch.fx as fx
 
 from .gate import SNAPSHOT, gated
-from .versions import FxInternals, rules_or_nearest
+from .versions import FxInternals
 
 _MISSING = object()
 
@@ -124,15 +124,12 @@ class ModuleSnapshot:
     """The state of ``module`` and every GraphModule under it, restorable."""
 
     @gated(SNAPSHOT)
-    def __init__(self, module: fx.GraphModule, fx_internals: FxInternals | None = None) -> None:
+    def __init__(self, module: fx.GraphModule, fx_internals: FxInternals) -> None:
         """``fx_internals``: the private torch.fx attributes of the running
-        release (from its :class:`~fxcut.torchrules.versions.Rules`; looked
-        up when None)."""
+        release (from its :class:`~fxcut.torchrules.versions.Rules`)."""
         self.modules: list[tuple[fx.GraphModule, dict[str, Any], Any]] = []
         self.graphs: list[_GraphState] = []
         seen: set[int] = set()
-        if fx_internals is None:
-            fx_internals = rules_or_nearest().fx_internals
         for sub in module.modules():
             if not isinstance(sub, fx.GraphModule) or id(sub) in seen:
                 continue

@@ -28,10 +28,10 @@ checked); the snapshot's :class:`FxInternals` are folded into it.  The
 compatibility gate (:mod:`fxcut.torchrules.gate`) checks the rows once per
 process; tests/test_compat_gate.py keeps the table honest both ways.
 
-The tested range: :data:`TESTED` holds the exact releases CI runs the
-fidelity suite on.  A torch outside [oldest, newest] -- older, newer, or a
-nightly -- is *untested*: :mod:`fxcut.route.guard` hands such graphs to torch's
-own partitioner (:mod:`fxcut.route.guard`).
+The tested releases: :data:`TESTED` holds the exact releases CI runs the
+fidelity suite on.  Any other torch -- older, newer, a nightly, or another
+patch release of a tested minor -- is *untested*: :mod:`fxcut.route.guard`
+hands such graphs to torch's own partitioner.
 
 Adding a release: diff its ``torch/_functorch/partitioners.py`` (and
 ``compile_utils.fx_graph_cse``, ``config.py``) against the newest row's;
@@ -256,11 +256,18 @@ def installed_version() -> str:
 
 
 def rules_for(version: str) -> Rules | None:
-    """The rules of ``version`` when it lies in the tested range, else None."""
+    """The rules of ``version`` when it is one of the releases fxcut is
+    tested on (:data:`TESTED`; a local build tag such as ``+cu130`` or
+    ``+cpu`` aside), else None.  A patch release fxcut has not run its
+    fidelity suite on -- 2.13.1 beside a tested 2.13.0 -- is untested: a
+    patch release can change the partitioner (docs/compat_gate.md)."""
     parsed = parse(version)
-    if parsed is None or not parse(OLDEST) <= parsed <= parse(NEWEST):  # type: ignore[operator]
+    if parsed is None:
         return None
-    return RELEASES.get(f"{parsed[0]}.{parsed[1]}")
+    rules = RELEASES.get(f"{parsed[0]}.{parsed[1]}")
+    if rules is None or parse(rules.tested) != parsed:
+        return None
+    return rules
 
 
 def current() -> Rules | None:
@@ -297,7 +304,8 @@ def _nearest(version: str) -> Rules:
 
 
 def tested_range() -> str:
-    return f"{OLDEST} to {NEWEST} (tested: {', '.join(TESTED)})"
+    """The releases fxcut is tested on, for messages."""
+    return f"tested: {', '.join(TESTED)}"
 
 
 # --------------------------------------------------------------------------- the private names
@@ -354,8 +362,10 @@ class Private:
 _EXTRACT, _PREPARE, _CODEGEN, _SNAPSHOT, _OPS = (f"fxcut.torchrules.{m}" for m in (
     "extract", "prepare", "codegen", "snapshot", "ops"))
 _VERSIONS, _GATE = "fxcut.torchrules.versions", "fxcut.torchrules.gate"
-_LOWER, _BUILD, _GUARD, _PLAN = (f"fxcut.route.{m}" for m in ("lower", "build", "guard", "plan"))
-_BUDGET, _PLANNER, _ROLES, _HAZARDS = (f"fxcut.solve.{m}" for m in ("budget", "planner", "roles", "hazards"))
+_LOWER, _BUILD, _FEATURES, _ASK = (f"fxcut.torchrules.{m}" for m in ("lower", "build", "features", "ask"))
+_BUDGET, _HAZARDS = "fxcut.torchrules.budget", "fxcut.torchrules.hazards"
+_TRACE = "fxcut.torchrules.trace"
+_GUARD = "fxcut.route.guard"
 _TORCH_COMPILE, _DEEPSPEED = "fxcut.integrations.torch_compile", "fxcut.integrations.deepspeed"
 _PY_LOWER, _PY_PREPARE, _PY_CSE = "csrc/py_lower.c", "csrc/py_prepare.c", "csrc/py_cse.c"
 _TP, _AOT = "torch._functorch.partitioners", "torch._functorch._aot_autograd"
@@ -385,9 +395,10 @@ _LISTED: list[Private] = [
     Private(f"{_TP}.min_cut_rematerialization_partition", TORCH, (_GUARD, _DEEPSPEED),
             note="torch's own partitioner, captured when its module runs: every hand-off to torch"),
     Private("torch._functorch.compilers.min_cut_rematerialization_partition", TORCH, (_GUARD,)),
-    Private("torch._functorch.compilers.nop", TORCH, (_TORCH_COMPILE,)),
-    Private(f"{_AOT}.utils._is_tangent", TORCH, (_EXTRACT, "fxcut.planned_check"),
-            note="planned_check: whether a graph's saved tensors outlive its run (a non-scalar tangent)"),
+    Private("torch._dynamo.backends.debugging.boxed_nop", TORCH, (_TORCH_COMPILE,),
+            note="aot_eager's compiler: eager kernels, each saved value freed after its last use"),
+    Private(f"{_AOT}.utils._is_tangent", TORCH, (_EXTRACT, _ASK),
+            note="ask: whether a graph's saved tensors outlive its run (a non-scalar tangent)"),
     *_rows(TORCH, (_EXTRACT,), f"{_AOT}.utils._is_primal",
            f"{_AOT}.utils._is_fwd_seed_offset", f"{_AOT}.utils._is_bwd_seed_offset",
            f"{_AOT}.descriptors.SavedForBackwardsAOTOutput", f"{_AOT}.descriptors.SavedForBackwardsNoVcCheckAOTOutput"),
@@ -396,7 +407,7 @@ _LISTED: list[Private] = [
     *_rows(TORCH, (_PREPARE,), "torch._functorch.compile_utils.get_aten_target",
            "torch._functorch.compile_utils.rand_ops", "torch._inductor.pattern_matcher.is_mutation_op"),
     Private("torch._functorch._activation_offloading.activation_offloading.enable_activation_offloading", TORCH,
-            (_VERSIONS, _PLAN, _BUILD), when="config.enable_activation_offloading",
+            (_VERSIONS, _BUILD), when="config.enable_activation_offloading",
             note="Rules.offloading_module; the plan imports it only when offloading is on"),
     # torch's config
     Private("torch._functorch.config", TORCH, (_VERSIONS, _BUDGET),
@@ -413,22 +424,21 @@ _LISTED: list[Private] = [
            "torch._inductor.custom_graph_pass.CustomRuntimeEstimator", "torch._inductor.fx_utils.get_node_storage",
            "torch._C._has_storage", "torch.utils._mode_utils.no_dispatch"),
     *_rows(TORCH, (_TORCH_COMPILE,), "torch._inductor.custom_graph_pass.CustomPartitionerFn",
-           "torch._inductor.custom_graph_pass.get_hash_for_files", "torch._inductor.compile_fx.compile_fx",
-           "torch._dynamo.backends.common.aot_autograd"),
+           "torch._inductor.compile_fx.compile_fx", "torch._dynamo.backends.common.aot_autograd"),
     Private("torch._functorch.aot_autograd.aot_module_simplified", TORCH, (_TORCH_COMPILE,),
             note="its signature: the keywords aot_backend() passes on (an unknown one is a TypeError)"),
     Private("torch._inductor.compile_fx.partition_fn", TORCH, (_DEEPSPEED,)),
-    Private("torch._inductor.fx_passes.control_dependencies.control_deps", TORCH, (_GUARD,), releases=_FROM_214,
+    Private("torch._inductor.fx_passes.control_dependencies.control_deps", TORCH, (_FEATURES,), releases=_FROM_214,
             note="the control_deps op torch splits (Rules.splits_control_deps): such graphs go to torch"),
     Private("torch._guards.TracingContext", TORCH, (_OPS,)),
     Private("torch._C._dispatch_get_all_op_names", TORCH, (_OPS,)),
     Private("torch._C._NodeBase", TORCH, (_EXTRACT, _GATE),
             note="its __init__ creates a node as fx.Node's ends; its member slots are what the C readers read"),
-    Private("torch._ops.OpOverload", TORCH, (_LOWER, _ROLES, _CODEGEN, _OPS, _PREPARE, _GATE)),
+    Private("torch._ops.OpOverload", TORCH, (_LOWER, _HAZARDS, _CODEGEN, _OPS, _PREPARE, _GATE)),
     Private("torch._ops.OpOverloadPacket", TORCH, (_OPS,)),
     Private("torch._ops.HigherOrderOperator", TORCH, (_OPS, _PREPARE)),
     Private("torch._ops.OpOverload._schema", TORCH, (_LOWER, _OPS, _HAZARDS)),
-    Private("torch._ops.OpOverload._overloadpacket", TORCH, (_ROLES, _HAZARDS)),
+    Private("torch._ops.OpOverload._overloadpacket", TORCH, (_HAZARDS,)),
     Private("torch._ops.OpOverload._boxed_arg_indices", TORCH, (_CODEGEN,), releases=("2.15",), how=OPTIONAL,
             note="set on a few targets only; torch 2.15's generator boxes those arguments, fxcut's leaves such a "
                  "target to torch's"),
@@ -462,14 +472,14 @@ _LISTED: list[Private] = [
            "torch._inductor.utils.get_dtype_size", "torch._inductor.virtualized.V",
            "torch._inductor.virtualized.V.set_fake_mode", "torch._inductor.virtualized.V.set_graph_handler",
            when=_INDUCTOR_PLAN),
-    Private("torch.utils._ordered_set.OrderedSet", TORCH, (_INDUCTOR, "fxcut.planned_check"), when=_INDUCTOR_PLAN),
+    Private("torch.utils._ordered_set.OrderedSet", TORCH, (_INDUCTOR, _ASK), when=_INDUCTOR_PLAN),
     # the check's code generation without vectorized C++ kernels (its simdlen option, patched while it runs)
     *_rows(TORCH, (_INDUCTOR,), "torch._inductor.config", "torch._inductor.config.patch",
            "torch._inductor.config.cpp.simdlen", when=_INDUCTOR_PLAN),
     Private("torch.utils._pytree.arg_tree_leaves", TORCH, (_LOWER, _PREPARE)),
     Private("torch.utils._pytree.tree_is_leaf", TORCH, (_PREPARE,)),
     *_rows(TORCH, (_PREPARE, _GATE), "torch.utils._pytree.tree_flatten", "torch.utils._pytree.TreeSpec._children"),
-    Private("torch.fx.traceback._get_memory_budget_annotation", TORCH, (_PLAN, _BUDGET, _PLANNER),
+    Private("torch.fx.traceback._get_memory_budget_annotation", TORCH, (_BUDGET,),
             releases=("2.13", *_FROM_214), note="region budgets (Rules.region_memory_budgets)"),
     Private("torch.fx.experimental._backward_state.BackwardState", TORCH_FX, (_LOWER, _EXTRACT)),
     # torch.fx: its code generator, name table, graphs and nodes
@@ -509,6 +519,11 @@ _LISTED: list[Private] = [
                  "the node; anything else is read by name"),
     Private("torch THPVariable: the TensorImpl pointer after the object header", TORCH, (_PY_LOWER,), how=LAYOUT,
             note="a prefetch hint only, read inside the object's size and never dereferenced"),
+    # what fxcut decided, reported: an artifact in torch's structured trace and the compile's id
+    Private("torch._logging.trace_structured", TORCH, (_TRACE,), how=OPTIONAL,
+            note="the fxcut_partition artifact of TORCH_TRACE; absent: nothing traced, no partition changes"),
+    Private("torch._guards.CompileContext", TORCH, (_TRACE,), how=OPTIONAL,
+            note="current_compile_id() for fxcut.last_plans() and the log; absent: no compile id reported"),
     Private("DeepSpeed partitioner._num_fwd_outputs_by_frame", DEEPSPEED, (_DEEPSPEED,), how=OPTIONAL,
             note="read with a default; absent on DeepSpeed releases without it"),
 ]

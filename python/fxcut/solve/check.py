@@ -1,4 +1,4 @@
-"""The plan's pick checked by inductor itself: ``PeakPlanner(check="inductor")``.
+"""The plan's pick checked by inductor itself: ``PeakPlanner(check="inductor")``, over the asks' answers.
 
 The inductor memory model is an approximation, and a search over thousands
 of decisions finds the ones it underestimates most (the optimizer's curse):
@@ -6,8 +6,8 @@ measured on real models, a plan's modelled peak can be 20% below what
 inductor then runs.  So the planner's last step asks inductor: for a few
 candidate saved sets it builds the forward and backward modules (torch's
 extraction), hands them to inductor's lowering, scheduler and wrapper code
-generation on fake tensors (:func:`fxcut.torchrules.inductor.ask_inductor`,
-nothing compiled) and reads the peak the generated code allocates -- what
+generation on fake tensors (:mod:`fxcut.torchrules.ask`, nothing
+compiled) and reads the peak the generated code allocates -- what
 a compiled step measures, to the bytes of the loss on the zoo (the buffers
 a fallback kernel allocates and frees inside aside: SDPA's per-thread
 ones, tens of KiB).
@@ -60,17 +60,10 @@ says why).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import torch.fx as fx
-
-from .solve.planner import Frontier
-from .torchrules.versions import Rules
-
-log = logging.getLogger("fxcut")
+from .planner import Frontier
 
 
 @dataclass
@@ -108,82 +101,6 @@ class CheckReport:
     #: inductor was not asked)
     settling: list[int] = field(default_factory=list)
     settled: bool = False
-
-
-def prepared_copy(joint_module: fx.GraphModule, prep: Any, lowered: Sequence[fx.Node]
-                  ) -> tuple[fx.GraphModule, dict[str, fx.Node]]:
-    """A copy of the joint module with the route's planned dead-code
-    elimination and CSE applied (the graph the decision's node indices
-    describe), and its nodes by name; ``prep`` None: a plain copy."""
-    from .torchrules import prepare
-    from .torchrules.snapshot import copy_graph_module
-
-    copy = copy_graph_module(joint_module)
-    old = list(joint_module.graph.nodes)
-    new = list(copy.graph.nodes)
-    to_new = dict(zip(old, new))
-    if prep is not None:
-        moved = prepare.Preparation(
-            dead={to_new[n] for n in prep.dead},
-            replace={to_new[a]: to_new[b] for a, b in prep.replace.items()},
-            region_ids=None if prep.region_ids is None else {to_new[n]: r for n, r in prep.region_ids.items()})
-        prepare.apply(copy, moved, [to_new[n] for n in lowered])
-    return copy, {n.name: n for n in copy.graph.nodes}
-
-
-def inductor_peaks(joint_module: fx.GraphModule, saved_nodes: Sequence[fx.Node], num_fwd_outputs: int,
-                   rules: Rules) -> tuple[int, int]:
-    """The peaks inductor's generated code allocates in the forward and in
-    the backward of the step whose forward saves ``saved_nodes`` (nodes of
-    ``joint_module``); the modules built by torch's passes as the release of
-    ``rules`` runs them."""
-    from torch.utils._ordered_set import OrderedSet
-
-    from .route import build
-    from .torchrules import extract
-    from .torchrules.inductor import ask_inductor, donated_indices
-
-    fw, bw = build.torch_build_modules(joint_module, extract.split_saved(list(saved_nodes)), num_fwd_outputs,
-                                       OrderedSet(), False, False, rules)
-    f = ask_inductor(fw, is_backward=False)
-    b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
-    return f.wrapper_peak, b.wrapper_peak
-
-
-def holds_saved_tensors(joint_module: fx.GraphModule) -> bool:
-    """Whether the step runs other work while this graph's saved tensors
-    are alive: its forward returns a differentiable output that is not a
-    scalar (a tangent input of more than one element), so what it returns
-    goes on to further differentiable work -- the next graph of a model
-    split by a graph break, or eager code -- and its backward runs only
-    after that work's.  A graph ending in its loss (one scalar tangent)
-    runs its backward next: its saved tensors count in its own peak alone."""
-    import torch
-    from torch._functorch._aot_autograd.utils import _is_tangent  # the extraction's own test (gated in versions)
-
-    for node in joint_module.graph.find_nodes(op="placeholder"):
-        val = node.meta.get("val")
-        if _is_tangent(node) and isinstance(val, torch.Tensor):
-            numel = val.numel()
-            if not (isinstance(numel, int) and numel <= 1):
-                return True
-    return False
-
-
-def decision_peaks(plan: Any, nodes: Sequence[fx.Node], saved: Sequence[int], num_fwd_outputs: int
-                   ) -> tuple[int, int]:
-    """Inductor's forward and backward peaks of the decision saving
-    ``saved`` (indices into ``nodes``, the plan's lowered nodes) of the
-    planned call ``plan`` (:class:`fxcut.route.plan.Plan`): the graph after
-    the plan's DCE/CSE, split and built as the route builds it, then
-    :func:`inductor_peaks`."""
-    copy, by_name = prepared_copy(plan.joint_module, plan.prep, nodes)
-    return inductor_peaks(copy, [by_name[nodes[i].name] for i in saved], num_fwd_outputs, plan.rules)
-
-
-def decision_peak(plan: Any, nodes: Sequence[fx.Node], saved: Sequence[int], num_fwd_outputs: int) -> int:
-    """The larger of :func:`decision_peaks`: the step's peak as inductor runs it."""
-    return max(decision_peaks(plan, nodes, saved, num_fwd_outputs))
 
 
 #: Seconds one candidate's ask takes per joint-graph node (building both
@@ -301,48 +218,73 @@ def checked_pick(front: Frontier, torch: Sequence[TorchDecision], budget: float,
     is 2 KB below its decision at 0.3 by its own peak but saves 3.7 MB
     more, held while the encoder's graph runs; on peaks alone the plan took
     it at every b > 0, 9-10% above stock's step at 0.3-0.7."""
-    n = len(front.peak_bytes)
-    if not torch or torch[0].budget != 1.0:
-        raise ValueError("checked_pick: torch[0] must be torch's default decision (budget 1)")
-    report = CheckReport()
-    costs = [int(c) for c in front.recompute_flops] + [t.cost for t in torch]
-    by_key: dict[int, int] = {}
-    saved = (lambda j: 0) if saved_bytes is None else (lambda j: saved_bytes[j])
-    held = None if saved_bytes is None else saved_bytes[n]
+    check = _Check(front, torch, peak_of, same, saved_bytes, holds_saved, keep_asking)
+    if peak_of is not None:
+        order = _asking_order(front, torch, lowest_candidates)
+        for j in order:
+            if not check.ask(j, max_asks):
+                break
+        check.settle(order, settle_asks)
+    return check.finish(budget)
 
-    def ask(j: int, limit: int) -> bool:
-        key = same(j)
-        if key not in by_key:
-            # the first ask always runs
-            if len(by_key) > limit or (by_key and not keep_asking()):
+
+class _Check:
+    """One check's state: the peaks asked (by saved set), the report, and
+    the rule that picks on them (:func:`checked_pick`)."""
+
+    def __init__(self, front: Frontier, torch: Sequence[TorchDecision], peak_of: Callable[[int], int] | None,
+                 same: Callable[[int], int], saved_bytes: Sequence[int] | None, holds_saved: bool,
+                 keep_asking: Callable[[], bool]) -> None:
+        self.n = n = len(front.peak_bytes)
+        if not torch or torch[0].budget != 1.0:
+            raise ValueError("checked_pick: torch[0] must be torch's default decision (budget 1)")
+        self.torch, self.peak_of, self.same, self.keep_asking = torch, peak_of, same, keep_asking
+        self.report = CheckReport()
+        self.costs = [int(c) for c in front.recompute_flops] + [t.cost for t in torch]
+        self.by_key: dict[int, int] = {}
+        self.saved_bytes = saved_bytes
+        self.held = None if saved_bytes is None else saved_bytes[n]
+        self.holds_saved = holds_saved and saved_bytes is not None
+
+    def saved(self, j: int) -> int:
+        return 0 if self.saved_bytes is None else self.saved_bytes[j]
+
+    def ask(self, j: int, limit: int) -> bool:
+        """Candidate ``j``'s peak, asked unless its saved set was; False
+        where ``limit`` asks were made already, or the time is up (the
+        first ask always runs)."""
+        key = self.same(j)
+        if key not in self.by_key:
+            if len(self.by_key) > limit or (self.by_key and not self.keep_asking()):
                 return False
-            assert peak_of is not None
-            by_key[key] = peak_of(j)
-        report.asked[j] = by_key[key]
+            assert self.peak_of is not None
+            self.by_key[key] = self.peak_of(j)
+        self.report.asked[j] = self.by_key[key]
         return True
 
-    def eligible_peaks() -> dict[int, int]:
-        # inductor's peak where asked (or asked for the same saved set); torch's decisions otherwise the
-        # model's, those costlier than its default only, so that no candidate on the model's word alone
-        # beats the default; nothing saving more than the default
-        peaks = dict(report.asked)
+    def eligible_peaks(self) -> dict[int, int]:
+        """Inductor's peak where asked (or asked for the same saved set);
+        torch's decisions otherwise the model's, those costlier than its
+        default only, so that no candidate on the model's word alone beats
+        the default; nothing saving more than the default."""
+        n, torch = self.n, self.torch
+        peaks = dict(self.report.asked)
         for k, t in enumerate(torch):
-            key = same(n + k)
-            if key in by_key:
-                peaks[n + k] = by_key[key]
+            key = self.same(n + k)
+            if key in self.by_key:
+                peaks[n + k] = self.by_key[key]
             elif k == 0 or t.cost > torch[0].cost:
                 peaks[n + k] = t.peak
-        return {j: p for j, p in sorted(peaks.items()) if held is None or saved(j) <= held}
+        held = self.held
+        return {j: p for j, p in sorted(peaks.items()) if held is None or self.saved(j) <= held}
 
-    def choose(b: float, peaks: dict[int, int]) -> tuple[int, int, int, bool]:
+    def choose(self, b: float, peaks: dict[int, int]) -> tuple[int, int, int, bool]:
         """The pick at budget ``b`` on ``peaks``: (candidate, limit, held limit, held counted)."""
-        holds = holds_saved and saved_bytes is not None and b > 0.0
+        n, torch, saved, costs = self.n, self.torch, self.saved, self.costs
+        holds = self.holds_saved and b > 0.0
         held_limit = 0
-        if b == 0.0:
-            cap = min(peaks.values())
-        else:
-            ref = [j for j in peaks if j >= n and torch[j - n].budget >= b]
-            cap = min(peaks[j] for j in ref)
+        ref = [j for j in peaks if j >= n and torch[j - n].budget >= b]
+        cap = min(peaks.values()) if b == 0.0 else min(peaks[j] for j in ref)
         within = [j for j in peaks if peaks[j] <= cap]
         if holds:
             # what the graph adds to the step while it runs and holds while the rest runs: no more than
@@ -359,39 +301,42 @@ def checked_pick(front: Frontier, torch: Sequence[TorchDecision], budget: float,
             return min(within, key=lambda j: (saved(j), costs[j], j)), cap, held_limit, holds
         return min(within, key=lambda j: (costs[j], peaks[j], saved(j), j)), cap, held_limit, holds
 
-    if peak_of is not None:
-        order = _asking_order(front, torch, lowest_candidates)
-        for j in order:
-            if not ask(j, max_asks):
-                break
-        # settle the picks: every budget's pick is one of these budgets' (torch's decisions count at the
-        # largest seed budget choosing them, so between two of them the limit is the larger one's)
-        settling = sorted({0.0} | {t.budget for t in torch})
-        limit = len(by_key) - 1 + settle_asks
+    def settle(self, order: list[int], settle_asks: int) -> None:
+        """Ask, while some budget's pick is not asked, the first such pick
+        in the asking order (up to ``settle_asks`` more asks).  Every
+        budget's pick is one of these budgets' (torch's decisions count at
+        the largest seed budget choosing them, so between two of them the
+        limit is the larger one's)."""
+        report = self.report
+        settling = sorted({0.0} | {t.budget for t in self.torch})
+        limit = len(self.by_key) - 1 + settle_asks
         while True:
-            peaks = eligible_peaks()
-            picks = {choose(b, peaks)[0] for b in settling}
+            peaks = self.eligible_peaks()
+            picks = {self.choose(b, peaks)[0] for b in settling}
             open_picks = [j for j in order if j in picks and j not in report.asked]
             if not open_picks:
                 report.settled = True
-                break
-            before = len(by_key)
-            if not ask(open_picks[0], limit):
-                break
-            if len(by_key) > before:
+                return
+            before = len(self.by_key)
+            if not self.ask(open_picks[0], limit):
+                return
+            if len(self.by_key) > before:
                 report.settling.append(open_picks[0])
-    peaks = eligible_peaks()
-    report.picked, report.limit, report.held_limit, report.holds_saved = choose(budget, peaks)
-    report.saved_limit = held
-    report.picked_peak = peaks[report.picked]
-    report.picked_by_model = report.picked not in report.asked
-    report.torch_peak = report.asked.get(n, 0)
-    report.lowest_peak = min(report.asked.values(), default=0)
-    report.torch_asked = {torch[j - n].budget: p for j, p in report.asked.items() if j >= n}
-    key = same(report.picked)
-    report.picked_torch_budget = next((t.budget for k, t in enumerate(torch) if same(n + k) == key), None)
-    return report.picked, report
+
+    def finish(self, budget: float) -> tuple[int, CheckReport]:
+        """The pick at ``budget`` and the report of the whole check."""
+        n, torch, report = self.n, self.torch, self.report
+        peaks = self.eligible_peaks()
+        report.picked, report.limit, report.held_limit, report.holds_saved = self.choose(budget, peaks)
+        report.saved_limit = self.held
+        report.picked_peak = peaks[report.picked]
+        report.picked_by_model = report.picked not in report.asked
+        report.torch_peak = report.asked.get(n, 0)
+        report.lowest_peak = min(report.asked.values(), default=0)
+        report.torch_asked = {torch[j - n].budget: p for j, p in report.asked.items() if j >= n}
+        key = self.same(report.picked)
+        report.picked_torch_budget = next((t.budget for k, t in enumerate(torch) if self.same(n + k) == key), None)
+        return report.picked, report
 
 
-__all__ = ["ASK_SECONDS_PER_NODE", "CheckReport", "TorchDecision", "asks_within", "checked_pick", "decision_peak",
-           "decision_peaks", "holds_saved_tensors", "inductor_peaks", "prepared_copy"]
+__all__ = ["ASK_SECONDS_PER_NODE", "CheckReport", "OVERRUN", "TorchDecision", "asks_within", "checked_pick"]
