@@ -44,7 +44,7 @@ fi
 "$VPY" -m pip install -q "${pip_args[@]}" "torch==$VERSION" "setuptools>=77"
 "$VPY" -m pip install -q "${pip_args[@]}" pytest "hypothesis>=6" "networkx>=3" "scipy>=1.10" numpy matplotlib
 # fxcut in place; --no-deps keeps pip from re-resolving torch against the cap.
-# With its dependencies resolved (torch>=2.12.1,<2.16 must accept the venv's torch).
+# With its dependencies resolved (pyproject's torch>=2.9 accepts the venv's torch).
 FXCUT_WERROR=${FXCUT_WERROR:-1} "$VPY" -m pip install -q "${pip_args[@]}" --no-build-isolation -e .
 got=$("$VPY" -c 'import torch; print(torch.__version__.split("+")[0])')
 if [ "$got" != "$VERSION" ]; then
