@@ -69,10 +69,11 @@ def _child(side: str, cfg: dict[str, Any], mode: str = "inductor") -> dict[str, 
     if mode == "aot-noop":
         if side == "stock":
             from torch._dynamo.backends.common import aot_autograd
-            from torch._functorch.compilers import nop
+            from torch._dynamo.backends.debugging import boxed_nop
             from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-            backend: Any = aot_autograd(fw_compiler=nop, bw_compiler=nop,
+            backend: Any = aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop,
+                                        keep_inference_input_mutations=True,
                                         partition_fn=timed(min_cut_rematerialization_partition))
         else:
             import fxcut.partition as fp
@@ -150,8 +151,8 @@ def measure(cfg: dict[str, Any], mode: str, rounds: int, python: str = sys.execu
 MODE_TEXT = {
     "inductor": "inductor on CPU: stock `torch.compile(model)` vs `torch.compile(model, "
                 "backend=fxcut.inductor_backend())`",
-    "aot-noop": "AOT Autograd, no-op compilers: `aot_autograd(fw_compiler=nop, bw_compiler=nop, "
-                "partition_fn=torch's min_cut_rematerialization_partition)` vs `fxcut.aot_backend()`",
+    "aot-noop": "eager kernels: torch's `aot_eager` (boxed no-op compilers, "
+                "partition_fn=torch's min_cut_rematerialization_partition) vs `fxcut.aot_backend()`",
 }
 
 

@@ -144,14 +144,14 @@ def run_model(key: str, budgets: list[float]) -> dict[str, Any]:
 def markdown(results: list[dict[str, Any]], big: dict[str, Any] | None, command: str) -> str:
     out = ["# The peak-aware plan: fxcut.planned_partitioner against torch's partitioner", "",
            "**Two programs, two sets of figures.** The tables under each model below are the *unfused* "
-           "program's (AOT Autograd's no-op compilers: the FX modules run op by op) -- the memory model "
+           "program's (torch's `aot_eager`, the boxed no-op compilers: the FX modules run op by op) -- the memory model "
            "`memory_model=\"unfused\"` and measurements of those modules. Users of `torch.compile` run "
            "inductor, which fuses ops and reuses buffers; there the plan (`fxcut.inductor_backend(memory_budget=b)`, "
            "`memory_model=\"inductor\"`) is measured against stock `torch.compile` on real architectures in the "
            "next section.", "",
            "## Under inductor, measured (real models)", "",
            "<!-- begin: under-inductor (generated) -->", "<!-- end: under-inductor -->", "",
-           "## Under the unfused program (AOT no-op compilers)", "",
+           "## Under the unfused program (`aot_eager`: boxed no-op compilers)", "",
            f"Measured by `{command}` (one run, a shared 2-core machine, torch {torch.__version__}).", "",
            "Peaks: KiB of live activations, simulated by the memory model (csrc/memory.c) over the forward "
            "and backward modules each decision produces (graph inputs and parameters not counted). FLOPs: "
@@ -252,20 +252,21 @@ def plot_timeline(key: str, budget: float, path: str) -> None:
 
 
 def _torch_saved(cap: Any, spec: dict[str, Any], budget: float, prob: Any) -> list[int]:
-    from fxcut.solve.budget import decide_with_budget
-    from fxcut.solve.budget import decide_plan
+    from fxcut.route.decide import decide_plan
     from fxcut.route.lower import lower_plan
     from fxcut.route.plan import make_plan
+    from fxcut.tools.decisions import decide_with_budget, torch_now
 
     class Keep:
         def choose_saved(self, plan: Any, decision: Any) -> list[int]:
             return list(decision.saved)
 
     gm = _fresh(cap, bool(spec.get("zero3")))
-    plan = make_plan(gm, num_fwd_outputs=cap.num_fwd_outputs, objective=Keep(), **cap.partition_kwargs)
+    plan = make_plan(gm, torch_now(), num_fwd_outputs=cap.num_fwd_outputs, objective=Keep(), **cap.partition_kwargs)
     chosen = decide_plan(plan, lower_plan(plan))
     d = decide_with_budget(gm.graph, budget, num_fwd_outputs=cap.num_fwd_outputs, arrays=chosen.decision.arrays,
-                           static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"))
+                           static_lifetime_input_indices=cap.partition_kwargs.get("static_lifetime_input_indices"),
+                           torch=plan.torch)
     return list(d.saved)
 
 

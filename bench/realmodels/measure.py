@@ -10,10 +10,12 @@ Backends (:class:`Backend`, written ``KIND[-REGIME][@BUDGET]``):
   ``torch._functorch.config.activation_memory_budget = b`` (default 1);
 - ``fxcut@b``: ``torch.compile(model, backend=fxcut.inductor_backend(memory_budget=b))``;
   ``fxcut`` alone: ``fxcut.inductor_backend()``, fxcut's exact copy of torch's decision;
-- ``stock-unfused@b`` / ``fxcut-unfused@b``: the same two with AOT Autograd's
-  no-op compilers (``aot_autograd(fw_compiler=nop, partition_fn=torch's min-cut)``
-  and ``fxcut.aot_backend(memory_budget=b)``): the forward and backward FX
-  modules run op by op, the regime fxcut's current memory model describes.
+- ``stock-unfused@b`` / ``fxcut-unfused@b``: the same two with eager kernels:
+  torch's ``aot_eager`` (AOT Autograd, the boxed no-op compilers, each saved
+  value freed after its last use, with torch's min-cut) and
+  ``fxcut.aot_backend(memory_budget=b)``, which runs the same: the forward and
+  backward FX modules run op by op, the regime fxcut's unfused memory model
+  describes.
 
 What one measurement is (:func:`measure_in_process`):
 
@@ -250,11 +252,12 @@ def _compiled(backend: Backend, module: torch.nn.Module) -> tuple[Callable[..., 
             compiled = torch.compile(module, backend="inductor")
         else:
             from torch._dynamo.backends.common import aot_autograd
-            from torch._functorch.compilers import nop
+            from torch._dynamo.backends.debugging import boxed_nop
             from torch._functorch.partitioners import min_cut_rematerialization_partition
 
             compiled = torch.compile(module, backend=aot_autograd(
-                fw_compiler=nop, bw_compiler=nop, partition_fn=_record_partition(min_cut_rematerialization_partition)))
+                fw_compiler=boxed_nop, bw_compiler=boxed_nop, keep_inference_input_mutations=True,
+                partition_fn=_record_partition(min_cut_rematerialization_partition)))
         return compiled, lambda: functorch_config.patch(activation_memory_budget=budget)
     if backend.regime == "inductor":
         return torch.compile(module, backend=fxcut.inductor_backend(memory_budget=backend.budget)), contextlib.nullcontext

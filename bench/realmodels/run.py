@@ -42,7 +42,7 @@ from realmodels.models import BUILDERS, available  # noqa: E402
 
 BUDGETS = (0.0, 0.1, 0.3, 0.5, 0.7, 1.0)
 SECTION = {"inductor": "realmodels_inductor", "unfused": "realmodels_unfused"}
-TITLE = {"inductor": "Under inductor, measured", "unfused": "Unfused (AOT no-op compilers), measured"}
+TITLE = {"inductor": "Under inductor, measured", "unfused": "Eager kernels (torch's aot_eager vs fxcut.aot_backend), measured"}
 
 
 def default_models() -> list[str]:
@@ -159,15 +159,17 @@ def markdown(data: dict[str, Any], regime: str) -> str:
         "both sides), not the parameters or inputs. stock = `torch.compile(model)` with "
         "`torch._functorch.config.activation_memory_budget=b`; fxcut = `torch.compile(model, "
         "backend=fxcut.inductor_backend(memory_budget=b))`" if regime == "inductor" else
-        "Each point is a fresh process. Peak as under inductor; stock = `aot_autograd(fw_compiler=nop, "
-        "bw_compiler=nop, partition_fn=min_cut_rematerialization_partition)` at `activation_memory_budget=b`; "
-        "fxcut = `fxcut.aot_backend(memory_budget=b)`",
+        "Each point is a fresh process. Peak: MiB the CPU allocator held at once during one training step "
+        "beyond what was live before it (profiler allocation events; gradients included, parameters and "
+        "inputs not). stock = torch's `aot_eager` (boxed no-op compilers, "
+        "`min_cut_rematerialization_partition`) at `activation_memory_budget=b`; "
+        "fxcut = `fxcut.aot_backend(memory_budget=b)`, which runs the same program",
         "(the plan's budget is on its modelled peak, torch's on saved bytes: the same b is not the same "
         "request on both sides). step fxcut/stock: median of per-round ratios of the two sides' median step "
         "times, rounds interleaved in one process. grads: the largest per-parameter max |compiled - eager| / "
         "max |eager| of either side. Partition: the partition function's seconds summed over the graphs "
         "(plan: the planner's part of fxcut's). The plan's memory model: its own figures for the graphs it "
-        "planned (MiB, summed over graphs), the unfused program's, which inductor does not run. \"step failed\": the compiled step raised (at b < 1 torch's "
+        "planned (MiB, summed over graphs), the unfused program's" + (", which inductor does not run" if regime == "inductor" else ", the program measured here") + ". \"step failed\": the compiled step raised (at b < 1 torch's "
         "budget path recomputes batch norm and autograd's version check fails: issue 24).",
         "",
     ]
