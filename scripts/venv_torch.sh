@@ -11,6 +11,7 @@
 # config held are passed back explicitly, so only the cap is dropped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/pip_torch_args.sh
 if [ $# -ne 1 ] || ! [[ "$1" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
   echo "usage: $0 TORCH_VERSION   (e.g. 2.14.1)" >&2
   exit 2
@@ -22,23 +23,8 @@ PY=${PYTHON:-python3}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 VPY="$VENV/bin/python"
 
-# Does the configured pip accept torch==VERSION?  (--dry-run resolves only.)
-pip_args=()
-if ! "$VPY" -m pip install -q --dry-run --no-deps "torch==$VERSION" >/dev/null 2>&1; then
-  echo "venv_torch: pip's config refuses torch==$VERSION (a constraint cap?); installing without the config file" >&2
-  export PIP_CONFIG_FILE=/dev/null
-  # Keep the config's index settings (find-links, extra indexes), not its cap.
-  for key in find-links extra-index-url index-url; do
-    val=$(env -u PIP_CONFIG_FILE "$VPY" -m pip config get "global.$key" 2>/dev/null || true)
-    for v in $val; do
-      case "$v" in
-        file://*) [ -d "${v#file://}" ] || continue ;;
-        /*) [ -e "$v" ] || continue ;;
-      esac
-      pip_args+=("--$key" "$v")
-    done
-  done
-fi
+# pip_args: the settings that let pip install torch==VERSION (scripts/pip_torch_args.sh)
+pip_torch_args "$VPY" "$VERSION" venv_torch
 "$VPY" -m pip install -q "${pip_args[@]}" --upgrade "pip>=23" wheel
 # setuptools resolved with torch: some releases cap it (2.12.1: setuptools<82).
 "$VPY" -m pip install -q "${pip_args[@]}" "torch==$VERSION" "setuptools>=77"

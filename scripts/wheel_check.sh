@@ -26,6 +26,7 @@
 # keeps the temporary folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/pip_torch_args.sh
 ROOT=$PWD
 VERSION=${1:-2.13.0}
 if [ $# -gt 1 ] || ! [[ "$VERSION" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
@@ -103,27 +104,12 @@ print(f"wheel_check: wheel {len(names)} files, torch requirement {torch_reqs[0] 
 sys.exit(1 if problems else 0)
 EOF
 
-# pip's config may cap torch below VERSION (a `constraint` file): then pip
-# runs without the config file, its index settings passed back explicitly,
-# as scripts/venv_torch.sh does.
+# pip's config may cap torch below VERSION: pip_torch_args (scripts/pip_torch_args.sh)
+# drops the cap, as scripts/venv_torch.sh does.
 step "a fresh venv with torch==$VERSION (the user's environment)"
 "$PY" -m venv "$WORK/venv"
 VPY="$WORK/venv/bin/python"
-pip_args=()
-if ! "$VPY" -m pip install -q --dry-run --no-deps "torch==$VERSION" >/dev/null 2>&1; then
-  echo "wheel_check: pip's config refuses torch==$VERSION (a constraint cap?); installing without the config file" >&2
-  export PIP_CONFIG_FILE=/dev/null
-  for key in find-links extra-index-url index-url; do
-    val=$(env -u PIP_CONFIG_FILE "$VPY" -m pip config get "global.$key" 2>/dev/null || true)
-    for v in $val; do
-      case "$v" in
-        file://*) [ -d "${v#file://}" ] || continue ;;
-        /*) [ -e "$v" ] || continue ;;
-      esac
-      pip_args+=("--$key" "$v")
-    done
-  done
-fi
+pip_torch_args "$VPY" "$VERSION" wheel_check
 vpip() { quiet_pip "$VPY" -m pip "$@"; }
 vpip install -q "${pip_args[@]}" "torch==$VERSION"
 # (stderr dropped: before numpy is in, torch warns that it is missing)
