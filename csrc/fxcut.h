@@ -550,6 +550,11 @@ typedef struct {
      * Autograd's unboxed compilers, DeepCompile's eager backend); 0: each
      * saved value is freed after its last use (torch's aot_eager, inductor) */
     int32_t hold_saved;
+    /* n entries, or NULL (all 0): bytes node i's kernel allocates and frees
+     * inside itself while it runs, beyond its outputs (oneDNN's reorders,
+     * attention scratch: the per-op table of fxcut.torchrules.kernels),
+     * counted at its step on top of what is live; >= 0. */
+    const int64_t *workspace;
 } fxcut_memory_options;
 
 typedef struct {
@@ -643,6 +648,8 @@ typedef struct {
     int32_t realize_reuse_reads, realize_acc_reads, realize_opcount;
     /* the memory model's hold_saved (fxcut_memory_options) */
     int32_t hold_saved;
+    /* the memory model's workspace (fxcut_memory_options; NULL: none) */
+    const int64_t *workspace;
     /* the search's lanes: decisions simulated at once, each on its own
      * thread (<= 1: one, on the caller's; at most FXCUT_PLAN_MAX_THREADS).
      * The frontier, the work and every decision are the same whatever the

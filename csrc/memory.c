@@ -156,15 +156,22 @@ static void fill_roots_and_costs(fxcut_memsim *s,
 }
 
 /* Every total the evaluations form is at most these sums (the inductor
- * model's layout copies included: each COPIES_INPUTS kernel's inputs):
- * FXCUT_E_OVERFLOW when either passes INT64_MAX. */
+ * model's layout copies included: each COPIES_INPUTS kernel's inputs, and
+ * every kernel's workspace): FXCUT_E_OVERFLOW when either passes INT64_MAX,
+ * FXCUT_E_INVALID naming the node of a negative workspace. */
 static int check_sums(const fxcut_memsim *s, const fxcut_memory_options *opt,
                       fxcut_error *err)
 {
     const fxcut_graph *g = s->g;
     fxcut_wide bytes = 0, work = 0;
     for (int32_t i = 0; i < g->n; i++) {
+        if (opt->workspace != NULL && opt->workspace[i] < 0)
+            return fxcut_fail(err, FXCUT_E_INVALID, i,
+                              "workspace[%d] = %lld is negative", (int)i,
+                              (long long)opt->workspace[i]);
         bytes += s->cost[i];
+        if (opt->workspace != NULL)
+            bytes += opt->workspace[i];
         if (opt->fusion != NULL && (opt->fusion[i] & FXCUT_FUSE_COPIES_INPUTS))
             for (int32_t e = g->in_ptr[i]; e < g->in_ptr[i + 1]; e++)
                 if (g->nbytes[g->in_idx[e]] > 0)
@@ -195,6 +202,7 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
     s->flops = opt->flops;
     s->marks = opt->marks;
     s->hold_saved = opt->hold_saved != 0;
+    s->workspace = opt->workspace;
     s->fusion = opt->fusion;
     s->fused_cost = opt->fused_cost;
     s->realize_reuse_reads = opt->realize_reuse_reads;
@@ -353,21 +361,15 @@ static int64_t prepay_getitems(fxcut_memsim *s, int32_t v, uint8_t kept)
     return b;
 }
 
-/* The liveness walk of one module whose steps are s->body[0 .. n_body).
- * Values marked `held` are live at the start (the backward's saved
- * values); outputs[first_out .. end_out) and values marked `pinned` live to
- * the end.  Writes steps step0 .. step0 + n_body of the result's optional
- * arrays and returns the module's peak (its step in *peak_step, -1 when
- * there is no step). */
-static int64_t walk_module(fxcut_memsim *s, int32_t n_body, uint8_t kept,
-                           uint8_t held, uint8_t pinned, int32_t first_out,
-                           int32_t end_out, int32_t step0,
-                           fxcut_memory_result *res, int32_t *peak_step)
+/* Resets a walk of s->body[0 .. n_body): every value's last reading step
+ * (END for module outputs and values marked `pinned`), and the values
+ * marked `held` charged as live at the start; returns their bytes. */
+static int64_t start_walk(fxcut_memsim *s, int32_t n_body, uint8_t held,
+                          uint8_t pinned, int32_t first_out, int32_t end_out)
 {
     const fxcut_graph *g = s->g;
     const int32_t END = INT32_MAX;
-    int64_t live = 0, peak = 0;
-    *peak_step = -1;
+    int64_t live = 0;
     for (int32_t i = 0; i < g->n; i++) {
         s->last[i] = -1;
         s->charge[i] = -1;
@@ -394,6 +396,24 @@ static int64_t walk_module(fxcut_memsim *s, int32_t n_body, uint8_t kept,
             live += s->cost[r];
         }
     }
+    return live;
+}
+
+/* The liveness walk of one module whose steps are s->body[0 .. n_body).
+ * Values marked `held` are live at the start (the backward's saved
+ * values); outputs[first_out .. end_out) and values marked `pinned` live to
+ * the end.  Writes steps step0 .. step0 + n_body of the result's optional
+ * arrays and returns the module's peak (its step in *peak_step, -1 when
+ * there is no step). */
+static int64_t walk_module(fxcut_memsim *s, int32_t n_body, uint8_t kept,
+                           uint8_t held, uint8_t pinned, int32_t first_out,
+                           int32_t end_out, int32_t step0,
+                           fxcut_memory_result *res, int32_t *peak_step)
+{
+    const fxcut_graph *g = s->g;
+    int64_t live = start_walk(s, n_body, held, pinned, first_out, end_out);
+    int64_t peak = 0;
+    *peak_step = -1;
     for (int32_t k = 0; k < n_body; k++) {
         int32_t v = s->body[k];
         int32_t r = s->root[v];
@@ -405,10 +425,11 @@ static int64_t walk_module(fxcut_memsim *s, int32_t n_body, uint8_t kept,
         }
         if (res->schedule != NULL)
             res->schedule[step0 + k] = v;
+        int64_t running = live + (s->workspace != NULL ? s->workspace[v] : 0);
         if (res->live_bytes != NULL)
-            res->live_bytes[step0 + k] = live;
-        if (*peak_step < 0 || live > peak) {
-            peak = live;
+            res->live_bytes[step0 + k] = running;
+        if (*peak_step < 0 || running > peak) {
+            peak = running;
             *peak_step = step0 + k;
         }
         if (s->last[r] == k) {

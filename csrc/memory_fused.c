@@ -602,9 +602,16 @@ static void charge_inputs(fxcut_memsim *s, uint8_t held, step_ctx *c)
         }
 }
 
+/* What kernel v holds only while it runs: the layout copies of its inputs
+ * and its workspace. */
+static int64_t kernel_transient(const fxcut_memsim *s, int32_t v)
+{
+    return input_copies(s, v) + (s->workspace != NULL ? s->workspace[v] : 0);
+}
+
 /* Kernel v of group grp (kernels k0 .. k1) allocates its buffer: none for
  * a group-local value, a dying buffer's in place, else a new one; returns
- * the layout copies it makes of its inputs. */
+ * what it holds only while it runs (kernel_transient). */
 static int64_t alloc_kernel(fxcut_memsim *s, int32_t k, int32_t k0,
                             int32_t k1, int32_t grp, int32_t end,
                             step_ctx *c)
@@ -612,7 +619,7 @@ static int64_t alloc_kernel(fxcut_memsim *s, int32_t k, int32_t k0,
     const fxcut_graph *g = s->g;
     int32_t v = s->kernels[k];
     if (s->charge[v] >= 0) /* live already (a module input it also computes): charged once */
-        return input_copies(s, v);
+        return kernel_transient(s, v);
     int64_t items = 0;
     int64_t own = kernel_alloc(s, v, c->kept, &items);
     if (k1 - k0 > 1 && s->last[v] != end && s->last[v] >= 0 &&
@@ -638,7 +645,7 @@ static int64_t alloc_kernel(fxcut_memsim *s, int32_t k, int32_t k0,
         s->charge[v] = own;
         c->live += own + items;
     }
-    return input_copies(s, v);
+    return kernel_transient(s, v);
 }
 
 /* After group grp (kernels k0 .. k1): what it read for the last time, and

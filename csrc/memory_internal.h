@@ -34,6 +34,8 @@ struct fxcut_memsim {
     const int64_t *flops;
     const uint8_t *marks;
     int32_t hold_saved;     /* the backward holds its saved values to its end */
+    const int64_t *workspace; /* per node: bytes its kernel holds inside
+                               itself while it runs (NULL: none) */
     int32_t *root;          /* storage root of every node */
     int64_t *cost;          /* bytes a root's storage costs (0: not counted) */
     uint8_t *tangent_dep;   /* depends on a tangent / backward seed */

@@ -11,7 +11,7 @@ const char fxcut_py_memory_simulate_doc[] =
 "memory_simulate($module, graph, /, *, num_fwd_outputs, saved,\n"
 "                storage_of=None, flops=None, marks=None, timeline=False,\n"
 "                fusion=None, fused_cost=None, iteration=None,\n"
-"                realize=None, hold_saved=False)\n"
+"                realize=None, hold_saved=False, workspace=None)\n"
 "--\n\n"
 "The live activation bytes of the forward and backward modules the\n"
 "decision `saved` produces (the semantics: csrc/fxcut.h, above\n"
@@ -32,6 +32,8 @@ const char fxcut_py_memory_simulate_doc[] =
 "hold_saved: the backward holds every saved value to its end (a program\n"
 "whose backward keeps its arguments alive) instead of freeing each after\n"
 "its last use.\n"
+"workspace: None or n int64 (>= 0), bytes node i's kernel holds inside\n"
+"itself while it runs, beyond its outputs (counted at its step).\n"
 "Returns a MemoryResult: peak_bytes, peak_step, fw_peak_bytes,\n"
 "bw_peak_bytes, saved_bytes, recompute_flops, recompute_bytes,\n"
 "n_recomputed, n_fw_steps, recomputed (memoryview 'B', n entries),\n"
@@ -129,7 +131,7 @@ static int required_args(PyObject *num_fwd, PyObject *saved_obj,
 /* The arrays memory_simulate copies (GIL held) before the core runs
  * without the GIL; zeroed before copy_arrays, freed by free_arrays. */
 typedef struct {
-    void *saved, *storage, *flops, *marks;
+    void *saved, *storage, *flops, *marks, *workspace;
     Py_ssize_t n_saved;
     fxcut_fusion_args fa;
 } memory_arrays;
@@ -138,7 +140,7 @@ static int copy_arrays(memory_arrays *a, Py_ssize_t n, PyObject *saved_obj,
                        PyObject *storage_obj, PyObject *flops_obj,
                        PyObject *marks_obj, PyObject *fusion_obj,
                        PyObject *fused_cost_obj, PyObject *iteration_obj,
-                       PyObject *realize_obj)
+                       PyObject *realize_obj, PyObject *workspace_obj)
 {
     Py_ssize_t len = 0;
     if (fxcut_copy_buffer(saved_obj, "saved", 4, -1, 0, &a->saved,
@@ -150,6 +152,8 @@ static int copy_arrays(memory_arrays *a, Py_ssize_t n, PyObject *saved_obj,
          fxcut_copy_buffer(flops_obj, "flops", 8, n, 0, &a->flops, &len) < 0) ||
         (marks_obj != Py_None &&
          fxcut_copy_buffer(marks_obj, "marks", 1, n, 0, &a->marks, &len) < 0) ||
+        fxcut_copy_optional(workspace_obj, "workspace", 8, n,
+                            &a->workspace) < 0 ||
         fxcut_fusion_load(fusion_obj, fused_cost_obj, iteration_obj,
                           realize_obj, n, &a->fa) < 0)
         return -1;
@@ -163,7 +167,8 @@ static int copy_arrays(memory_arrays *a, Py_ssize_t n, PyObject *saved_obj,
 
 static void free_arrays(memory_arrays *a)
 {
-    void *const owned[] = {a->saved, a->storage, a->flops, a->marks};
+    void *const owned[] = {a->saved, a->storage, a->flops, a->marks,
+                           a->workspace};
     fxcut_free_each(owned, sizeof owned / sizeof owned[0]);
     fxcut_fusion_release(&a->fa);
 }
@@ -191,7 +196,8 @@ static PyObject *run_simulation(PyObject *module, const fxcut_graph *g,
         .fused_cost = a->fa.fused_cost, .iteration = a->fa.iteration,
         .realize_reuse_reads = a->fa.reuse_reads,
         .realize_acc_reads = a->fa.acc_reads,
-        .realize_opcount = a->fa.opcount, .hold_saved = hold_saved};
+        .realize_opcount = a->fa.opcount, .hold_saved = hold_saved,
+        .workspace = a->workspace};
     fxcut_error err = {0, -1, {0}};
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -210,20 +216,20 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     static char *keywords[] = {"", "num_fwd_outputs", "saved", "storage_of",
                                "flops", "marks", "timeline", "fusion",
                                "fused_cost", "iteration", "realize",
-                               "hold_saved", NULL};
+                               "hold_saved", "workspace", NULL};
     PyObject *graph = NULL, *num_fwd = NULL, *saved_obj = NULL;
     PyObject *storage_obj = Py_None, *flops_obj = Py_None;
     PyObject *marks_obj = Py_None, *fusion_obj = Py_None;
     PyObject *fused_cost_obj = Py_None, *realize_obj = Py_None;
-    PyObject *iteration_obj = Py_None;
+    PyObject *iteration_obj = Py_None, *workspace_obj = Py_None;
     int timeline = 0, hold_saved = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOpOOOOp:memory_simulate",
+                                     "O|$OOOOOpOOOOpO:memory_simulate",
                                      keywords, &graph, &num_fwd, &saved_obj,
                                      &storage_obj, &flops_obj, &marks_obj,
                                      &timeline, &fusion_obj, &fused_cost_obj,
                                      &iteration_obj, &realize_obj,
-                                     &hold_saved))
+                                     &hold_saved, &workspace_obj))
         return NULL;
     int32_t nfwd;
     if (required_args(num_fwd, saved_obj, &nfwd) < 0)
@@ -232,11 +238,11 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     if (fxcut_load_graph(graph, &gb) < 0)
         return NULL;
     PyObject *result = NULL;
-    memory_arrays a = {NULL, NULL, NULL, NULL, 0,
+    memory_arrays a = {NULL, NULL, NULL, NULL, NULL, 0,
                        {NULL, NULL, NULL, 0, 0, 0}};
     if (copy_arrays(&a, gb.graph.n, saved_obj, storage_obj, flops_obj,
                     marks_obj, fusion_obj, fused_cost_obj, iteration_obj,
-                    realize_obj) == 0)
+                    realize_obj, workspace_obj) == 0)
         result = run_simulation(module, &gb.graph, &a, nfwd, timeline,
                                 hold_saved);
     free_arrays(&a);

@@ -18,7 +18,7 @@ const char fxcut_py_plan_simulate_doc[] =
 "plan_simulate($module, graph, /, *, num_fwd_outputs, role, saved,\n"
 "              storage_of=None, flops=None, marks=None, fusion=None,\n"
 "              fused_cost=None, iteration=None, realize=None,\n"
-"              hold_saved=False)\n--\n\n"
+"              hold_saved=False, workspace=None)\n--\n\n"
 "Simulates the forward then backward modules of the decision `saved` (n\n"
 "bytes, nonzero = saved; read at FREE nodes).  role: n bytes of\n"
 "PLAN_ROLE_*; storage_of: None or int32 (n), the node whose storage each\n"
@@ -27,14 +27,15 @@ const char fxcut_py_plan_simulate_doc[] =
 "n_fw_steps, n_recomputed, saved (bytes, n), schedule (memoryview 'i'),\n"
 "live_bytes (memoryview 'q')), all the memory model's (memory.c).\n"
 "fusion, fused_cost, iteration, realize: the inductor model, as\n"
-"memory_simulate's; hold_saved as memory_simulate's.";
+"memory_simulate's; hold_saved and workspace as memory_simulate's.";
 
 const char fxcut_py_plan_frontier_doc[] =
 "plan_frontier($module, graph, /, *, num_fwd_outputs, role,\n"
 "              storage_of=None, flops=None, seeds=None, exact_max_free=16,\n"
 "              max_work=4000000000, time_limit=1.0, max_points=1024,\n"
 "              marks=None, fusion=None, fused_cost=None, iteration=None,\n"
-"              realize=None, threads=0, hold_saved=False)\n"
+"              realize=None, threads=0, hold_saved=False,\n"
+"              workspace=None)\n"
 "--\n\n"
 "The Pareto frontier (peak, recompute flops) of the decisions the search\n"
 "finds from `seeds` (k * n bytes of saved masks), every decision when at\n"
@@ -47,21 +48,21 @@ const char fxcut_py_plan_frontier_doc[] =
 "simulated: the same point on every machine); time_limit (seconds) is a\n"
 "safety net only (timed_out).  threads: the decisions simulated at\n"
 "once, each on a thread of its own (0 or 1: one; at most\n"
-"PLAN_MAX_THREADS): the same result whatever the number.  hold_saved:\n"
-"the memory model's, as memory_simulate's.";
+"PLAN_MAX_THREADS): the same result whatever the number.  hold_saved,\n"
+"workspace: the memory model's, as memory_simulate's.";
 
 typedef struct {
     fxcut_graph_buffers gb;
     int loaded;
     fxcut_plan_options opt;
-    void *role, *storage, *flops, *seeds, *saved, *marks;
+    void *role, *storage, *flops, *seeds, *saved, *marks, *workspace;
     fxcut_fusion_args fusion;
 } plan_call;
 
 static void plan_call_free(plan_call *c)
 {
     void *p[] = {c->role, c->storage, c->flops, c->seeds, c->saved,
-                 c->marks};
+                 c->marks, c->workspace};
     fxcut_free_each(p, sizeof p / sizeof p[0]);
     fxcut_fusion_release(&c->fusion);
     if (c->loaded)
@@ -131,6 +132,16 @@ static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
     return 0;
 }
 
+/* The optional workspace keyword (None: none) into c->opt. */
+static int load_workspace(plan_call *c, PyObject *workspace)
+{
+    if (fxcut_copy_optional(workspace, "workspace", 8, c->gb.graph.n,
+                            &c->workspace) < 0)
+        return -1;
+    c->opt.workspace = c->workspace;
+    return 0;
+}
+
 /* Simulates c->saved without the GIL into buffers for 2 (n + 1) steps and
  * returns plan_simulate's result tuple; NULL with an exception. */
 static PyObject *run_simulate(PyObject *module, plan_call *c)
@@ -181,18 +192,18 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
     static char *keywords[] = {"", "num_fwd_outputs", "role", "saved",
                                "storage_of", "flops", "marks", "fusion",
                                "fused_cost", "iteration", "realize",
-                               "hold_saved", NULL};
+                               "hold_saved", "workspace", NULL};
     PyObject *marks = Py_None, *fusion = Py_None, *fused_cost = Py_None,
-             *realize = Py_None, *iteration = Py_None;
+             *realize = Py_None, *iteration = Py_None, *workspace = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *saved = NULL,
                      *storage = Py_None, *flops = Py_None;
     int hold_saved = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOOOOOOp:plan_simulate", keywords,
+                                     "O|$OOOOOOOOOOpO:plan_simulate", keywords,
                                      &graph, &num_fwd, &role, &saved,
                                      &storage, &flops, &marks, &fusion,
                                      &fused_cost, &iteration, &realize,
-                                     &hold_saved))
+                                     &hold_saved, &workspace))
         return NULL;
     if (missing("plan_simulate", num_fwd, role, saved) < 0)
         return NULL;
@@ -201,6 +212,7 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
     Py_ssize_t len;
     if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
              fused_cost, iteration, realize, hold_saved) == 0 &&
+        load_workspace(&c, workspace) == 0 &&
         fxcut_copy_buffer(saved, "saved", 1, c.gb.graph.n, 0, &c.saved,
                           &len) == 0)
         result = run_simulate(module, &c);
@@ -315,9 +327,11 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
                                "flops", "seeds", "exact_max_free",
                                "max_work", "time_limit", "max_points",
                                "marks", "fusion", "fused_cost", "iteration",
-                               "realize", "threads", "hold_saved", NULL};
+                               "realize", "threads", "hold_saved",
+                               "workspace", NULL};
     PyObject *marks = Py_None, *fusion = Py_None, *fused_cost = Py_None,
-             *realize = Py_None, *iteration = Py_None, *threads_obj = NULL;
+             *realize = Py_None, *iteration = Py_None, *threads_obj = NULL,
+             *workspace = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *storage = Py_None,
                      *flops = Py_None, *seeds = Py_None, *exact_obj = NULL,
                      *points_obj = NULL;
@@ -325,12 +339,13 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     double time_limit = 1.0;
     int hold_saved = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOOLdOOOOOOOp:plan_frontier",
+                                     "O|$OOOOOOLdOOOOOOOpO:plan_frontier",
                                      keywords, &graph, &num_fwd, &role,
                                      &storage, &flops, &seeds, &exact_obj,
                                      &max_work, &time_limit, &points_obj,
                                      &marks, &fusion, &fused_cost, &iteration,
-                                     &realize, &threads_obj, &hold_saved))
+                                     &realize, &threads_obj, &hold_saved,
+                                     &workspace))
         return NULL;
     if (missing("plan_frontier", num_fwd, role, Py_None) < 0)
         return NULL;
@@ -338,6 +353,7 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     PyObject *result = NULL;
     if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
              fused_cost, iteration, realize, hold_saved) == 0 &&
+        load_workspace(&c, workspace) == 0 &&
         search_limits(&c, exact_obj, points_obj, threads_obj, max_work,
                       time_limit) == 0 &&
         load_seeds(&c, seeds) == 0)

@@ -21,6 +21,8 @@
  *   per node:    u8 storage (i - b % (i + 1), or raw (int8) b * 3),
  *                u8 saved (bit 0) and marks (bits 1-2: X_MUST_FW, X_COPY),
  *                u8 flops
+ *   then the inductor model's bytes, and u8 ws_mode (bit 0: a workspace
+ *   per node, one u8 each: b * 64, or (int8) b * 1000 under bit 1)
  */
 #include "fuzz_graph_input.h"
 #include "memory_internal.h"
@@ -147,6 +149,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         opt.realize_acc_reads = fz_u8(&in) % 14;
         opt.realize_opcount = fz_u8(&in) % 40;
     }
+    /* kernel workspaces (ws_mode bit 0), negative ones too (bit 1) */
+    uint8_t ws_mode = fz_u8(&in);
+    int64_t *workspace = xmalloc(((size_t)n + 1) * sizeof *workspace);
+    for (int32_t i = 0; i < n; i++) {
+        uint8_t b = fz_u8(&in);
+        workspace[i] = (ws_mode & 2) ? (int64_t)(int8_t)b * 1000 : (int64_t)b * 64;
+    }
+    opt.workspace = (ws_mode & 1) ? workspace : NULL;
     fxcut_error err;
     memset(&err, 0, sizeof err);
     int rc = fxcut_graph_validate(&g, &err);
@@ -222,6 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(storage);
     free(fusion);
     free(iteration);
+    free(workspace);
     free(flops);
     free(mask);
     free(marks);

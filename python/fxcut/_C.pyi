@@ -222,6 +222,7 @@ def memory_simulate(
     iteration: Buffer | None = None,
     realize: tuple[int, int, int] | None = None,
     hold_saved: bool = False,
+    workspace: Buffer | None = None,
 ) -> MemoryResult: ...
 def partition_decide(
     graph: GraphArrays,
@@ -272,6 +273,7 @@ def plan_simulate(
     iteration: Buffer | None = None,
     realize: tuple[int, int, int] | None = None,
     hold_saved: bool = False,
+    workspace: Buffer | None = None,
 ) -> tuple[int, int, int, int, int, int, int, int, bytes, memoryview, memoryview]: ...
 def plan_frontier(
     graph: GraphArrays,
@@ -293,6 +295,7 @@ def plan_frontier(
     realize: tuple[int, int, int] | None = None,
     threads: int = 0,
     hold_saved: bool = False,
+    workspace: Buffer | None = None,
 ) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool, int]: ...
 def cse_key(
     args: Any, kwargs: Any, env: dict[Any, Any], config: CseKeyConfig

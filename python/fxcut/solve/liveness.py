@@ -647,6 +647,9 @@ def describe(prob: PlanProblem) -> Liveness:
     """The description of ``prob`` (a :class:`fxcut.solve.planner.PlanProblem`)."""
     g = _G(prob)
     inexact: list[str] = []
+    if prob.workspace is not None and any(prob.workspace):
+        # never below the model: a workspace only adds to a step's bytes
+        inexact.append("kernel workspaces (the kernel table) are left out: the peaks are a lower bound")
     bw = _backward_steps(g, inexact)
     cands = _candidates(g, bw)
     local = {v: k for k, v in enumerate(cands)}

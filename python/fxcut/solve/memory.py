@@ -78,13 +78,16 @@ class ModelInputs:
     unit); ``marks``, what torch's module extraction knows of it
     (``_C.X_*``); ``inductor``, the inductor model's inputs (None: an
     unfused model); ``hold_saved``: the backward holds its saved values to
-    its end (``"unfused_held"``)."""
+    its end (``"unfused_held"``); ``workspace``: bytes each node's kernel
+    holds inside itself while it runs (:mod:`fxcut.solve.kernels`; None:
+    none)."""
 
     storage: array[int]
     flops: array[int]
     marks: bytes
     inductor: InductorModel | None = None
     hold_saved: bool = False
+    workspace: array[int] | None = None
 
     def core_options(self) -> dict[str, Any]:
         """The keyword arguments of the C entry points for these inputs."""
@@ -98,6 +101,8 @@ class ModelInputs:
         out: dict[str, Any] = self.inductor.core_options() if self.inductor is not None else {}
         if self.hold_saved:
             out["hold_saved"] = True
+        if self.workspace is not None:
+            out["workspace"] = self.workspace
         return out
 
 

@@ -284,7 +284,7 @@ class PeakPlanner:
                                         fused=self.memory_model == "inductor")
         inductor = replace(model.inductor, fused_cost=inlined) if model.inductor is not None else None
         return PlanProblem(arrays, inputs.num_fwd_outputs, roles, model.storage, flops, marks=model.marks,
-                           inductor=inductor, hold_saved=model.hold_saved)
+                           inductor=inductor, hold_saved=model.hold_saved, workspace=model.workspace)
 
     def torch_seeds(self, inputs: PlanInputs) -> dict[float, list[int]]:
         """torch's saved sets at the seed budgets (1.0: its default decision's)."""

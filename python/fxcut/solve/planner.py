@@ -126,6 +126,7 @@ class PlanProblem:
     marks: bytes | None = None
     inductor: memory.InductorModel | None = None
     hold_saved: bool = False
+    workspace: array[int] | None = None
 
     def _model(self) -> dict[str, Any]:
         return self.model_inputs().model_options()
@@ -133,7 +134,8 @@ class PlanProblem:
     def model_inputs(self) -> memory.ModelInputs:
         """The memory model's inputs of this problem."""
         marks = self.marks if self.marks is not None else bytes(len(self.arrays))
-        return memory.ModelInputs(self.storage, self.flops, marks, self.inductor, self.hold_saved)
+        return memory.ModelInputs(self.storage, self.flops, marks, self.inductor, self.hold_saved,
+                                 self.workspace)
 
     def simulate(self, saved: bytes | Sequence[int], roles: bytes | None = None) -> Simulation:
         mask = saved if isinstance(saved, bytes) else saved_mask(len(self.arrays), saved)

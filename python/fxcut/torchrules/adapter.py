@@ -151,7 +151,7 @@ class TorchAdapter:
         inductor = self.inductor_model(lowered) if model == "inductor" else None
         flops = facts.node_flops(lowered, estimates) if with_flops else array("q", bytes(8 * len(lowered)))
         return ModelInputs(facts.storage_of(lowered), flops, facts.extraction_marks(lowered), inductor,
-                           hold_saved=model == "unfused_held")
+                           hold_saved=model == "unfused_held", workspace=facts.model_workspace(lowered, model))
 
     @gated(INDUCTOR_TABLES)
     def inductor_model(self, lowered: LoweredGraph) -> InductorModel:

@@ -32,6 +32,7 @@ from ..solve.memory import InductorModel, ModelInputs
 from .budget import RuntimeEstimates
 from .extract import placement_rules
 from .fusion import fusion_kinds, iteration_spaces, realize_thresholds
+from .kernels import workspace as kernel_workspace
 from .lower import LoweredGraph
 from .ops import tensor_nbytes
 from .versions import Rules
@@ -148,8 +149,19 @@ def model_inputs(arrays: LoweredGraph, rules: Rules, model: str = "unfused") -> 
     inputs where it is inductor's."""
     inductor = inductor_model(arrays, rules) if model == "inductor" else None
     return ModelInputs(storage_of(arrays), node_flops(arrays), extraction_marks(arrays), inductor,
-                       hold_saved=model == "unfused_held")
+                       hold_saved=model == "unfused_held", workspace=model_workspace(arrays, model))
 
 
-__all__ = ["extraction_marks", "graph_device", "inductor_model", "model_inputs", "node_flops", "storage_of",
+def model_workspace(arrays: LoweredGraph, model: str) -> array[int] | None:
+    """What each node's kernel holds inside itself under ``model``: the
+    kernel table's bytes for the eager kernels the unfused models run
+    (:mod:`fxcut.torchrules.kernels`); None under inductor, whose kernels
+    take other layouts (its convolutions' copies are the model's
+    COPIES_INPUTS)."""
+    if model == "inductor":
+        return None
+    return kernel_workspace(arrays, graph_device(arrays))
+
+
+__all__ = ["extraction_marks", "graph_device", "inductor_model", "model_inputs", "model_workspace", "node_flops", "storage_of",
            "value_numel"]
