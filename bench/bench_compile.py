@@ -47,6 +47,7 @@ def _child(side: str, cfg: dict[str, Any], mode: str = "inductor") -> dict[str, 
     from fxcut.tools.models import build_model
 
     torch.manual_seed(0)
+    budget = cfg.pop("budget", None)
     built = build_model("gpt2", **cfg)
     model = built.model
     model.train()
@@ -80,7 +81,7 @@ def _child(side: str, cfg: dict[str, Any], mode: str = "inductor") -> dict[str, 
 
             # fxcut.aot_backend() looks the partition function up at each call.
             fp.min_cut_rematerialization_partition = timed(fp.min_cut_rematerialization_partition)  # type: ignore[assignment]
-            backend = fxcut.aot_backend()
+            backend = fxcut.aot_backend(memory_budget=budget)
     elif side == "stock":
         import torch._inductor.compile_fx as cfx
 
@@ -90,11 +91,13 @@ def _child(side: str, cfg: dict[str, Any], mode: str = "inductor") -> dict[str, 
         from fxcut.integrations import torch_compile as tc
 
         tc.InductorPartitioner.__call__ = timed(tc.InductorPartitioner.__call__)  # type: ignore[method-assign]
-        backend = fxcut.inductor_backend()
+        backend = fxcut.inductor_backend(memory_budget=budget)
     compiled = torch.compile(model, backend=backend)
+    stock_budget = 1.0 if budget is None or side != "stock" else budget
     t = time.perf_counter()
-    loss = built.loss_fn(compiled(*inputs), inputs)
-    loss.backward()
+    with torch._functorch.config.patch(activation_memory_budget=stock_budget):
+        loss = built.loss_fn(compiled(*inputs), inputs)
+        loss.backward()
     total = time.perf_counter() - t
     return {"side": side, "mode": mode, "compile_s": total, "partition_s": sum(spent), "calls": len(spent),
             "kinds": sorted(set(kinds)), "loss": float(loss), "torch": torch.__version__}
@@ -174,7 +177,9 @@ def format_markdown(results: list[dict[str, Any]], command: str, seconds: float,
         f"Command: `{command}` ({seconds / 60:.1f} min for the whole run).",
         "",
         f"Model: the GPT of `fxcut.tools.models` ({cfg['layers']} layers, hidden {cfg['hidden']}, {cfg['heads']} "
-        f"heads, seq {cfg['seq']}, batch {cfg['batch']}, vocab {cfg['vocab']}), float32 on CPU. Timed: the first "
+        f"heads, seq {cfg['seq']}, batch {cfg['batch']}, vocab {cfg['vocab']}), float32 on CPU"
+        + (f"; the plan: stock at `activation_memory_budget={cfg['budget']:g}` against fxcut's backend at "
+           f"`memory_budget={cfg['budget']:g}`" if cfg.get("budget") is not None else "") + ". Timed: the first "
         "training step (forward, loss, backward) from the first call: dynamo, AOT Autograd, the partitioner, "
         "and inductor's code generation and C++ compilation where used. Each run is a fresh process with a fresh "
         "cache (`TORCHINDUCTOR_CACHE_DIR` a new temporary folder, `TORCHINDUCTOR_FX_GRAPH_CACHE=0`, "
@@ -238,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=1024)
+    ap.add_argument("--budget", type=float, help="the plan: stock at activation_memory_budget=b against fxcut's "
+                    "backends at memory_budget=b (default: the default path on both sides)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode and interpreter")
     ap.add_argument("--aot-rounds", type=int, default=5, help="rounds of aot-noop (seconds each)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
@@ -257,8 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         print(json.dumps(_child(a.child, json.loads(a.cfg), a.mode)))
         return 0
-    cfg = {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "batch": a.batch,
-           "vocab": a.vocab}
+    cfg: dict[str, Any] = {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq,
+                           "batch": a.batch, "vocab": a.vocab}
+    if a.budget is not None:
+        cfg["budget"] = a.budget
     command = "PYTHONPATH=python python bench/bench_compile.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     if a.from_json:
         with open(a.from_json) as f:

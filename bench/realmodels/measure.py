@@ -272,9 +272,14 @@ class WithLoss(torch.nn.Module):
         super().__init__()
         self.model = built.model
         self.loss_fn = built.loss_fn
+        self.autocast = built.autocast
 
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
-        return self.loss_fn(self.model(**inputs), inputs)
+        if self.autocast is None:
+            return self.loss_fn(self.model(**inputs), inputs)
+        with torch.autocast("cpu", dtype=self.autocast):
+            out = self.model(**inputs)
+        return self.loss_fn(out, inputs)
 
 
 def _step(fn: Callable[..., Any], module: torch.nn.Module, built: RealModel) -> torch.Tensor:

@@ -41,6 +41,8 @@ class RealModel:
     model: nn.Module
     inputs: dict[str, torch.Tensor]
     loss_fn: LossFn
+    #: the dtype the forward runs under ``torch.autocast`` (None: none)
+    autocast: torch.dtype | None = None
 
     def parameter_bytes(self) -> int:
         return sum(p.numel() * p.element_size() for p in self.model.parameters())
@@ -60,7 +62,7 @@ def _register(name: str, needs: str | None) -> Callable[[Builder], Builder]:
 
 def available(name: str) -> bool:
     """Whether ``name``'s package is installed (plain models always are)."""
-    needs = BUILDERS[name][1]
+    needs = BUILDERS[split_name(name)[0]][1]
     return needs is None or importlib.util.find_spec(needs) is not None
 
 
@@ -68,16 +70,45 @@ def model_names(*, only_available: bool = False) -> list[str]:
     return [n for n in BUILDERS if not only_available or available(n)]
 
 
+#: The variants a model name may carry after a colon each: ``deep`` (the
+#: architecture at >= 12 layers or blocks), ``bf16`` (the forward under
+#: CPU bf16 autocast).  ``gpt2:deep:bf16`` is both.
+VARIANTS = ("deep", "bf16")
+_DEEP = [False]
+
+
+def split_name(name: str) -> tuple[str, set[str]]:
+    """``"gpt2:deep"`` -> ``("gpt2", {"deep"})``; a ValueError for an unknown variant."""
+    base, *variants = name.split(":")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise ValueError(f"unknown model variant(s) {', '.join(unknown)} of {name!r} (choose from {', '.join(VARIANTS)})")
+    return base, set(variants)
+
+
+def _n(small: Any, deep: Any) -> Any:
+    """A builder's size: ``small`` for the benchmark's small config, ``deep`` under the ``deep`` variant."""
+    return deep if _DEEP[0] else small
+
+
 def build(name: str) -> RealModel:
-    """Build ``name`` (a key of :data:`BUILDERS`) deterministically."""
-    if name not in BUILDERS:
-        raise ValueError(f"unknown model {name!r} (choose from {', '.join(BUILDERS)})")
-    fn, needs = BUILDERS[name]
-    if not available(name):
-        raise ModuleNotFoundError(f"model {name!r} needs the {needs!r} package: pip install -e '.[bench]'")
+    """Build ``name`` (a key of :data:`BUILDERS`, with :data:`VARIANTS`) deterministically."""
+    base, variants = split_name(name)
+    if base not in BUILDERS:
+        raise ValueError(f"unknown model {base!r} (choose from {', '.join(BUILDERS)})")
+    fn, needs = BUILDERS[base]
+    if not available(base):
+        raise ModuleNotFoundError(f"model {base!r} needs the {needs!r} package: pip install -e '.[bench]'")
     torch.manual_seed(0)
-    built = fn()
+    _DEEP[0] = "deep" in variants
+    try:
+        built = fn()
+    finally:
+        _DEEP[0] = False
     built.model.train()
+    built.name = name
+    if "bf16" in variants:
+        built.autocast = torch.bfloat16
     return built
 
 
@@ -150,7 +181,7 @@ class _PlainMLP(nn.Module):
 @_register("plain_mlp", None)
 def plain_mlp() -> RealModel:
     """Residual pre-norm MLP blocks over a sequence (torch only)."""
-    model = _PlainMLP(dim=64, hidden=256, layers=2, classes=10)
+    model = _PlainMLP(dim=64, hidden=256, layers=_n(2, 12), classes=10)
     g = _gen()
     inputs = {"x": torch.randn(4, 32, 64, generator=g), "_labels": torch.randint(0, 10, (4,), generator=g)}
     return RealModel("plain_mlp", "mlp (torch only)", _WithoutPrivate(model), inputs, _class_loss)
@@ -202,7 +233,7 @@ _BATCH, _SEQ, _VOCAB = 4, 128, 2048
 def gpt2() -> RealModel:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(vocab_size=_VOCAB, n_positions=_SEQ, n_embd=256, n_layer=2, n_head=4, resid_pdrop=0.0,
+    cfg = GPT2Config(vocab_size=_VOCAB, n_positions=_SEQ, n_embd=256, n_layer=_n(2, 12), n_head=4, resid_pdrop=0.0,
                      embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
     inputs = {"input_ids": _tokens(_BATCH, _SEQ, _VOCAB)}
     return RealModel("gpt2", "decoder LM, dense", GPT2LMHeadModel(cfg), inputs, _lm_loss)
@@ -212,7 +243,7 @@ def _llama_like(name: str, family: str, cls_name: str, cfg_name: str, **extra: A
     import transformers
 
     cfg = getattr(transformers, cfg_name)(
-        vocab_size=_VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=_VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=_n(2, 12), num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=_SEQ, attention_dropout=0.0, **extra)
     model = getattr(transformers, cls_name)(cfg)
     return RealModel(name, family, model, {"input_ids": _tokens(_BATCH, _SEQ, _VOCAB)}, _lm_loss)
@@ -240,7 +271,7 @@ def qwen2_moe() -> RealModel:
 def bert() -> RealModel:
     from transformers import BertConfig, BertForMaskedLM
 
-    cfg = BertConfig(vocab_size=_VOCAB, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+    cfg = BertConfig(vocab_size=_VOCAB, hidden_size=256, num_hidden_layers=_n(2, 12), num_attention_heads=4,
                      intermediate_size=1024, max_position_embeddings=_SEQ, hidden_dropout_prob=0.0,
                      attention_probs_dropout_prob=0.0)
     ids = _tokens(_BATCH, _SEQ, _VOCAB)
@@ -253,7 +284,7 @@ def bert() -> RealModel:
 def t5() -> RealModel:
     from transformers import T5Config, T5ForConditionalGeneration
 
-    cfg = T5Config(vocab_size=_VOCAB, d_model=256, d_kv=64, d_ff=512, num_layers=2, num_decoder_layers=2,
+    cfg = T5Config(vocab_size=_VOCAB, d_model=256, d_kv=64, d_ff=512, num_layers=_n(2, 6), num_decoder_layers=_n(2, 6),
                    num_heads=4, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
     g = _gen()
     src = torch.randint(1, _VOCAB, (_BATCH, _SEQ), generator=g)
@@ -267,7 +298,7 @@ def t5() -> RealModel:
 def bart() -> RealModel:
     from transformers import BartConfig, BartForConditionalGeneration
 
-    cfg = BartConfig(vocab_size=_VOCAB, d_model=256, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+    cfg = BartConfig(vocab_size=_VOCAB, d_model=256, encoder_layers=_n(2, 6), decoder_layers=_n(2, 6), encoder_attention_heads=4,
                      decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512, max_position_embeddings=_SEQ,
                      dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0,
                      decoder_layerdrop=0.0)
@@ -283,7 +314,7 @@ def bart() -> RealModel:
 def wav2vec2() -> RealModel:
     from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
 
-    cfg = Wav2Vec2Config(vocab_size=32, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+    cfg = Wav2Vec2Config(vocab_size=32, hidden_size=128, num_hidden_layers=_n(2, 12), num_attention_heads=4,
                          intermediate_size=512, conv_dim=(64, 64, 64), conv_stride=(5, 4, 4), conv_kernel=(10, 8, 8),
                          num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, hidden_dropout=0.0,
                          activation_dropout=0.0, attention_dropout=0.0, feat_proj_dropout=0.0, final_dropout=0.0,
@@ -299,7 +330,7 @@ def wav2vec2() -> RealModel:
 def whisper() -> RealModel:
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
-    cfg = WhisperConfig(vocab_size=_VOCAB, num_mel_bins=80, d_model=128, encoder_layers=2, decoder_layers=2,
+    cfg = WhisperConfig(vocab_size=_VOCAB, num_mel_bins=80, d_model=128, encoder_layers=_n(2, 6), decoder_layers=_n(2, 6),
                         encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=512,
                         decoder_ffn_dim=512, max_source_positions=200, max_target_positions=64, dropout=0.0,
                         attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0, decoder_layerdrop=0.0,
@@ -317,7 +348,7 @@ def whisper() -> RealModel:
 def vit() -> RealModel:
     from transformers import ViTConfig, ViTForImageClassification
 
-    cfg = ViTConfig(image_size=64, patch_size=8, num_channels=3, hidden_size=256, num_hidden_layers=2,
+    cfg = ViTConfig(image_size=64, patch_size=8, num_channels=3, hidden_size=256, num_hidden_layers=_n(2, 12),
                     num_attention_heads=4, intermediate_size=1024, hidden_dropout_prob=0.0,
                     attention_probs_dropout_prob=0.0, num_labels=10)
     return RealModel("vit", "vision transformer", _WithoutPrivate(ViTForImageClassification(cfg)),
@@ -328,7 +359,7 @@ def vit() -> RealModel:
 def swin() -> RealModel:
     from transformers import SwinConfig, SwinForImageClassification
 
-    cfg = SwinConfig(image_size=64, patch_size=4, num_channels=3, embed_dim=64, depths=[2, 2], num_heads=[2, 4],
+    cfg = SwinConfig(image_size=64, patch_size=4, num_channels=3, embed_dim=64, depths=_n([2, 2], [2, 10]), num_heads=[2, 4],
                      window_size=4, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.0,
                      num_labels=10)
     return RealModel("swin", "vision transformer, windowed (Swin)", _WithoutPrivate(SwinForImageClassification(cfg)),
@@ -339,7 +370,7 @@ def swin() -> RealModel:
 def resnet() -> RealModel:
     from transformers import ResNetConfig, ResNetForImageClassification
 
-    cfg = ResNetConfig(num_channels=3, embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1],
+    cfg = ResNetConfig(num_channels=3, embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=_n([1, 1, 1, 1], [3, 4, 6, 3]),
                        layer_type="bottleneck", num_labels=10)
     return RealModel("resnet", "convnet + batch norm (ResNet bottleneck)",
                      _WithoutPrivate(ResNetForImageClassification(cfg)), _images(_BATCH, 3, 64, 10), _class_loss)
@@ -349,7 +380,7 @@ def resnet() -> RealModel:
 def mobilenet_v2() -> RealModel:
     from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
 
-    cfg = MobileNetV2Config(num_channels=3, image_size=64, depth_multiplier=0.35, classifier_dropout_prob=0.0,
+    cfg = MobileNetV2Config(num_channels=3, image_size=64, depth_multiplier=_n(0.35, 1.0), classifier_dropout_prob=0.0,
                             num_labels=10)
     return RealModel("mobilenet_v2", "convnet + batch norm (depthwise, inverted residuals)",
                      _WithoutPrivate(MobileNetV2ForImageClassification(cfg)), _images(_BATCH, 3, 64, 10), _class_loss)
@@ -359,7 +390,7 @@ def mobilenet_v2() -> RealModel:
 def efficientnet() -> RealModel:
     from transformers import EfficientNetConfig, EfficientNetForImageClassification
 
-    cfg = EfficientNetConfig(num_channels=3, image_size=64, width_coefficient=0.25, depth_coefficient=0.25,
+    cfg = EfficientNetConfig(num_channels=3, image_size=64, width_coefficient=0.25, depth_coefficient=_n(0.25, 1.0),
                              dropout_rate=0.0, drop_connect_rate=0.0, hidden_dim=320, num_labels=10)
     model = EfficientNetForImageClassification(cfg)
     # transformers draws these batch norms' weights from N(0, 0.02): seven blocks of that shrink the
@@ -375,10 +406,10 @@ def efficientnet() -> RealModel:
 def convnext() -> RealModel:
     from transformers import ConvNextConfig, ConvNextForImageClassification
 
-    cfg = ConvNextConfig(num_channels=3, patch_size=4, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1],
+    cfg = ConvNextConfig(num_channels=3, patch_size=4, hidden_sizes=[32, 64, 128, 256], depths=_n([1, 1, 2, 1], [3, 3, 9, 3]),
                          drop_path_rate=0.0, image_size=64, num_labels=10)
     return RealModel("convnext", "convnet + layer norm (ConvNeXt)", _WithoutPrivate(ConvNextForImageClassification(cfg)),
                      _images(_BATCH, 3, 64, 10), _class_loss)
 
 
-__all__ = ["BUILDERS", "RealModel", "available", "build", "model_names"]
+__all__ = ["BUILDERS", "VARIANTS", "RealModel", "available", "build", "model_names", "split_name"]
