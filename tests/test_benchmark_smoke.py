@@ -208,6 +208,23 @@ from realmodels import models as realmodels  # noqa: E402
 from realmodels import run as realrun  # noqa: E402
 
 
+def test_model_variants_deepen_and_cast() -> None:
+    small, deep = realmodels.build("plain_mlp"), realmodels.build("plain_mlp:deep")
+    assert len(small.model.inner.blocks) == 2 and len(deep.model.inner.blocks) == 12
+    assert small.autocast is None and realmodels.build("plain_mlp:bf16").autocast is torch.bfloat16
+    assert realmodels.build("plain_mlp:deep:bf16").name == "plain_mlp:deep:bf16"
+    with pytest.raises(ValueError, match="unknown model variant.*wide"):
+        realmodels.build("plain_mlp:wide")
+    # the loss runs outside autocast, the forward inside it: the step's loss is fp32, its activations bf16
+    built = realmodels.build("plain_mlp:bf16")
+    step = realmeasure.WithLoss(built)
+    seen: list[torch.dtype] = []
+    handle = built.model.inner.blocks[0][1].register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    loss = step(**built.inputs)
+    handle.remove()
+    assert seen == [torch.bfloat16] and loss.dtype == torch.float32
+
+
 @pytest.fixture(scope="module")
 def inductor_point() -> list:
     """One real measurement, as the benchmark makes it: a fresh process with

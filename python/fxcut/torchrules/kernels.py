@@ -77,12 +77,24 @@ def channel_class(channels: int) -> str:
     return "c16" if channels % 16 == 0 else "c8" if channels % 8 == 0 else "c1"
 
 
+def pixel_class(out: Any) -> str:
+    """``"p4"``, ``"p16"`` or ``"p"``: a convolution output's pixels (per
+    image and channel) at most 4, at most 16, or more -- oneDNN picks
+    another algorithm for tiny images (a 7x7 kernel on a 2x2 image holds
+    none of its weight-sized buffers)."""
+    pixels = 1
+    for x in _ints(out.shape[2:]) if isinstance(out, torch.Tensor) else ():
+        pixels *= x
+    return "p4" if pixels <= 4 else "p16" if pixels <= 16 else "p"
+
+
 def _conv_variant(x: torch.Tensor, weight: torch.Tensor, stride: Sequence[int], transposed: bool,
-                  groups: int) -> str:
+                  groups: int, out: Any) -> str:
     kernel = "x".join(str(k) for k in _ints(weight.shape[2:]))
     c_in = _ints(x.shape[1:2])[0]
     kind = _conv_kind(int(groups), c_in)
-    return f"{layout(x)}/{kind}/{channel_class(c_in)}/k{kernel}/s{max(_ints(stride))}" + ("/transposed" if transposed else "")
+    return (f"{layout(x)}/{kind}/{channel_class(c_in)}/k{kernel}/s{max(_ints(stride))}/{pixel_class(out)}"
+            + ("/transposed" if transposed else ""))
 
 
 def blocked_nbytes(t: Any, dims: Sequence[int] = (0, 1)) -> int:
@@ -103,23 +115,30 @@ def blocked_nbytes(t: Any, dims: Sequence[int] = (0, 1)) -> int:
 
 def _conv_forward(args: Sequence[Any], out: Any) -> tuple[str, tuple[int, ...]]:
     x, weight = args[0], args[1]
-    variant = _conv_variant(x, weight, args[3], bool(args[6]), int(args[8]))
+    variant = _conv_variant(x, weight, args[3], bool(args[6]), int(args[8]), out)
     return variant, (blocked_nbytes(x, (1,)), blocked_nbytes(weight), blocked_nbytes(out, (1,)))
 
 
 def _conv_backward(args: Sequence[Any], out: Any) -> tuple[str, tuple[int, ...]]:
     grad, x, weight = args[0], args[1], args[2]
-    variant = _conv_variant(x, weight, args[4], bool(args[7]), int(args[9]))
+    variant = _conv_variant(x, weight, args[4], bool(args[7]), int(args[9]), grad)
     return variant, (blocked_nbytes(grad, (1,)), blocked_nbytes(x, (1,)), blocked_nbytes(weight))
 
 
 def _norm_input(position: int, train_at: int | None = None) -> Callable[[Sequence[Any], Any], tuple[str, tuple[int, ...]]]:
+    """A norm's variant (layout; training or not) and sizes: its input's
+    bytes and its per-channel (batch norm: dim 1) or per-row (layer norm:
+    what it normalizes over) statistics' bytes."""
     def classify(args: Sequence[Any], out: Any) -> tuple[str, tuple[int, ...]]:
         x = args[position]
         variant = layout(x)
+        sizes = _ints(x.shape)
         if train_at is not None:
             variant += "/train" if bool(args[train_at]) else "/eval"
-        return variant, (nbytes(x),)
+            stats = sizes[1] if len(sizes) > 1 else 1
+        else:
+            stats = max(1, int(nbytes(x) // max(1, x.element_size() * (sizes[-1] if sizes else 1))))
+        return variant, (nbytes(x), stats * x.element_size())
     return classify
 
 
@@ -142,10 +161,10 @@ class Family:
 FAMILIES: tuple[Family, ...] = (
     Family(aten.convolution.default, ("input", "weight", "output"), _conv_forward),
     Family(aten.convolution_backward.default, ("grad_output", "input", "weight"), _conv_backward),
-    Family(aten.native_batch_norm.default, ("input",), _norm_input(0, train_at=5)),
-    Family(aten.native_batch_norm_backward.default, ("input",), _norm_input(1, train_at=7)),
-    Family(aten.native_layer_norm.default, ("input",), _norm_input(0)),
-    Family(aten.native_layer_norm_backward.default, ("input",), _norm_input(1)),
+    Family(aten.native_batch_norm.default, ("input", "statistics"), _norm_input(0, train_at=5)),
+    Family(aten.native_batch_norm_backward.default, ("input", "statistics"), _norm_input(1, train_at=7)),
+    Family(aten.native_layer_norm.default, ("input", "statistics"), _norm_input(0)),
+    Family(aten.native_layer_norm_backward.default, ("input", "statistics"), _norm_input(1)),
 )
 
 _BY_OP: dict[Any, Family] = {f.op: f for f in FAMILIES}
