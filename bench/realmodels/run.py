@@ -158,7 +158,8 @@ def markdown(data: dict[str, Any], regime: str) -> str:
     models = list(dict.fromkeys(p["model"] for p in points))
     loads = [x for p in points for x in p["load"]]
     lines = [
-        f"Measured by `{data['command']}` on {data['machine']}; torch {data['torch']}, "
+        "Measured by " + ", then ".join(f"`{c}`" for c in data.get("commands", [data["command"]]))
+        + f" on {data['machine']}; torch {data['torch']}, "
         f"{data.get('threads', '?')} threads; 1-minute load average {min(loads, default=0):.1f} to "
         f"{max(loads, default=0):.1f} during the run (a shared machine); {len(points)} points, "
         f"{sum(p['seconds'] for p in points) / 60:.0f} min.",
@@ -315,8 +316,11 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [m for m in models if split_name(m)[0] not in BUILDERS]
         if unknown:
             ap.error(f"unknown model(s) {', '.join(unknown)} (choose from {', '.join(BUILDERS)})")
-        data["command"] = "PYTHONPATH=python:bench nice -n 5 python bench/realmodels/run.py " + shlex.join(
+        command = "PYTHONPATH=python:bench nice -n 5 python bench/realmodels/run.py " + shlex.join(
             sys.argv[1:] if argv is None else argv)
+        # every run that added points to the file, in order (the first one's under "command")
+        data["command"] = data.get("command") or command
+        data["commands"] = [c for c in data.get("commands", [data["command"]]) if c != command] + [command]
         data.update(machine=_machine(), torch=torch.__version__, threads=torch.get_num_threads())
         done = {point_key(p["model"], p["budget"], p["regime"]) for p in data["points"]}
         for model in models:
