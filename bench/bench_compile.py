@@ -78,9 +78,14 @@ def _child(side: str, cfg: dict[str, Any], mode: str = "inductor") -> dict[str, 
                                         partition_fn=timed(min_cut_rematerialization_partition))
         else:
             import fxcut.partition as fp
+            from fxcut.integrations import torch_compile as tc
 
-            # fxcut.aot_backend() looks the partition function up at each call.
-            fp.min_cut_rematerialization_partition = timed(fp.min_cut_rematerialization_partition)  # type: ignore[assignment]
+            if budget is None:
+                # fxcut.aot_backend() looks the partition function up at each call.
+                fp.min_cut_rematerialization_partition = timed(fp.min_cut_rematerialization_partition)  # type: ignore[assignment]
+            else:
+                plan_partition = tc._fxcut_partition
+                tc._fxcut_partition = lambda *a, **k: timed(plan_partition(*a, **k))  # type: ignore[assignment]
             backend = fxcut.aot_backend(memory_budget=budget)
     elif side == "stock":
         import torch._inductor.compile_fx as cfx

@@ -40,8 +40,9 @@ def workspace(batch: int, cin: int, cout: int, size: int, kernel: int, groups: i
               channels_last: bool) -> Workspace:
     """The call's peak bytes beyond its outputs, and its largest single
     allocation, for one convolution (stride 1, padding kernel // 2)."""
-    from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
+
+    from fxcut.tools.measure import profile_events
 
     x = torch.randn(batch, cin, size, size)
     grad = torch.randn(batch, cout, size, size)
@@ -51,14 +52,7 @@ def workspace(batch: int, cin: int, cout: int, size: int, kernel: int, groups: i
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         outs = torch.ops.aten.convolution_backward(grad, x, weight, [cout], [1, 1], [kernel // 2] * 2, [1, 1], False,
                                                    [0, 0], groups, [True, True, True])
-    events: list[tuple[int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
-            events.append((node.start_time_ns, int(node.extra_fields.alloc_size)))
-        stack.extend(node.children)
-    events.sort()
+    events = profile_events(prof)[0]
     live = peak = 0
     for _, delta in events:
         live += delta

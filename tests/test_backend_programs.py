@@ -13,8 +13,6 @@ decision torch made; the figures agree to the loss's own bytes.
 
 from __future__ import annotations
 
-import copy
-import os
 from typing import Any
 
 import pytest
@@ -29,12 +27,7 @@ import fxcut
 from fxcut.solve.memory import MEMORY_MODELS
 from fxcut.tools.decisions import lower_graph, simulate_saved
 from fxcut.tools.measure import profile_step
-
-#: Under scripts/sanitize.sh (ASan preloaded) torch's profiler aborts the
-#: process when it stops: these measured checks run in scripts/test.sh.
-UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
-pytestmark_profiler = pytest.mark.skipif(UNDER_ASAN, reason="torch's profiler aborts under an LD_PRELOADed ASan "
-                                         "runtime; this test runs in scripts/test.sh")
+from profiled import needs_profiler, recording_partition
 
 #: what a step allocates beyond the modules' activations that the model
 #: leaves out: the loss (one float) and its gradient's scalar
@@ -61,20 +54,11 @@ def _measured(compiler: Any, layers: int) -> tuple[int, dict[str, Any]]:
     that partitioner chose."""
     seen: dict[str, Any] = {}
 
-    def recording(joint, inputs, **kwargs):
-        seen["joint"] = copy.deepcopy(joint)
-        fw, bw = torch_min_cut(joint, inputs, **kwargs)
-        nfo = kwargs["num_fwd_outputs"]
-        output = next(n for n in fw.graph.nodes if n.op == "output")
-        seen["saved"] = [n.name for n in output.args[0][nfo:]]
-        seen["num_fwd_outputs"] = nfo
-        return fw, bw
-
     torch.manual_seed(0)
     model = Chain(layers)
     x = torch.randn(512, 256)
     compiled = torch.compile(model, backend=aot_autograd(fw_compiler=compiler, bw_compiler=compiler,
-                                                         partition_fn=recording))
+                                                         partition_fn=recording_partition(seen)))
     compiled(x).backward()  # compiles: the second step is measured
     model.zero_grad(set_to_none=True)
     _, memory = profile_step(lambda: compiled(x))
@@ -97,7 +81,7 @@ def _modelled(seen: dict[str, Any], model: str) -> int:
     return simulate_saved(lower_graph(joint.graph), saved, seen["num_fwd_outputs"], model=model).peak_bytes
 
 
-@pytestmark_profiler
+@needs_profiler
 @pytest.mark.parametrize("layers", [3, 6])
 def test_each_eager_program_measures_as_its_model(no_cache, layers):
     freed, seen = _measured(boxed_nop, layers)
@@ -120,7 +104,7 @@ def test_the_held_model_is_a_model_name():
         fxcut.planned_partitioner(0.5, memory_model="unfused_held", solver="exact")
 
 
-@pytestmark_profiler
+@needs_profiler
 def test_the_plan_on_the_held_model_is_measured_under_the_held_program(no_cache):
     """The plan made on the held model, run with the unboxed compilers: its
     measured peak is its modelled peak, and at b=0 below torch's decision

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import pickle
 
 import pytest
@@ -167,7 +166,7 @@ def _measured_peak(backend) -> tuple[int, torch.Tensor]:
 
 
 #: Under scripts/sanitize.sh (ASan preloaded) torch's profiler aborts the process when it stops.
-UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
+from profiled import UNDER_ASAN  # noqa: E402
 
 
 @pytest.mark.skipif(UNDER_ASAN, reason="torch's profiler aborts under an LD_PRELOADed ASan runtime; "

@@ -11,10 +11,8 @@ the table and misses it without.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import os
 from array import array
 from typing import Any
 
@@ -23,7 +21,6 @@ import torch
 import torch.nn as nn
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.debugging import boxed_nop
-from torch._functorch.partitioners import min_cut_rematerialization_partition as torch_min_cut
 
 import fxcut._C as _C
 from fxcut.solve import core
@@ -35,10 +32,8 @@ from fxcut.tools.decisions import lower_graph, model_inputs, simulate_saved
 from fxcut.tools.measure import profile_step
 
 import small_graphs
+from profiled import needs_profiler, recording_partition
 
-UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
-needs_profiler = pytest.mark.skipif(UNDER_ASAN, reason="torch's profiler aborts under an LD_PRELOADed ASan "
-                                    "runtime; this test runs in scripts/test.sh")
 
 
 # --------------------------------------------------------------------------- the C core
@@ -160,8 +155,11 @@ def test_a_call_is_classified_alike_from_tensors_and_from_fx_nodes():
     family = kernels.family_of(torch.ops.aten.convolution.default)
     assert family is not None
     out = family.op(x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 32)
-    variant, features = family.classify([x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 32], out)
+    variant, features = family.call([x, w, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 32], out)
     assert variant == "channels_last/depthwise/c16/k7x7/s1/p"
+    xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    assert family.call([xb, wb, None, [1, 1], [3, 3], [1, 1], False, [0, 0], 32], out.to(torch.bfloat16))[0] == (
+        "channels_last/depthwise/c16/k7x7/s1/p/bfloat16")
     assert features == (x.nbytes, kernels.blocked_nbytes(w), out.nbytes)
 
     def conv(t: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -203,20 +201,11 @@ class DepthwiseBlock(nn.Module):
 def _measured_step() -> tuple[int, dict[str, Any]]:
     seen: dict[str, Any] = {}
 
-    def recording(joint: Any, inputs: Any, **kwargs: Any) -> Any:
-        seen["joint"] = copy.deepcopy(joint)
-        fw, bw = torch_min_cut(joint, inputs, **kwargs)
-        nfo = kwargs["num_fwd_outputs"]
-        output = next(n for n in fw.graph.nodes if n.op == "output")
-        seen["saved"] = [n.name for n in output.args[0][nfo:]]
-        seen["num_fwd_outputs"] = nfo
-        return fw, bw
-
     torch.manual_seed(0)
     model = DepthwiseBlock()
     x = torch.randn(4, 256, 2, 2).contiguous(memory_format=torch.channels_last)
     compiled = torch.compile(model, backend=aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop,
-                                                         partition_fn=recording))
+                                                         partition_fn=recording_partition(seen)))
     compiled(x).backward()
     model.zero_grad(set_to_none=True)
     _, memory = profile_step(lambda: compiled(x))

@@ -42,7 +42,7 @@ from synthetic_arrays import DEFAULT_OPTIONS
 
 aten = torch.ops.aten
 
-UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
+from profiled import UNDER_ASAN  # noqa: E402
 # Under ASan only reference counts and buffer exports are checked, and a
 # leaked reference shows after one call: 100 calls there keep every path under
 # the sanitizer without 10,000 slow ones (the memory bounds need the 10,000).

@@ -302,7 +302,7 @@ def test_unrealisable_decision_names_the_node() -> None:
 #: profiler aborts the process when it stops (in torch's own code, before any
 #: fxcut call): the measured checks run in the plain suite (scripts/test.sh),
 #: the C memory model runs under ASan in every other test of this file.
-UNDER_ASAN = os.environ.get("FXCUT_UNDER_ASAN") == "1" or "libasan" in os.environ.get("LD_PRELOAD", "")
+from profiled import UNDER_ASAN  # noqa: E402
 
 
 @pytest.mark.skipif(UNDER_ASAN, reason="torch's profiler aborts under an LD_PRELOADed ASan runtime; "

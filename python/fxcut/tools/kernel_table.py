@@ -26,6 +26,7 @@ import torch
 
 from ..solve.kernels import KernelFit, KernelTable, read_tables, write_tables
 from ..torchrules.kernels import FAMILIES, Family
+from .measure import profile_events
 
 Call = tuple[Sequence[Any], dict[str, Any]]
 
@@ -128,20 +129,12 @@ def _storages_bytes(values: Any) -> int:
 def _cpu_inside(op: Any, args: Sequence[Any]) -> tuple[int, Any]:
     """The call's peak allocated bytes beyond its outputs (the profiler's
     allocation events, in order), and its outputs."""
-    from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = op(*args)
-    events: list[tuple[int, int]] = []
-    stack = list(prof.profiler.kineto_results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
-            events.append((node.start_time_ns, int(node.extra_fields.alloc_size)))
-        stack.extend(node.children)
     live = peak = 0
-    for _, size in sorted(events):
+    for _, size in profile_events(prof)[0]:
         live += size
         peak = max(peak, live)
     return peak - _storages_bytes(out), out
@@ -222,12 +215,26 @@ def fit_points(xs: Sequence[Sequence[int]], ys: Sequence[int]) -> KernelFit:
     return KernelFit(fit.pieces, fit.const, fit.points, round(miss, 4))
 
 
+#: The dtypes the grid runs in (bf16: what CPU autocast hands the kernels).
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _in_dtype(args: Sequence[Any], dtype: torch.dtype) -> list[Any]:
+    """``args`` with every floating tensor in ``dtype``, its layout kept."""
+    return [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+
 def measure_family(family: Family, device: str) -> dict[str, KernelFit]:
-    """The fits of one family's variants, over its grid."""
+    """The fits of one family's variants, over its grid in each dtype (a
+    call the kernel refuses in a dtype is left out)."""
     points: dict[str, tuple[list[tuple[int, ...]], list[int]]] = {}
-    for args, _ in CALLS[family.name](device):
-        inside = measure_inside(family.op, args, device)
-        variant, features = family.classify(args, family.op(*args))
+    for (args, _), dtype in itertools.product(CALLS[family.name](device), DTYPES):
+        call = _in_dtype(args, dtype)
+        try:
+            inside = measure_inside(family.op, call, device)
+        except RuntimeError:
+            continue
+        variant, features = family.call(call, family.op(*call))
         xs, ys = points.setdefault(variant, ([], []))
         xs.append(features)
         ys.append(inside)

@@ -44,8 +44,10 @@ class StepMemory:
     allocations: int
 
 
-def step_memory(prof: Any) -> StepMemory:
-    """:class:`StepMemory` of a profile that :func:`profile_step` recorded."""
+def profile_events(prof: Any, op_names: tuple[str, ...] = ()) -> tuple[list[tuple[int, int]], dict[str, tuple[int, int]]]:
+    """A memory profile's CPU allocation events, ``(time ns, signed bytes)``
+    in time order, and the ``(start, end)`` ns of the ops named ``op_names``
+    (the last of each name)."""
     from torch._C._profiler import _EventType
 
     events: list[tuple[int, int]] = []
@@ -53,14 +55,20 @@ def step_memory(prof: Any) -> StepMemory:
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
         node = stack.pop()
-        if node.tag == _EventType.TorchOp and node.name in (_FORWARD, _BACKWARD):
+        if node.tag == _EventType.TorchOp and node.name in op_names:
             ranges[node.name] = (node.start_time_ns, node.end_time_ns)
         elif node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
             events.append((node.start_time_ns, int(node.extra_fields.alloc_size)))
         stack.extend(node.children)
+    events.sort(key=lambda e: e[0])
+    return events, ranges
+
+
+def step_memory(prof: Any) -> StepMemory:
+    """:class:`StepMemory` of a profile that :func:`profile_step` recorded."""
+    events, ranges = profile_events(prof, (_FORWARD, _BACKWARD))
     if _FORWARD not in ranges or _BACKWARD not in ranges:
         raise RuntimeError("the profile has no forward or no backward range: not recorded by profile_step")
-    events.sort(key=lambda e: e[0])
     fw_end = ranges[_FORWARD][1]
     bw_start = ranges[_BACKWARD][0]
     live = peak = fw_peak = bw_peak = 0
@@ -187,5 +195,5 @@ def measured_peaks(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *, 
     return out
 
 
-__all__ = ["MEASURE_BACKENDS", "StepMemory", "measure_compiled_step", "measured_peaks", "profile_step",
+__all__ = ["MEASURE_BACKENDS", "StepMemory", "measure_compiled_step", "measured_peaks", "profile_events", "profile_step",
            "step_memory"]

@@ -155,6 +155,16 @@ class Family:
     def name(self) -> str:
         return str(self.op)
 
+    def call(self, args: Sequence[Any], out: Any) -> tuple[str, tuple[int, ...]]:
+        """The call's variant -- ``classify``'s, with the dtype of its first
+        tensor appended where it is not float32 (a bf16 convolution's
+        buffers are no half of a float32 one's) -- and its sizes."""
+        variant, features = self.classify(args, out)
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if first is not None and first.dtype != torch.float32:
+            variant += "/" + str(first.dtype).removeprefix("torch.")
+        return variant, features
+
 
 #: The ops the table measures (the largest allocations inside kernels found
 #: on the real-model benchmark's eager programs, torch 2.13 on CPU).
@@ -190,7 +200,7 @@ def node_workspace(node: fx.Node, table: KernelTable) -> int:
         return 0
     try:
         args = [_value(a) for a in node.args]
-        variant, features = family.classify(args, node.meta.get("val"))
+        variant, features = family.call(args, node.meta.get("val"))
     except (AttributeError, IndexError, TypeError, ValueError):  # a value without meta, a symbolic size
         return 0
     return table.bytes(family.name, variant, features)
