@@ -246,3 +246,10 @@ def test_pixel_classes():
     assert kernels.pixel_class(torch.empty(1, 8, 2, 2)) == "p4"
     assert kernels.pixel_class(torch.empty(1, 8, 4, 4)) == "p16"
     assert kernels.pixel_class(torch.empty(1, 8, 5, 4)) == "p"
+
+
+def test_every_tested_release_has_a_measured_cpu_row():
+    from fxcut.torchrules.versions import TESTED
+
+    rows = {t.torch for t in shipped_tables() if t.device == "cpu"}
+    assert set(TESTED) <= rows
