@@ -28,7 +28,8 @@ from ..solve.kernels import KernelFit, KernelTable, read_tables, write_tables
 from ..torchrules.kernels import FAMILIES, Family
 from .measure import profile_events
 
-Call = tuple[Sequence[Any], dict[str, Any]]
+#: The positional arguments of one call of a family's op.
+Call = tuple[Any, ...]
 
 _KERNELS = (1, 3, 5, 7)
 _STRIDES = (1, 2)
@@ -63,11 +64,11 @@ def conv_calls(backward: bool, device: str) -> Iterator[Call]:
             w = _as_layout(torch.randn(c_out, c // groups, k, k, device=device), cl)
             pad = [k // 2] * 2
             if not backward:
-                yield (x, w, None, [s, s], pad, [1, 1], False, [0, 0], groups), {}
+                yield (x, w, None, [s, s], pad, [1, 1], False, [0, 0], groups)
                 continue
             out = torch.ops.aten.convolution.default(x, w, None, [s, s], pad, [1, 1], False, [0, 0], groups)
             grad = _as_layout(torch.randn_like(out), cl)
-            yield (grad, x, w, [c_out], [s, s], pad, [1, 1], False, [0, 0], groups, [True, True, True]), {}
+            yield (grad, x, w, [c_out], [s, s], pad, [1, 1], False, [0, 0], groups, [True, True, True])
 
 
 def _image_inputs(device: str) -> Iterator[torch.Tensor]:
@@ -85,10 +86,10 @@ def batch_norm_calls(backward: bool, device: str) -> Iterator[Call]:
         w, b = torch.ones(c, device=device), torch.zeros(c, device=device)
         rm, rv = torch.zeros(c, device=device), torch.ones(c, device=device)
         if not backward:
-            yield (x, w, b, rm, rv, train, 0.1, 1e-5), {}
+            yield (x, w, b, rm, rv, train, 0.1, 1e-5)
             continue
         _, mean, invstd = torch.ops.aten.native_batch_norm.default(x, w, b, rm.clone(), rv.clone(), train, 0.1, 1e-5)
-        yield (torch.randn_like(x), x, w, rm, rv, mean, invstd, train, 1e-5, [True, True, True]), {}
+        yield (torch.randn_like(x), x, w, rm, rv, mean, invstd, train, 1e-5, [True, True, True])
 
 
 def layer_norm_calls(backward: bool, device: str) -> Iterator[Call]:
@@ -100,10 +101,10 @@ def layer_norm_calls(backward: bool, device: str) -> Iterator[Call]:
         d = x.size(-1)
         w, b = torch.ones(d, device=device), torch.zeros(d, device=device)
         if not backward:
-            yield (x, [d], w, b, 1e-5), {}
+            yield (x, [d], w, b, 1e-5)
             continue
         _, mean, rstd = torch.ops.aten.native_layer_norm.default(x, [d], w, b, 1e-5)
-        yield (torch.randn_like(x), x, [d], mean, rstd, w, b, [True, True, True]), {}
+        yield (torch.randn_like(x), x, [d], mean, rstd, w, b, [True, True, True])
 
 
 #: The grid of each family, by op name.
@@ -228,7 +229,7 @@ def measure_family(family: Family, device: str) -> dict[str, KernelFit]:
     """The fits of one family's variants, over its grid in each dtype (a
     call the kernel refuses in a dtype is left out)."""
     points: dict[str, tuple[list[tuple[int, ...]], list[int]]] = {}
-    for (args, _), dtype in itertools.product(CALLS[family.name](device), DTYPES):
+    for args, dtype in itertools.product(CALLS[family.name](device), DTYPES):
         call = _in_dtype(args, dtype)
         try:
             inside = measure_inside(family.op, call, device)
@@ -281,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     table = measure_table(args.device)
     for op, variants in table.fits.items():
         for v, f in variants.items():
-            names = _feature_names(op)
+            names = next(f.features for f in FAMILIES if f.name == op)
             terms = [" + ".join(f"{c:.3g}*{n}" for c, n in zip(p, names) if c) or "0" for p in f.pieces]
             shown = terms[0] if len(terms) == 1 else "max(" + ", ".join(terms) + ")"
             print(f"{op:40s} {v:32s} {shown} + {f.const:.0f}  (max error {f.max_error:.1%}, {f.points} points)")
@@ -291,10 +292,6 @@ def main(argv: list[str] | None = None) -> int:
         _merge(args.out, table)
         print(f"wrote the torch {table.torch} {table.device} table into {args.out}")
     return 0
-
-
-def _feature_names(op: str) -> tuple[str, ...]:
-    return next(f.features for f in FAMILIES if f.name == op)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ and an fx node's fake values (:func:`workspace`, what the memory model reads).
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -137,7 +138,7 @@ def _norm_input(position: int, train_at: int | None = None) -> Callable[[Sequenc
             variant += "/train" if bool(args[train_at]) else "/eval"
             stats = sizes[1] if len(sizes) > 1 else 1
         else:
-            stats = max(1, int(nbytes(x) // max(1, x.element_size() * (sizes[-1] if sizes else 1))))
+            stats = max(1, math.prod(sizes[:-1]))  # the rows: a mean and an rstd each
         return variant, (nbytes(x), stats * x.element_size())
     return classify
 
