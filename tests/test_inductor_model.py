@@ -308,29 +308,70 @@ def test_wrapper_sizes_it_cannot_evaluate_are_named(text: str, words: str) -> No
         _size_tuple(text, {"s33": 7}, "line")
 
 
-def test_inductor_check_is_not_asked_about_a_graph_traced_with_dynamic_shapes() -> None:
-    """``torch.compile(dynamic=True)`` (or ``mark_dynamic``): asking inductor
-    would lower the modules on the compile's own ShapeEnv and specialize
-    its symbols (a recompile per size, a failed ``mark_dynamic``), so the
-    plan picks on the memory model there and says why; the same graph
-    traced with static shapes is asked."""
+def test_inductor_check_asks_a_graph_traced_with_dynamic_shapes_at_its_traced_sizes() -> None:
+    """``torch.compile(dynamic=True)`` (or ``mark_dynamic``): the check asks
+    inductor about modules of its own, static at the traced sizes
+    (:func:`fxcut.torchrules.ask.at_traced_sizes`): the same candidates and
+    the same peaks as the graph traced with static shapes, and not one
+    guard added to the compile's ShapeEnv (a lowering on it would
+    specialize the batch size: a recompile per size, a failed
+    ``mark_dynamic``)."""
     from fxcut.planned import planned_partitioner
     from fxcut.tools.capture import capture
 
-    reports = {}
+    reports, guards = {}, {}
     for dynamic in (False, True):
         torch.manual_seed(0)
         model = _Chain()
         cap = capture(model, [torch.randn(16, 64)], lambda out, _: out.sum(), compiler="inductor", dynamic=dynamic)
-        symbolic = any(isinstance(n.meta.get("val"), torch.SymInt) for n in cap.fresh().graph.nodes)
+        gm = cap.fresh()
+        symbolic = any(isinstance(n.meta.get("val"), torch.SymInt) for n in gm.graph.nodes)
         assert symbolic == dynamic
+        shape_env = next(v.fake_mode.shape_env for n in gm.graph.find_nodes(op="placeholder")
+                         if isinstance(v := n.meta.get("val"), torch.Tensor))
+        before = list(shape_env.guards) if shape_env is not None else []
         fn = planned_partitioner(0.5, memory_model="inductor")
-        cap.partition(fn)
+        fn(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+        guards[dynamic] = (before, list(shape_env.guards) if shape_env is not None else [])
         reports[dynamic] = fn.planner.last.check
     static, dynamic_report = reports[False], reports[True]
-    assert static is not None and not static.failed and not static.skipped and static.torch_asked, static
-    assert dynamic_report is not None and not dynamic_report.failed and not dynamic_report.torch_asked
-    assert "dynamic shapes" in dynamic_report.skipped, dynamic_report
+    for report in (static, dynamic_report):
+        assert report is not None and not report.failed and not report.skipped and report.torch_asked, report
+    assert dynamic_report.asked == static.asked and dynamic_report.picked == static.picked
+    assert guards[True][1] == guards[True][0]
+
+
+def test_traced_sizes_keep_shared_storages() -> None:
+    """Inputs that view one storage view one storage of the static copy
+    too (the wrapper's walk counts a storage once); a size with no traced
+    value is named."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from fxcut.torchrules.ask import _static
+
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    s = env.create_symintnode(env.create_symbol(6, source=_source("s")), hint=6)
+    with mode:
+        base = torch.empty(s * 4, dtype=torch.float32)
+    a, b = base[: s * 2].view(s, 2), base[s * 2:]
+    static_mode = FakeTensorMode()
+    storages: dict[object, torch.Tensor] = {}
+    sa, sb = _static(a, static_mode, storages), _static(b, static_mode, storages)
+    assert isinstance(sa, torch.Tensor) and isinstance(sb, torch.Tensor)
+    assert (tuple(sa.shape), tuple(sb.shape), sb.storage_offset()) == ((6, 2), (12,), 12)
+    assert sa.untyped_storage().nbytes() == 96 and len(storages) == 1
+    assert _static(s, static_mode, storages) == 6
+    unbacked = env.create_unbacked_symint()
+    with pytest.raises(ValueError, match="no traced value"):
+        _static(unbacked, static_mode, storages)
+
+
+def _source(name: str) -> Any:
+    from torch._dynamo.source import ConstantSource
+
+    return ConstantSource(name)
 
 
 def test_recomputed_chain_is_inlined_into_the_backward(chain: Any) -> None:

@@ -322,8 +322,9 @@ def plan_inputs_seen(monkeypatch):
 
 def test_a_plan_under_inductor_keeps_dynamic_shapes_dynamic(fresh_compile, plan_inputs_seen):
     """inductor_backend(memory_budget=b) with dynamic=True compiles once for
-    many batch sizes: the plan does not ask inductor (that would specialize
-    the sizes on the compile's ShapeEnv) and says why; gradients equal eager."""
+    many batch sizes: the plan asks inductor at the traced sizes on modules
+    of its own (an ask on the compile's ShapeEnv would specialize them: a
+    recompile per size); gradients equal eager."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
     torch.manual_seed(0)
@@ -340,12 +341,59 @@ def test_a_plan_under_inductor_keeps_dynamic_shapes_dynamic(fresh_compile, plan_
         for k, p in model.named_parameters():
             torch.testing.assert_close(got[k], p.grad, rtol=1e-4, atol=1e-5)
     assert counter.frame_count == 1
-    assert plan_inputs_seen and all(i.ask is None and "dynamic shapes" in i.no_ask for i in plan_inputs_seen)
+    assert plan_inputs_seen and all(i.ask is not None and i.no_ask == "" for i in plan_inputs_seen)
+    report = fxcut.last_plans()[-1].choice.check
+    assert report is not None and report.torch_asked and not report.skipped and not report.failed, report
+
+
+class _Attention(nn.Module):
+    """A projection into causal SDPA: inductor lowers SDPA as a fallback
+    kernel, which runs on fake tensors while the check asks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(64, 192)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 4, 16).permute(2, 0, 3, 1, 4)
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum()
+
+
+def test_a_plan_under_inductor_asks_attention_with_dynamic_shapes(fresh_compile):
+    """dynamic=True on a model with attention: the check lowers SDPA's
+    fallback kernel on fake tensors of its own (not the compile's active
+    fake mode), is asked, and compiles as often as stock inductor does over
+    the same batch sizes (inductor's C++ code guards one size threshold of
+    its own: ``need_use_acc_helper``)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    batches = (8, 3, 5, 2)
+    stock = CompileCounterWithBackend("inductor")
+    stock_compiled = torch.compile(_Attention(), backend=stock, dynamic=True)
+    for batch in batches:
+        stock_compiled(torch.randn(batch, 16, 64)).backward()
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _Attention()
+    counter = CompileCounterWithBackend(fxcut.inductor_backend(memory_budget=0.0))
+    compiled = torch.compile(model, backend=counter, dynamic=True)
+    for batch in batches:
+        x = torch.randn(batch, 16, 64)
+        model.zero_grad(set_to_none=True)
+        compiled(x).backward()
+        got = {k: p.grad.clone() for k, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+        model(x).backward()
+        for k, p in model.named_parameters():
+            torch.testing.assert_close(got[k], p.grad, rtol=1e-4, atol=1e-5)
+    assert counter.frame_count == stock.frame_count < len(batches)
+    report = fxcut.last_plans()[-1].choice.check
+    assert report is not None and report.torch_asked and not report.skipped and not report.failed, report
 
 
 def test_a_plan_under_inductor_accepts_mark_dynamic(fresh_compile, plan_inputs_seen):
-    """mark_dynamic on the batch dimension compiles (stock inductor does);
-    a static graph is still asked about."""
+    """mark_dynamic on the batch dimension compiles (stock inductor does)
+    and is asked about at its traced sizes, as a static graph is."""
     from torch._dynamo.testing import CompileCounterWithBackend
 
     torch.manual_seed(0)
@@ -356,7 +404,7 @@ def test_a_plan_under_inductor_accepts_mark_dynamic(fresh_compile, plan_inputs_s
     compiled(x).backward()
     compiled(torch.randn(16, 64)).backward()
     assert counter.frame_count == 1
-    assert plan_inputs_seen[-1].ask is None and "dynamic shapes" in plan_inputs_seen[-1].no_ask
+    assert plan_inputs_seen[-1].ask is not None and plan_inputs_seen[-1].no_ask == ""
 
     torch._dynamo.reset()
     plan_inputs_seen.clear()

@@ -83,7 +83,7 @@ def plan_inputs(plan: Plan, planner: PeakPlanner, chosen: BudgetDecision[Lowered
         return list(plan.budget_pass(lowered, budget, inputs=inputs).saved)
 
     checking = planner.check == "inductor"
-    no_ask = torch.dynamic_shapes(plan.joint_module) if checking else ""
+    no_ask = torch.unaskable(plan.joint_module) if checking else ""
     checking = checking and not no_ask
     return PlanInputs(
         decision=chosen, num_fwd_outputs=plan.num_fwd_outputs, torch_saved=torch_saved,

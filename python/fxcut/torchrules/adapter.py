@@ -251,12 +251,12 @@ class TorchAdapter:
     # ----------------------------------------------------------------- the plan's check
 
     @gated(NODE_FACTS)
-    def dynamic_shapes(self, joint_module: fx.GraphModule) -> str:
-        """Why inductor may not be asked about this graph ("": it may): its
-        inputs have symbolic sizes, and an ask on the compile's ShapeEnv
-        would specialize them (a guard per batch size, a failed
-        ``mark_dynamic``)."""
-        return ask.dynamic_inputs(joint_module)
+    def unaskable(self, joint_module: fx.GraphModule) -> str:
+        """Why inductor may not be asked about this graph ("": it may): an
+        input's size has no traced value to ask at (a graph with dynamic
+        shapes is otherwise asked at its traced sizes, on modules of its
+        own: :func:`fxcut.torchrules.ask.at_traced_sizes`)."""
+        return ask.untraced_sizes(joint_module)
 
     @gated(INDUCTOR_LOWERING)
     def holds_saved_tensors(self, joint_module: fx.GraphModule) -> bool:

@@ -11,10 +11,13 @@ joint graph itself is never touched.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.utils._ordered_set import OrderedSet
 
 from . import prepare
@@ -48,11 +51,19 @@ def inductor_peaks(joint_module: fx.GraphModule, saved_nodes: Sequence[fx.Node],
     """The peaks inductor's generated code allocates in the forward and in
     the backward of the step whose forward saves ``saved_nodes`` (nodes of
     ``joint_module``); the modules built by torch's passes as the release of
-    ``rules`` runs them."""
+    ``rules`` runs them.  A graph traced with dynamic shapes is asked at
+    the sizes it was traced with, on modules of its own
+    (:func:`at_traced_sizes`): the compile's ShapeEnv is never read."""
     fw, bw = torch_build_modules(joint_module, split_saved(list(saved_nodes)), num_fwd_outputs, OrderedSet(),
                                  False, False, rules)
-    f = ask_inductor(fw, is_backward=False)
-    b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
+    with contextlib.ExitStack() as own:
+        if dynamic_inputs(joint_module):
+            # the compile's fake mode is active around the partitioner, and inductor's passes look for the
+            # one of the tracing context before their inputs': neither may see the compile's
+            own.enter_context(unset_fake_temporarily())
+            own.enter_context(torch._guards.tracing(torch._guards.TracingContext(at_traced_sizes(fw, bw))))
+        f = ask_inductor(fw, is_backward=False)
+        b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
     return f.wrapper_peak, b.wrapper_peak
 
 
@@ -67,21 +78,134 @@ def decision_peaks(joint_module: fx.GraphModule, prep: prepare.Preparation | Non
 
 
 def dynamic_inputs(joint_module: fx.GraphModule) -> str:
-    """Why the graph cannot be asked about ("": it can): a placeholder is a
-    symbolic integer or a tensor with a symbolic size or stride.  Inductor's
-    lowering of the modules would run on the compile's own ShapeEnv and add
-    guards to it -- a recompile per size under ``dynamic=True``, a
-    ``ConstraintViolationError`` under ``mark_dynamic`` -- so the plan
-    stays on the memory model there."""
+    """The first input of the graph that is symbolic (a symbolic integer,
+    or a tensor with a symbolic size or stride), named ("": none is)."""
     for node in joint_module.graph.find_nodes(op="placeholder"):
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
-            return f"the graph has dynamic shapes (input {node.name!r} is symbolic): asking inductor would " \
-                   "specialize them"
-        if isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in (*val.shape, *val.stride())):
-            return f"the graph has dynamic shapes (input {node.name!r} has symbolic sizes): asking inductor " \
-                   "would specialize them"
+            return f"input {node.name!r} is symbolic"
+        if isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in (*val.shape, *val.stride(),
+                                                                                  val.storage_offset())):
+            return f"input {node.name!r} has symbolic sizes"
     return ""
+
+
+def untraced_sizes(joint_module: fx.GraphModule) -> str:
+    """Why inductor cannot be asked about the graph ("": it can): an input's
+    size has no value it was traced with (an unbacked symbol), so there is
+    no size to ask at."""
+    for node in joint_module.graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        sizes = [val] if isinstance(val, torch.SymInt) else \
+            [*val.shape, *val.stride(), val.storage_offset()] if isinstance(val, torch.Tensor) else []
+        for d in sizes:
+            if isinstance(d, torch.SymInt) and _hint(d) is None:
+                return f"input {node.name!r} has a size with no traced value ({d}): nothing to ask inductor at"
+    return ""
+
+
+def _hint(d: int | torch.SymInt) -> int | None:
+    """The value a size had when the graph was traced (no guard added)."""
+    if isinstance(d, int):
+        return d
+    hint = d.node.hint
+    return None if hint is None else int(hint)
+
+
+def _traced(d: int | torch.SymInt) -> int:
+    hint = _hint(d)
+    if hint is None:
+        raise ValueError(f"the size {d} has no traced value")
+    return hint
+
+
+def at_traced_sizes(fw: fx.GraphModule, bw: fx.GraphModule) -> FakeTensorMode:
+    """Make ``fw`` and ``bw`` (modules built from a graph traced with
+    dynamic shapes) static, in place: every value's ``meta["val"]``
+    propagated again on a FakeTensorMode of their own, without a ShapeEnv,
+    from inputs at the sizes the graph was traced with (a symbolic integer
+    input becomes its traced value).  Inputs that shared a storage share
+    one again; the backward's saved inputs are the forward's outputs.  Its
+    inductor lowering then guards nothing of the user's compile: under
+    ``dynamic=True`` one compile serves every size, and ``mark_dynamic``
+    holds (a lowering on the compile's own ShapeEnv would specialize both).
+    Returns that mode: the ask runs in a tracing context of its own too."""
+
+    mode = FakeTensorMode()
+    storages: dict[object, torch.Tensor] = {}
+    for module in (fw, bw):
+        _traced_arguments(module)
+    fw_inputs = list(fw.graph.find_nodes(op="placeholder"))
+    _propagate(fw, fw_inputs, [_static(n.meta.get("val"), mode, storages) for n in fw_inputs], mode)
+    made = {n.name: n.meta.get("val") for n in fw.graph.nodes}
+    bw_inputs = list(bw.graph.find_nodes(op="placeholder"))
+    _propagate(bw, bw_inputs, [made[n.name] if n.name in made and not n.name.startswith("tangents")
+                               else _static(n.meta.get("val"), mode, storages) for n in bw_inputs], mode)
+    return mode
+
+
+def _propagate(module: fx.GraphModule, inputs: list[fx.Node], args: list[object], mode: FakeTensorMode) -> None:
+    """Every node's ``meta["val"]`` (and ``tensor_meta``) from ``args`` run
+    through ``module`` on ``mode``, numbers included (torch 2.12's
+    FakeTensorProp leaves a symbolic integer's value as it was)."""
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    class Propagation(FakeTensorProp):
+        def run_node(self, n: fx.Node) -> Any:
+            result = super().run_node(n)
+            if isinstance(result, int | float | bool):
+                n.meta["val"] = result
+            return result
+
+    Propagation(module, mode).propagate_dont_convert_inputs(*args)
+    for n, a in zip(inputs, args):
+        n.meta["val"] = a
+    for n in module.graph.nodes:
+        n.meta.pop("example_value", None)
+        val = n.meta.get("val")
+        if "tensor_meta" in n.meta:
+            n.meta["tensor_meta"] = _extract_tensor_metadata(val) if isinstance(val, torch.Tensor) else None
+
+
+def _traced_arguments(module: fx.GraphModule) -> None:
+    """Symbolic numbers written into the nodes' arguments (a view's
+    ``[s27*s77, 64]``) replaced by their traced values, in place."""
+    def traced(a: object) -> object:
+        if isinstance(a, torch.SymInt):
+            return _traced(a)
+        if isinstance(a, torch.SymFloat | torch.SymBool):
+            hint = a.node.hint
+            if hint is None:
+                raise ValueError(f"the value {a} has no traced value")
+            return type(hint)(hint) if isinstance(hint, bool | float | int) else hint
+        return a
+
+    for n in module.graph.nodes:
+        n.args = fx.node.map_aggregate(n.args, traced)  # type: ignore[arg-type]
+        n.kwargs = fx.node.map_aggregate(n.kwargs, traced)  # type: ignore[arg-type]
+
+
+def _static(val: object, mode: FakeTensorMode, storages: dict[object, torch.Tensor]) -> object:
+    """``val`` at its traced sizes: a symbolic integer as its value, a fake
+    tensor as one of ``mode`` viewing a storage of its traced size (one per
+    storage of the originals, kept in ``storages``), anything else as is."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    if isinstance(val, torch.SymInt):
+        return _traced(val)
+    if not isinstance(val, torch.Tensor):
+        return val
+    storage = val.untyped_storage()
+    key = StorageWeakRef(storage)  # type: ignore[no-untyped-call]
+    if key not in storages:
+        with mode:
+            storages[key] = torch.empty(_traced(storage.nbytes()), dtype=torch.uint8, device=val.device)
+    base = storages[key]
+    with mode:
+        typed = base.view(val.dtype) if val.dtype != torch.uint8 else base
+        return typed.as_strided([_traced(d) for d in val.shape], [_traced(s) for s in val.stride()],
+                                _traced(val.storage_offset()))
 
 
 def holds_saved_tensors(joint_module: fx.GraphModule) -> bool:
@@ -103,4 +227,5 @@ def holds_saved_tensors(joint_module: fx.GraphModule) -> bool:
     return False
 
 
-__all__ = ["decision_peaks", "holds_saved_tensors", "inductor_peaks", "prepared_copy"]
+__all__ = ["at_traced_sizes", "decision_peaks", "dynamic_inputs", "holds_saved_tensors", "inductor_peaks",
+           "prepared_copy", "untraced_sizes"]
