@@ -48,6 +48,7 @@ def _child(side: str, cfg: dict[str, Any], mode: str = "inductor") -> dict[str, 
 
     torch.manual_seed(0)
     budget = cfg.pop("budget", None)
+    check = {k: cfg.pop(k) for k in ("check_time_limit",) if k in cfg}
     built = build_model("gpt2", **cfg)
     model = built.model
     model.train()
@@ -96,7 +97,7 @@ def _child(side: str, cfg: dict[str, Any], mode: str = "inductor") -> dict[str, 
         from fxcut.integrations import torch_compile as tc
 
         tc.InductorPartitioner.__call__ = timed(tc.InductorPartitioner.__call__)  # type: ignore[method-assign]
-        backend = fxcut.inductor_backend(memory_budget=budget)
+        backend = fxcut.inductor_backend(memory_budget=budget, **check)
     compiled = torch.compile(model, backend=backend)
     stock_budget = 1.0 if budget is None or side != "stock" else budget
     t = time.perf_counter()
@@ -184,7 +185,9 @@ def format_markdown(results: list[dict[str, Any]], command: str, seconds: float,
         f"Model: the GPT of `fxcut.tools.models` ({cfg['layers']} layers, hidden {cfg['hidden']}, {cfg['heads']} "
         f"heads, seq {cfg['seq']}, batch {cfg['batch']}, vocab {cfg['vocab']}), float32 on CPU"
         + (f"; the plan: stock at `activation_memory_budget={cfg['budget']:g}` against fxcut's backend at "
-           f"`memory_budget={cfg['budget']:g}`" if cfg.get("budget") is not None else "") + ". Timed: the first "
+           f"`memory_budget={cfg['budget']:g}`" + (f", `check_time_limit={cfg['check_time_limit']:g}`"
+                                                    if cfg.get("check_time_limit") is not None else "")
+           if cfg.get("budget") is not None else "") + ". Timed: the first "
         "training step (forward, loss, backward) from the first call: dynamo, AOT Autograd, the partitioner, "
         "and inductor's code generation and C++ compilation where used. Each run is a fresh process with a fresh "
         "cache (`TORCHINDUCTOR_CACHE_DIR` a new temporary folder, `TORCHINDUCTOR_FX_GRAPH_CACHE=0`, "
@@ -250,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--budget", type=float, help="the plan: stock at activation_memory_budget=b against fxcut's "
                     "backends at memory_budget=b (default: the default path on both sides)")
+    ap.add_argument("--check-time-limit", type=float, metavar="S",
+                    help="with --budget: fxcut.inductor_backend's check_time_limit (0: the plan on its memory model "
+                         "alone, inductor never asked; default: the backend's)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode and interpreter")
     ap.add_argument("--aot-rounds", type=int, default=5, help="rounds of aot-noop (seconds each)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
@@ -273,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
                            "batch": a.batch, "vocab": a.vocab}
     if a.budget is not None:
         cfg["budget"] = a.budget
+    if a.check_time_limit is not None:
+        if a.budget is None:
+            ap.error("--check-time-limit applies to the plan: pass --budget too")
+        cfg["check_time_limit"] = a.check_time_limit
     command = "PYTHONPATH=python python bench/bench_compile.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     if a.from_json:
         with open(a.from_json) as f:

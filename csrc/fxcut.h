@@ -477,7 +477,10 @@ enum fxcut_extract_mark {
  *    it reads a buffer the group makes or a value the group reads (inductor
  *    fuses such neighbours into one kernel); a group allocates its buffers
  *    before it runs and frees what it read last after it; a buffer read
- *    only inside its group is a local of the fused kernel: no memory.
+ *    only inside its group is a local of the fused kernel: no memory.  With
+ *    kernel_calls (inductor's C++ backend) the groups between two extern
+ *    kernels are one call: all their buffers allocated before it, what
+ *    they read last freed after it.
  *  - Memory: a kernel allocates its buffer (a multi-output node: its items
  *    in the module too) before it runs; a buffer is freed after the last
  *    kernel reading it, a module output lives to the module's end; the
@@ -555,6 +558,13 @@ typedef struct {
      * attention scratch: the per-op table of fxcut.torchrules.kernels),
      * counted at its step on top of what is live; >= 0. */
     const int64_t *workspace;
+    /* nonzero (under the inductor model): a module's kernels between two
+     * extern kernels run as one call, as inductor's C++ backend generates
+     * them (its kernel group is flushed at extern kernels only): the call
+     * allocates the buffers of all its kernels before it runs and frees
+     * what they read last after it.  0: each fused group is a call of its
+     * own (GPU kernels). */
+    int32_t kernel_calls;
 } fxcut_memory_options;
 
 typedef struct {
@@ -650,6 +660,8 @@ typedef struct {
     int32_t hold_saved;
     /* the memory model's workspace (fxcut_memory_options; NULL: none) */
     const int64_t *workspace;
+    /* the memory model's kernel_calls (fxcut_memory_options) */
+    int32_t kernel_calls;
     /* the search's lanes: decisions simulated at once, each on its own
      * thread (<= 1: one, on the caller's; at most FXCUT_PLAN_MAX_THREADS).
      * The frontier, the work and every decision are the same whatever the

@@ -202,6 +202,7 @@ int fxcut_memsim_new(const fxcut_graph *g, const fxcut_memory_options *opt,
     s->flops = opt->flops;
     s->marks = opt->marks;
     s->hold_saved = opt->hold_saved != 0;
+    s->kernel_calls = opt->fusion != NULL && opt->kernel_calls != 0;
     s->workspace = opt->workspace;
     s->fusion = opt->fusion;
     s->fused_cost = opt->fused_cost;

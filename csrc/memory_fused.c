@@ -482,14 +482,15 @@ static int64_t fusable_space(const fxcut_memsim *s, int32_t v)
     return s->iteration[v] > 0 ? s->iteration[v] : 0;
 }
 
-/* Iteration spaces inductor's CPU backend fuses: equal ones, or ones
- * within a factor of FUSE_SPACE_RATIO (loops over a slice and over the
- * whole, a reduction's rows and its broadcast). */
-#define FUSE_SPACE_RATIO 2
+/* Iteration spaces inductor fuses: equal ones (a pointwise kernel over a
+ * slice and one over the whole do not fuse, nor do loops of different
+ * lengths; until 2026-12-07 spaces within a factor 2 did here, and a value
+ * a language-model loss's gradient reads over the logits' slice and over
+ * the whole was a local of no memory: 3.7 MiB below inductor's code on
+ * GPT-2's backward at the plan's b=0 pick). */
 static int compatible_spaces(int64_t a, int64_t b)
 {
-    int64_t lo = a < b ? a : b, hi = a < b ? b : a;
-    return hi / FUSE_SPACE_RATIO <= lo;
+    return a == b;
 }
 
 /* Groups of consecutive kernels inductor fuses into one: a fusable kernel
@@ -673,6 +674,61 @@ static void free_group(fxcut_memsim *s, int32_t k0, int32_t k1, int32_t grp,
     }
 }
 
+/* The end (a kernel index) of the call starting at kernel k0: its fused
+ * group, and with kernel_calls every following group up to the next
+ * extern kernel (inductor's C++ backend flushes its kernel group there). */
+static int32_t call_end(const fxcut_memsim *s, int32_t k0, int32_t nk)
+{
+    int32_t k1 = k0;
+    while (k1 < nk && s->group_of[k1] == s->group_of[k0])
+        k1++;
+    if (!s->kernel_calls || kind_of(s, s->kernels[k0]) == FXCUT_FUSE_EXTERN)
+        return k1;
+    while (k1 < nk && kind_of(s, s->kernels[k1]) != FXCUT_FUSE_EXTERN)
+        k1++;
+    return k1;
+}
+
+/* The end of the fused group starting at kernel k (before kend). */
+static int32_t group_end(const fxcut_memsim *s, int32_t k, int32_t kend)
+{
+    int32_t b = k;
+    while (b < kend && s->group_of[b] == s->group_of[k])
+        b++;
+    return b;
+}
+
+/* The call of kernels k0 .. k1 allocates its groups' buffers, each group
+ * counting its reads first (in-place updates need them); returns what its
+ * kernels hold only while they run. */
+static int64_t alloc_call(fxcut_memsim *s, int32_t k0, int32_t k1, int32_t ng,
+                          int32_t end, step_ctx *c)
+{
+    int64_t copies = 0;
+    for (int32_t a = k0, b; a < k1; a = b) {
+        int32_t grp = s->group_of[a];
+        b = group_end(s, a, k1);
+        c->group = grp;
+        c->found = ng + grp; /* the counting stamp: past every group id */
+        for (int32_t k = a; k < b; k++)
+            kernel_reads(s, s->kernels[k], k, c->kept, count_group_read, c);
+        for (int32_t k = a; k < b; k++)
+            copies += alloc_kernel(s, k, a, b, grp, end, c);
+    }
+    return copies;
+}
+
+/* After the call of kernels k0 .. k1: each group's dead buffers freed. */
+static void free_call(fxcut_memsim *s, int32_t k0, int32_t k1, int32_t end,
+                      step_ctx *c)
+{
+    for (int32_t a = k0, b; a < k1; a = b) {
+        b = group_end(s, a, k1);
+        c->group = s->group_of[a];
+        free_group(s, a, b, c->group, end, c);
+    }
+}
+
 int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
                                 uint8_t held, uint8_t pinned,
                                 int32_t first_out, int32_t end_out,
@@ -697,18 +753,9 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
     note_last_kernels(s, nk, kept, END);
     step_ctx c = {kept, 0, -1, -1, -1, 0, 0};
     charge_inputs(s, held, &c);
-    int32_t k0 = 0;
-    for (int32_t grp = 0; grp < ng; grp++) {
-        int32_t k1 = k0;
-        while (k1 < nk && s->group_of[k1] == grp)
-            k1++;
-        c.group = grp;
-        c.found = ng + grp; /* the counting stamp: past every group id */
-        for (int32_t k = k0; k < k1; k++)
-            kernel_reads(s, s->kernels[k], k, kept, count_group_read, &c);
-        int64_t copies = 0;
-        for (int32_t k = k0; k < k1; k++)
-            copies += alloc_kernel(s, k, k0, k1, grp, END, &c);
+    for (int32_t k0 = 0, k1; k0 < nk; k0 = k1) {
+        k1 = call_end(s, k0, nk);
+        int64_t copies = alloc_call(s, k0, k1, ng, END, &c);
         c.live += copies;
         for (int32_t k = k0; k < k1; k++) {
             if (res->schedule != NULL)
@@ -721,8 +768,7 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
             *peak_step = step0 + k0;
         }
         c.live -= copies;
-        free_group(s, k0, k1, grp, END, &c);
-        k0 = k1;
+        free_call(s, k0, k1, END, &c);
     }
     *n_steps = nk;
     return peak;

@@ -34,6 +34,9 @@ struct fxcut_memsim {
     const int64_t *flops;
     const uint8_t *marks;
     int32_t hold_saved;     /* the backward holds its saved values to its end */
+    int32_t kernel_calls;   /* fused walk: the kernels between two extern
+                               kernels run as one call (inductor's CPU
+                               backend) */
     const int64_t *workspace; /* per node: bytes its kernel holds inside
                                itself while it runs (NULL: none) */
     int32_t *root;          /* storage root of every node */

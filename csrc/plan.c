@@ -181,6 +181,7 @@ static int sim_new(const fxcut_graph *g, const fxcut_plan_options *opt,
     s->mopt.realize_acc_reads = opt->realize_acc_reads;
     s->mopt.realize_opcount = opt->realize_opcount;
     s->mopt.hold_saved = opt->hold_saved;
+    s->mopt.kernel_calls = opt->kernel_calls;
     s->mopt.workspace = opt->workspace;
     int rc = fxcut_memsim_new(g, &s->mopt, &s->memsim, err);
     if (rc != FXCUT_OK)

@@ -107,6 +107,11 @@ int fxcut_fusion_load(PyObject *fusion, PyObject *fused_cost,
                       fxcut_fusion_args *out);
 void fxcut_fusion_release(fxcut_fusion_args *a);
 
+/* The kernel_calls keyword of memory_simulate, plan_simulate and
+ * plan_frontier: 0 or 1; -1 with a ValueError where it is set without the
+ * inductor model (``fusion`` NULL). */
+int fxcut_kernel_calls_option(int kernel_calls, const void *fusion);
+
 /* hi * 2^64 + lo as a Python int. */
 PyObject *fxcut_pylong_from_u128(uint64_t hi, uint64_t lo);
 

@@ -11,7 +11,8 @@ const char fxcut_py_memory_simulate_doc[] =
 "memory_simulate($module, graph, /, *, num_fwd_outputs, saved,\n"
 "                storage_of=None, flops=None, marks=None, timeline=False,\n"
 "                fusion=None, fused_cost=None, iteration=None,\n"
-"                realize=None, hold_saved=False, workspace=None)\n"
+"                realize=None, hold_saved=False, workspace=None,\n"
+"                kernel_calls=False)\n"
 "--\n\n"
 "The live activation bytes of the forward and backward modules the\n"
 "decision `saved` produces (the semantics: csrc/fxcut.h, above\n"
@@ -34,6 +35,9 @@ const char fxcut_py_memory_simulate_doc[] =
 "its last use.\n"
 "workspace: None or n int64 (>= 0), bytes node i's kernel holds inside\n"
 "itself while it runs, beyond its outputs (counted at its step).\n"
+"kernel_calls: under the inductor model, the kernels between two extern\n"
+"kernels run as one call (inductor's C++ backend): their buffers are\n"
+"allocated before it and what they read last freed after it.\n"
 "Returns a MemoryResult: peak_bytes, peak_step, fw_peak_bytes,\n"
 "bw_peak_bytes, saved_bytes, recompute_flops, recompute_bytes,\n"
 "n_recomputed, n_fw_steps, recomputed (memoryview 'B', n entries),\n"
@@ -177,7 +181,8 @@ static void free_arrays(memory_arrays *a)
  * arrays and returns the MemoryResult; NULL with an exception. */
 static PyObject *run_simulation(PyObject *module, const fxcut_graph *g,
                                 const memory_arrays *a, int32_t nfwd,
-                                int timeline, int hold_saved)
+                                int timeline, int hold_saved,
+                                int kernel_calls)
 {
     const int32_t n = g->n;
     /* recomputed (n), schedule (2n int32), live_bytes (2n int64) */
@@ -197,7 +202,7 @@ static PyObject *run_simulation(PyObject *module, const fxcut_graph *g,
         .realize_reuse_reads = a->fa.reuse_reads,
         .realize_acc_reads = a->fa.acc_reads,
         .realize_opcount = a->fa.opcount, .hold_saved = hold_saved,
-        .workspace = a->workspace};
+        .workspace = a->workspace, .kernel_calls = kernel_calls};
     fxcut_error err = {0, -1, {0}};
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -216,20 +221,22 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
     static char *keywords[] = {"", "num_fwd_outputs", "saved", "storage_of",
                                "flops", "marks", "timeline", "fusion",
                                "fused_cost", "iteration", "realize",
-                               "hold_saved", "workspace", NULL};
+                               "hold_saved", "workspace", "kernel_calls",
+                               NULL};
     PyObject *graph = NULL, *num_fwd = NULL, *saved_obj = NULL;
     PyObject *storage_obj = Py_None, *flops_obj = Py_None;
     PyObject *marks_obj = Py_None, *fusion_obj = Py_None;
     PyObject *fused_cost_obj = Py_None, *realize_obj = Py_None;
     PyObject *iteration_obj = Py_None, *workspace_obj = Py_None;
-    int timeline = 0, hold_saved = 0;
+    int timeline = 0, hold_saved = 0, kernel_calls = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOpOOOOpO:memory_simulate",
+                                     "O|$OOOOOpOOOOpOp:memory_simulate",
                                      keywords, &graph, &num_fwd, &saved_obj,
                                      &storage_obj, &flops_obj, &marks_obj,
                                      &timeline, &fusion_obj, &fused_cost_obj,
                                      &iteration_obj, &realize_obj,
-                                     &hold_saved, &workspace_obj))
+                                     &hold_saved, &workspace_obj,
+                                     &kernel_calls))
         return NULL;
     int32_t nfwd;
     if (required_args(num_fwd, saved_obj, &nfwd) < 0)
@@ -242,9 +249,10 @@ PyObject *fxcut_py_memory_simulate(PyObject *module, PyObject *args,
                        {NULL, NULL, NULL, 0, 0, 0}};
     if (copy_arrays(&a, gb.graph.n, saved_obj, storage_obj, flops_obj,
                     marks_obj, fusion_obj, fused_cost_obj, iteration_obj,
-                    realize_obj, workspace_obj) == 0)
+                    realize_obj, workspace_obj) == 0 &&
+        fxcut_kernel_calls_option(kernel_calls, a.fa.fusion) == 0)
         result = run_simulation(module, &gb.graph, &a, nfwd, timeline,
-                                hold_saved);
+                                hold_saved, kernel_calls);
     free_arrays(&a);
     fxcut_release_graph(&gb);
     return result;
@@ -296,6 +304,18 @@ int fxcut_fusion_load(PyObject *fusion, PyObject *fused_cost,
             return -1;
         }
         *slots[k] = (int32_t)v;
+    }
+    return 0;
+}
+
+/* fxcut_kernel_calls_option: py_binding.h. */
+int fxcut_kernel_calls_option(int kernel_calls, const void *fusion)
+{
+    if (kernel_calls && fusion == NULL) {
+        PyErr_SetString(PyExc_ValueError,
+                        "kernel_calls applies to the inductor model only: "
+                        "pass fusion too");
+        return -1;
     }
     return 0;
 }

@@ -18,7 +18,8 @@ const char fxcut_py_plan_simulate_doc[] =
 "plan_simulate($module, graph, /, *, num_fwd_outputs, role, saved,\n"
 "              storage_of=None, flops=None, marks=None, fusion=None,\n"
 "              fused_cost=None, iteration=None, realize=None,\n"
-"              hold_saved=False, workspace=None)\n--\n\n"
+"              hold_saved=False, workspace=None, kernel_calls=False)\n"
+"--\n\n"
 "Simulates the forward then backward modules of the decision `saved` (n\n"
 "bytes, nonzero = saved; read at FREE nodes).  role: n bytes of\n"
 "PLAN_ROLE_*; storage_of: None or int32 (n), the node whose storage each\n"
@@ -27,7 +28,8 @@ const char fxcut_py_plan_simulate_doc[] =
 "n_fw_steps, n_recomputed, saved (bytes, n), schedule (memoryview 'i'),\n"
 "live_bytes (memoryview 'q')), all the memory model's (memory.c).\n"
 "fusion, fused_cost, iteration, realize: the inductor model, as\n"
-"memory_simulate's; hold_saved and workspace as memory_simulate's.";
+"memory_simulate's; hold_saved, workspace and kernel_calls as\n"
+"memory_simulate's.";
 
 const char fxcut_py_plan_frontier_doc[] =
 "plan_frontier($module, graph, /, *, num_fwd_outputs, role,\n"
@@ -35,7 +37,7 @@ const char fxcut_py_plan_frontier_doc[] =
 "              max_work=4000000000, time_limit=1.0, max_points=1024,\n"
 "              marks=None, fusion=None, fused_cost=None, iteration=None,\n"
 "              realize=None, threads=0, hold_saved=False,\n"
-"              workspace=None)\n"
+"              workspace=None, kernel_calls=False)\n"
 "--\n\n"
 "The Pareto frontier (peak, recompute flops) of the decisions the search\n"
 "finds from `seeds` (k * n bytes of saved masks), every decision when at\n"
@@ -49,7 +51,7 @@ const char fxcut_py_plan_frontier_doc[] =
 "safety net only (timed_out).  threads: the decisions simulated at\n"
 "once, each on a thread of its own (0 or 1: one; at most\n"
 "PLAN_MAX_THREADS): the same result whatever the number.  hold_saved,\n"
-"workspace: the memory model's, as memory_simulate's.";
+"workspace, kernel_calls: the memory model's, as memory_simulate's.";
 
 typedef struct {
     fxcut_graph_buffers gb;
@@ -132,13 +134,16 @@ static int load(plan_call *c, PyObject *graph, PyObject *num_fwd,
     return 0;
 }
 
-/* The optional workspace keyword (None: none) into c->opt. */
-static int load_workspace(plan_call *c, PyObject *workspace)
+/* The optional workspace (None: none) and kernel_calls keywords into
+ * c->opt (after load: kernel_calls needs the inductor model). */
+static int load_workspace(plan_call *c, PyObject *workspace, int kernel_calls)
 {
     if (fxcut_copy_optional(workspace, "workspace", 8, c->gb.graph.n,
-                            &c->workspace) < 0)
+                            &c->workspace) < 0 ||
+        fxcut_kernel_calls_option(kernel_calls, c->opt.fusion) < 0)
         return -1;
     c->opt.workspace = c->workspace;
+    c->opt.kernel_calls = kernel_calls;
     return 0;
 }
 
@@ -192,18 +197,20 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
     static char *keywords[] = {"", "num_fwd_outputs", "role", "saved",
                                "storage_of", "flops", "marks", "fusion",
                                "fused_cost", "iteration", "realize",
-                               "hold_saved", "workspace", NULL};
+                               "hold_saved", "workspace", "kernel_calls",
+                               NULL};
     PyObject *marks = Py_None, *fusion = Py_None, *fused_cost = Py_None,
              *realize = Py_None, *iteration = Py_None, *workspace = Py_None;
     PyObject *graph, *num_fwd = NULL, *role = NULL, *saved = NULL,
                      *storage = Py_None, *flops = Py_None;
-    int hold_saved = 0;
+    int hold_saved = 0, kernel_calls = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOOOOOOpO:plan_simulate", keywords,
-                                     &graph, &num_fwd, &role, &saved,
-                                     &storage, &flops, &marks, &fusion,
-                                     &fused_cost, &iteration, &realize,
-                                     &hold_saved, &workspace))
+                                     "O|$OOOOOOOOOOpOp:plan_simulate",
+                                     keywords, &graph, &num_fwd, &role,
+                                     &saved, &storage, &flops, &marks,
+                                     &fusion, &fused_cost, &iteration,
+                                     &realize, &hold_saved, &workspace,
+                                     &kernel_calls))
         return NULL;
     if (missing("plan_simulate", num_fwd, role, saved) < 0)
         return NULL;
@@ -212,7 +219,7 @@ PyObject *fxcut_py_plan_simulate(PyObject *module, PyObject *args,
     Py_ssize_t len;
     if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
              fused_cost, iteration, realize, hold_saved) == 0 &&
-        load_workspace(&c, workspace) == 0 &&
+        load_workspace(&c, workspace, kernel_calls) == 0 &&
         fxcut_copy_buffer(saved, "saved", 1, c.gb.graph.n, 0, &c.saved,
                           &len) == 0)
         result = run_simulate(module, &c);
@@ -328,7 +335,7 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
                                "max_work", "time_limit", "max_points",
                                "marks", "fusion", "fused_cost", "iteration",
                                "realize", "threads", "hold_saved",
-                               "workspace", NULL};
+                               "workspace", "kernel_calls", NULL};
     PyObject *marks = Py_None, *fusion = Py_None, *fused_cost = Py_None,
              *realize = Py_None, *iteration = Py_None, *threads_obj = NULL,
              *workspace = Py_None;
@@ -337,15 +344,15 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
                      *points_obj = NULL;
     long long max_work = 4000000000LL;
     double time_limit = 1.0;
-    int hold_saved = 0;
+    int hold_saved = 0, kernel_calls = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs,
-                                     "O|$OOOOOOLdOOOOOOOpO:plan_frontier",
+                                     "O|$OOOOOOLdOOOOOOOpOp:plan_frontier",
                                      keywords, &graph, &num_fwd, &role,
                                      &storage, &flops, &seeds, &exact_obj,
                                      &max_work, &time_limit, &points_obj,
                                      &marks, &fusion, &fused_cost, &iteration,
                                      &realize, &threads_obj, &hold_saved,
-                                     &workspace))
+                                     &workspace, &kernel_calls))
         return NULL;
     if (missing("plan_frontier", num_fwd, role, Py_None) < 0)
         return NULL;
@@ -353,7 +360,7 @@ PyObject *fxcut_py_plan_frontier(PyObject *module, PyObject *args,
     PyObject *result = NULL;
     if (load(&c, graph, num_fwd, role, storage, flops, marks, fusion,
              fused_cost, iteration, realize, hold_saved) == 0 &&
-        load_workspace(&c, workspace) == 0 &&
+        load_workspace(&c, workspace, kernel_calls) == 0 &&
         search_limits(&c, exact_obj, points_obj, threads_obj, max_work,
                       time_limit) == 0 &&
         load_seeds(&c, seeds) == 0)

@@ -22,7 +22,8 @@
  *                u8 saved (bit 0) and marks (bits 1-2: X_MUST_FW, X_COPY),
  *                u8 flops
  *   then the inductor model's bytes, and u8 ws_mode (bit 0: a workspace
- *   per node, one u8 each: b * 64, or (int8) b * 1000 under bit 1)
+ *   per node, one u8 each: b * 64, or (int8) b * 1000 under bit 1; bit 2:
+ *   kernel_calls)
  */
 #include "fuzz_graph_input.h"
 #include "memory_internal.h"
@@ -157,6 +158,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         workspace[i] = (ws_mode & 2) ? (int64_t)(int8_t)b * 1000 : (int64_t)b * 64;
     }
     opt.workspace = (ws_mode & 1) ? workspace : NULL;
+    opt.kernel_calls = (ws_mode & 4) != 0;
     fxcut_error err;
     memset(&err, 0, sizeof err);
     int rc = fxcut_graph_validate(&g, &err);

@@ -79,6 +79,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         opt.realize_reuse_reads = (fmode >> 3) % 6;
         opt.realize_acc_reads = 1 + (fmode >> 4);
         opt.realize_opcount = 2 + (fmode >> 5);
+        /* bit 7 also feeds the thresholds above */
+        opt.kernel_calls = (fmode & 128) != 0;
     }
     fxcut_plan_frontier f;
     memset(&f, 0, sizeof f);

@@ -18,6 +18,8 @@ and the plan on it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 import sys
 from array import array
@@ -31,10 +33,10 @@ import torch.nn as nn
 import fxcut
 from fxcut import _C
 from fxcut.planned import PeakPlanner
-from fxcut.solve import core
+from fxcut.solve import core, memory
 from fxcut.solve.arrays import GraphArrays
 from fxcut.solve.cost import CPU, MachineModel, node_costs
-from fxcut.tools.decisions import simulate_saved, torch_now
+from fxcut.tools.decisions import model_inputs, simulate_saved, torch_now
 from fxcut.torchrules import facts
 from fxcut.torchrules.fusion import fusion_kinds, op_kind
 from fxcut.torchrules.versions import rules_or_nearest
@@ -184,20 +186,31 @@ def test_inlined_chain_is_no_buffer_and_extern_input_is(chain: Any) -> None:
     # into the add and the mask, so h lives until the mask's kernel)
     assert [targets[k].overloadpacket for k in fw_kernels] == [aten.mm, aten.add, aten.mm, aten.sum, aten.le], \
         fw_kernels
-    # the peak, at the loss: h and the chain's result (16x128 floats each), the second mm (16x32) and the loss
-    h, chain_out, out, loss = 16 * 128 * 4, 16 * 128 * 4, 16 * 32 * 4, 4
-    assert est.fw_peak_bytes == h + chain_out + out + loss
+    # the peak, at the last call: the loss and the mask kernels run as one C++ call after the second mm
+    # (inductor's CPU code flushes its kernel group at extern kernels only), so the call allocates the loss
+    # and the mask (16x128 bools) at once, with h and the chain's result (16x128 floats each) and the second
+    # mm (16x32) live
+    h, chain_out, out, loss, mask = 16 * 128 * 4, 16 * 128 * 4, 16 * 32 * 4, 4, 16 * 128
+    assert est.fw_peak_bytes == h + chain_out + out + loss + mask
+    # with each fused group a call of its own (GPU kernels) the mask comes after the loss is allocated
+    inputs = model_inputs(arrays, "inductor")
+    assert inputs.inductor is not None and inputs.inductor.kernel_calls  # a CPU graph
+    one_by_one = dataclasses.replace(inputs, inductor=dataclasses.replace(inputs.inductor, kernel_calls=False))
+    gpu = simulate_saved(arrays, list(routed.saved), chain.num_fwd_outputs, model=one_by_one)
+    assert gpu.fw_peak_bytes == h + chain_out + out + loss
     # the unfused model allocates relu and *3 too
     unfused = simulate_saved(arrays, list(routed.saved), chain.num_fwd_outputs)
     assert unfused.fw_peak_bytes > est.fw_peak_bytes
 
 
 def test_model_and_inductors_own_wrapper_on_the_chain(chain: Any) -> None:
-    """The backward: equal to the byte.  The forward: inductor also fuses
-    the mask kernel into the add kernel (both read h), so h dies before the
-    loss is allocated: 4 bytes (the loss) below the model, which runs the
-    mask as a kernel of its own (kernel fusion beyond inlining is not
-    modelled)."""
+    """The backward: equal to the byte.  The forward: inductor fuses the
+    mask kernel into the add kernel (both read h, though they are not
+    neighbours), so h dies before the loss is allocated; the model, which
+    fuses neighbours only, runs the mask in the loss's C++ call after the
+    second mm: 2,052 bytes (the mask, the loss) above inductor's forward at
+    torch's default decision (4 before kernel calls were modelled);
+    equal at budget 0."""
     from fxcut.torchrules.inductor import ask_inductor, donated_indices
 
     found = {}
@@ -209,7 +222,60 @@ def test_model_and_inductors_own_wrapper_on_the_chain(chain: Any) -> None:
         f = ask_inductor(fw, is_backward=False)
         b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
         found[budget] = (est.fw_peak_bytes - f.wrapper_peak, est.bw_peak_bytes - b.wrapper_peak)
-    assert found == {None: (4, 0), 0.0: (0, 0)}, found
+    assert found == {None: (16 * 128 + 4, 0), 0.0: (0, 0)}, found
+
+
+class _TinyLanguageModel(nn.Module):
+    """Embedding, a projection, and a language-model head over a 512-token
+    vocabulary (the loss: next-token cross entropy, logits sliced)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.proj, self.head = nn.Embedding(512, 64), nn.Linear(64, 64), nn.Linear(64, 512, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.proj(self.emb(ids))))
+
+
+def test_model_equals_inductors_own_answer_on_a_language_model_head() -> None:
+    """A language-model head and its shifted cross entropy, at torch's
+    decisions (b = 1, 0.5, 0) and at the plan's b=0 pick on the model
+    alone (which saves what the loss computes): the model's forward and
+    backward peaks equal inductor's generated code to the byte.  Two rules
+    make it so: on CPU the kernels between two extern kernels run as one
+    C++ call (the pick's forward: the loss's outputs allocated with the
+    logits live; without kernel calls the model is below), and kernels over
+    different iteration spaces (the logits' slice, the whole in the
+    gradient's slice_scatter) do not fuse, so a value both read is a buffer
+    (until 2026-12-07 spaces within a factor 2 fused: 992 B below inductor's
+    backward at every decision)."""
+    from fxcut.planned import planned_partitioner
+    from fxcut.tools.capture import capture
+    from fxcut.torchrules.inductor import ask_inductor, donated_indices
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 512, (8, 32))
+    cap = capture(_TinyLanguageModel(), [ids], lambda out, inp: nn.functional.cross_entropy(
+        out[:, :-1].flatten(0, 1), inp[0][:, 1:].flatten()), compiler="inductor")
+    for budget in (None, 0.5, 0.0):
+        routed = _route(cap, budget)
+        fw, bw = routed.modules
+        est = simulate_saved(routed.decision.decision.arrays, list(routed.saved), cap.num_fwd_outputs,
+                             model="inductor")
+        b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
+        assert (est.fw_peak_bytes, est.bw_peak_bytes) == (ask_inductor(fw, is_backward=False).wrapper_peak,
+                                                          b.wrapper_peak), budget
+    fn = planned_partitioner(0.0, memory_model="inductor", check_time_limit=0.0)
+    fw, bw = fn(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    prob, saved = fn.planner.last_problem, list(fn.planner.last.saved)
+    inputs = prob.model_inputs()
+    assert inputs.inductor is not None and inputs.inductor.kernel_calls
+    est = memory.simulate(prob.arrays, saved, prob.num_fwd_outputs, inputs)
+    f = ask_inductor(fw, is_backward=False)
+    b = ask_inductor(bw, is_backward=True, donated=donated_indices(fw, bw))
+    assert (est.fw_peak_bytes, est.bw_peak_bytes) == (f.wrapper_peak, b.wrapper_peak)
+    one_by_one = dataclasses.replace(inputs, inductor=dataclasses.replace(inputs.inductor, kernel_calls=False))
+    assert memory.simulate(prob.arrays, saved, prob.num_fwd_outputs, one_by_one).fw_peak_bytes < f.wrapper_peak
 
 
 def _one_input_module() -> Any:
@@ -1033,6 +1099,13 @@ def test_core_names_a_bad_fusion_entry(chain: Any) -> None:
                              realize=(1, -2, 3))
     with pytest.raises(ValueError, match="fusion"):
         core.memory_simulate(arrays, saved, num_fwd_outputs=chain.num_fwd_outputs, fusion=bytes(n - 1))
+    with pytest.raises(ValueError, match="kernel_calls applies to the inductor model only: pass fusion too"):
+        core.memory_simulate(arrays, saved, num_fwd_outputs=chain.num_fwd_outputs, kernel_calls=True)
+    roles = bytes(n)
+    for entry in (_C.plan_simulate, _C.plan_frontier):
+        kwargs: dict[str, Any] = {"saved": bytes(n)} if entry is _C.plan_simulate else {}
+        with pytest.raises(ValueError, match="kernel_calls applies to the inductor model only"):
+            entry(arrays, num_fwd_outputs=chain.num_fwd_outputs, role=roles, kernel_calls=True, **kwargs)
 
 
 def test_simulate_rejects_an_unknown_model(chain: Any) -> None:

@@ -15,7 +15,9 @@ Backends (:class:`Backend`, written ``KIND[-REGIME][@BUDGET]``):
   value freed after its last use, with torch's min-cut) and
   ``fxcut.aot_backend(memory_budget=b)``, which runs the same: the forward and
   backward FX modules run op by op, the regime fxcut's unfused memory model
-  describes.
+  describes;
+- ``fxcut-model@b``: ``fxcut.inductor_backend(memory_budget=b, check_time_limit=0)``,
+  the plan under inductor on its memory model alone (inductor is never asked).
 
 What one measurement is (:func:`measure_in_process`):
 
@@ -86,7 +88,7 @@ for _p in (ROOT / "python", HERE.parent):
 from realmodels.models import RealModel, build  # noqa: E402
 
 KINDS = ("eager", "stock", "fxcut")
-REGIMES = ("inductor", "unfused")
+REGIMES = ("inductor", "unfused", "model")
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ class Backend:
             raise ValueError(f"backend budget {self.budget!r} must be in [0, 1]")
         if self.kind == "eager" and (self.budget is not None or self.regime != "inductor"):
             raise ValueError("the eager backend takes no regime and no budget")
+        if self.regime == "model" and (self.kind != "fxcut" or self.budget is None):
+            raise ValueError("the model regime is fxcut's plan's (fxcut-model@b): stock has no model to plan on")
 
     @property
     def label(self) -> str:
@@ -261,6 +265,9 @@ def _compiled(backend: Backend, module: torch.nn.Module) -> tuple[Callable[..., 
         return compiled, lambda: functorch_config.patch(activation_memory_budget=budget)
     if backend.regime == "inductor":
         return torch.compile(module, backend=fxcut.inductor_backend(memory_budget=backend.budget)), contextlib.nullcontext
+    if backend.regime == "model":
+        return torch.compile(module, backend=fxcut.inductor_backend(memory_budget=backend.budget,
+                                                                    check_time_limit=0.0)), contextlib.nullcontext
     return torch.compile(module, backend=fxcut.aot_backend(memory_budget=backend.budget)), contextlib.nullcontext
 
 

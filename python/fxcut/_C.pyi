@@ -223,6 +223,7 @@ def memory_simulate(
     realize: tuple[int, int, int] | None = None,
     hold_saved: bool = False,
     workspace: Buffer | None = None,
+    kernel_calls: bool = False,
 ) -> MemoryResult: ...
 def partition_decide(
     graph: GraphArrays,
@@ -274,6 +275,7 @@ def plan_simulate(
     realize: tuple[int, int, int] | None = None,
     hold_saved: bool = False,
     workspace: Buffer | None = None,
+    kernel_calls: bool = False,
 ) -> tuple[int, int, int, int, int, int, int, int, bytes, memoryview, memoryview]: ...
 def plan_frontier(
     graph: GraphArrays,
@@ -296,6 +298,7 @@ def plan_frontier(
     threads: int = 0,
     hold_saved: bool = False,
     workspace: Buffer | None = None,
+    kernel_calls: bool = False,
 ) -> tuple[memoryview, memoryview, bytes, int, int, bool, bool, int, bool, int]: ...
 def cse_key(
     args: Any, kwargs: Any, env: dict[Any, Any], config: CseKeyConfig

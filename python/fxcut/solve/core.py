@@ -245,18 +245,21 @@ def memory_simulate(
     realize: tuple[int, int, int] | None = None,
     hold_saved: bool = False,
     workspace: array[int] | None = None,
+    kernel_calls: bool = False,
 ) -> _C.MemoryResult:
     """The C memory model (``fxcut._C.memory_simulate``) over ``arrays`` for
     the decision that saves node indices ``saved``; ``fusion`` (with
     ``fused_cost``, ``iteration``, ``realize``) selects the inductor model;
     ``hold_saved``: the backward holds its saved values to its end;
-    ``workspace``: bytes each node's kernel holds inside itself.  Errors
-    name the node."""
+    ``workspace``: bytes each node's kernel holds inside itself;
+    ``kernel_calls``: the inductor model's kernels between two extern
+    kernels run as one call (inductor's C++ backend).  Errors name the
+    node."""
     try:
         return _C.memory_simulate(arrays, num_fwd_outputs=num_fwd_outputs, saved=array("i", saved),
                                   storage_of=storage_of, flops=flops, marks=marks, timeline=timeline,
                                   fusion=fusion, fused_cost=fused_cost, iteration=iteration, realize=realize,
-                                  hold_saved=hold_saved, workspace=workspace)
+                                  hold_saved=hold_saved, workspace=workspace, kernel_calls=kernel_calls)
     except (ValueError, IndexError, OverflowError, SystemError, MemoryError) as e:
         _name_node(e, arrays)
         raise

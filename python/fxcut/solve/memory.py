@@ -50,17 +50,20 @@ class InductorModel:
     cost of a recomputed node inlined into its readers (None: 0), its
     kernel's iteration space (:func:`fxcut.torchrules.fusion.iteration_spaces`;
     None: no kernel fusion beyond inlining), and inductor's realization
-    thresholds."""
+    thresholds.  ``kernel_calls``: the kernels between two extern kernels
+    run as one call (inductor's C++ backend), which allocates all their
+    buffers before it and frees what they read last after it."""
 
     fusion: bytes
     fused_cost: array[int] | None
     realize: tuple[int, int, int]
     iteration: array[int] | None = None
+    kernel_calls: bool = False
 
     def core_options(self) -> dict[str, Any]:
         """The keyword arguments of the C entry points that select this model."""
         return {"fusion": self.fusion, "fused_cost": self.fused_cost, "iteration": self.iteration,
-                "realize": self.realize}
+                "realize": self.realize, "kernel_calls": self.kernel_calls}
 
 
 def check_memory_model(name: object) -> str:

@@ -139,7 +139,9 @@ def inductor_model(arrays: LoweredGraph, rules: Rules, fused_cost: array[int] | 
     """The inductor model's inputs for ``arrays`` on the release of ``rules``."""
     device = graph_device(arrays)
     kinds = fusion_kinds(arrays.nodes, rules, device)
-    return InductorModel(kinds, fused_cost, realize_thresholds(device), iteration_spaces(arrays.nodes, kinds))
+    # inductor's C++ backend runs the kernels between two extern kernels as one call; GPU kernels run one by one
+    return InductorModel(kinds, fused_cost, realize_thresholds(device), iteration_spaces(arrays.nodes, kinds),
+                         kernel_calls=device == "cpu")
 
 
 def model_inputs(arrays: LoweredGraph, rules: Rules, model: str = "unfused") -> ModelInputs:
