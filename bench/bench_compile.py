@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, help="the plan: stock at activation_memory_budget=b against fxcut's "
                     "backends at memory_budget=b (default: the default path on both sides)")
     ap.add_argument("--check-time-limit", type=float, metavar="S",
-                    help="with --budget: fxcut.inductor_backend's check_time_limit (0: the plan on its memory model "
+                    help="with --budget: fxcut.inductor_backend's check_time_limit (default 0: the plan on its memory model "
                          "alone, inductor never asked; default: the backend's)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode and interpreter")
     ap.add_argument("--aot-rounds", type=int, default=5, help="rounds of aot-noop (seconds each)")

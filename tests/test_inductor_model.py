@@ -32,7 +32,7 @@ import torch.nn as nn
 
 import fxcut
 from fxcut import _C
-from fxcut.planned import PeakPlanner
+from fxcut.planned import ASK_TIME_LIMIT, PeakPlanner
 from fxcut.solve import core, memory
 from fxcut.solve.arrays import GraphArrays
 from fxcut.solve.cost import CPU, MachineModel, node_costs
@@ -396,7 +396,7 @@ def test_inductor_check_asks_a_graph_traced_with_dynamic_shapes_at_its_traced_si
         shape_env = next(v.fake_mode.shape_env for n in gm.graph.find_nodes(op="placeholder")
                          if isinstance(v := n.meta.get("val"), torch.Tensor))
         before = list(shape_env.guards) if shape_env is not None else []
-        fn = planned_partitioner(0.5, memory_model="inductor")
+        fn = planned_partitioner(0.5, memory_model="inductor", check_time_limit=ASK_TIME_LIMIT)
         fn(gm, cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
         guards[dynamic] = (before, list(shape_env.guards) if shape_env is not None else [])
         reports[dynamic] = fn.planner.last.check
@@ -833,7 +833,7 @@ def test_inductor_check_in_the_plan_keeps_b1_at_or_below_torch(chain: Any) -> No
     picked = []
     asked = []
     for b in (0.0, 0.3, 0.5, 1.0):
-        fn = planned_partitioner(b, memory_model="inductor")
+        fn = planned_partitioner(b, memory_model="inductor", check_time_limit=ASK_TIME_LIMIT)
         chain.partition(fn)
         report = fn.planner.last.check
         assert report is not None and not report.failed and report.asked, report
@@ -978,7 +978,8 @@ def test_check_that_inductor_fails_picks_on_the_model_with_a_warning(monkeypatch
         with monkeypatch.context() as m, caplog.at_level(logging.WARNING, logger="fxcut"):
             m.setattr(ask, "decision_peaks", broken)
             caplog.clear()
-            failing = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000)
+            failing = planned_partitioner(budget, memory_model="inductor", max_work=4_000_000,
+                                          check_time_limit=ASK_TIME_LIMIT)
             cap.partition(failing)
         report = failing.planner.last.check
         # the ask is a gated copy of torch's: its error comes back as TorchChanged, naming the cause
@@ -1052,7 +1053,7 @@ def test_backend_check_time_limit_reaches_the_planner_and_the_cache_key() -> Non
 
     part = InductorPartitioner(memory_budget=0.5, check_time_limit=5.0)
     assert _fxcut_partition(None, 0.5, None, "inductor", part.check_time_limit).planner.check_time_limit == 5.0
-    assert _fxcut_partition(None, 0.5, None, "inductor").planner.check_time_limit == 20.0
+    assert _fxcut_partition(None, 0.5, None, "inductor").planner.check_time_limit == 0.0  # not asked unless told
     assert part.uuid() != InductorPartitioner(memory_budget=0.5).uuid()  # a different plan: another cache entry
     fxcut.inductor_backend(memory_budget=0.5, check_time_limit=0)
     for bad in (-1.0, float("inf"), True):

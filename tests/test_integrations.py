@@ -14,6 +14,7 @@ from functorch.compile import make_boxed_func
 import fxcut
 import fxcut.route.decide
 import fxcut.partition
+from fxcut.planned import ASK_TIME_LIMIT as ASK  # the check asks inductor only when told
 import fxcut.torchrules.zero3
 from fxcut.integrations.torch_compile import InductorPartitioner, zero3_param_indices
 from fxcut.tools.models import build_model
@@ -329,7 +330,7 @@ def test_a_plan_under_inductor_keeps_dynamic_shapes_dynamic(fresh_compile, plan_
 
     torch.manual_seed(0)
     model = _Mlp()
-    counter = CompileCounterWithBackend(fxcut.inductor_backend(memory_budget=0.5))
+    counter = CompileCounterWithBackend(fxcut.inductor_backend(memory_budget=0.5, check_time_limit=ASK))
     compiled = torch.compile(model, backend=counter, dynamic=True)
     for batch in (4, 8, 16):
         x = torch.randn(batch, 64)
@@ -344,6 +345,24 @@ def test_a_plan_under_inductor_keeps_dynamic_shapes_dynamic(fresh_compile, plan_
     assert plan_inputs_seen and all(i.ask is not None and i.no_ask == "" for i in plan_inputs_seen)
     report = fxcut.last_plans()[-1].choice.check
     assert report is not None and report.torch_asked and not report.skipped and not report.failed, report
+
+
+def test_a_plan_under_inductor_rests_on_the_model_unless_told(fresh_compile, plan_inputs_seen):
+    """inductor_backend(memory_budget=b) plans on the inductor memory model
+    alone: inductor is not asked (the report says why and how to ask), and
+    the step's gradients equal eager's."""
+    torch.manual_seed(0)
+    model = _Mlp()
+    x = torch.randn(8, 64)
+    torch.compile(model, backend=fxcut.inductor_backend(memory_budget=0.0))(x).backward()
+    got = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    model(x).backward()
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(got[k], p.grad, rtol=1e-4, atol=1e-5)
+    report = fxcut.last_plans()[-1].choice.check
+    assert report is not None and not report.asked and not report.torch_asked, report
+    assert "not asked" in report.skipped and "check_time_limit" in report.skipped, report.skipped
 
 
 class _Attention(nn.Module):
@@ -375,7 +394,7 @@ def test_a_plan_under_inductor_asks_attention_with_dynamic_shapes(fresh_compile)
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = _Attention()
-    counter = CompileCounterWithBackend(fxcut.inductor_backend(memory_budget=0.0))
+    counter = CompileCounterWithBackend(fxcut.inductor_backend(memory_budget=0.0, check_time_limit=ASK))
     compiled = torch.compile(model, backend=counter, dynamic=True)
     for batch in batches:
         x = torch.randn(batch, 16, 64)
@@ -397,7 +416,7 @@ def test_a_plan_under_inductor_accepts_mark_dynamic(fresh_compile, plan_inputs_s
     from torch._dynamo.testing import CompileCounterWithBackend
 
     torch.manual_seed(0)
-    counter = CompileCounterWithBackend(fxcut.inductor_backend(memory_budget=0.5))
+    counter = CompileCounterWithBackend(fxcut.inductor_backend(memory_budget=0.5, check_time_limit=ASK))
     compiled = torch.compile(_Mlp(), backend=counter)
     x = torch.randn(8, 64)
     torch._dynamo.mark_dynamic(x, 0)
@@ -408,5 +427,6 @@ def test_a_plan_under_inductor_accepts_mark_dynamic(fresh_compile, plan_inputs_s
 
     torch._dynamo.reset()
     plan_inputs_seen.clear()
-    torch.compile(_Mlp(), backend=fxcut.inductor_backend(memory_budget=0.5))(torch.randn(8, 64)).backward()
+    torch.compile(_Mlp(), backend=fxcut.inductor_backend(memory_budget=0.5, check_time_limit=ASK))(
+        torch.randn(8, 64)).backward()
     assert plan_inputs_seen and plan_inputs_seen[-1].ask is not None and plan_inputs_seen[-1].no_ask == ""

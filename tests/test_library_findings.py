@@ -74,7 +74,7 @@ def test_the_plan_under_inductor_records_the_decision_built_and_warns_nothing(
     report.reset_plans()
     with caplog.at_level(logging.INFO, logger="fxcut"):
         for _ in range(2):  # every compile: the same plan, no warning
-            fn = fxcut.planned_partitioner(0.2, memory_model="inductor")
+            fn = fxcut.planned_partitioner(0.2, memory_model="inductor", check_time_limit=fxcut.planned.ASK_TIME_LIMIT)
             fw, _ = cap.partition(fn)
             choice = fn.planner.last
             assert choice is not None and choice.check is not None
@@ -174,8 +174,9 @@ def test_check_options_where_inductor_is_never_asked_are_rejected(make: Any, opt
 
 def test_check_time_limit_reaches_the_plan_where_inductor_is_asked() -> None:
     assert PeakPlanner(0.5, memory_model="inductor", check_time_limit=5.0).check_time_limit == 5.0
-    assert PeakPlanner(0.5, memory_model="inductor").check_time_limit == 20.0
-    assert PeakPlanner(0.5).check_time_limit == 20.0  # unused, but the attribute reads the default
+    # inductor is not asked unless told (a positive check_time_limit opts in)
+    assert PeakPlanner(0.5, memory_model="inductor").check_time_limit == 0.0
+    assert PeakPlanner(0.5).check_time_limit == 0.0  # unused, but the attribute reads the default
     report.reset_plans()
     torch._dynamo.reset()
     w = torch.rand(8, 8, requires_grad=True)
@@ -186,3 +187,4 @@ def test_check_time_limit_reaches_the_plan_where_inductor_is_asked() -> None:
         torch._dynamo.reset()
     (plan,) = report.last_plans()
     assert plan.choice.check is not None and "check_time_limit=0" in plan.choice.check.skipped
+    assert "not asked" in plan.choice.check.skipped and not plan.choice.check.asked

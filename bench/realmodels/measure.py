@@ -8,7 +8,8 @@ Backends (:class:`Backend`, written ``KIND[-REGIME][@BUDGET]``):
 - ``eager``: no compile (the reference every gradient is compared with);
 - ``stock@b``: ``torch.compile(model)`` (inductor, torch's partitioner) with
   ``torch._functorch.config.activation_memory_budget = b`` (default 1);
-- ``fxcut@b``: ``torch.compile(model, backend=fxcut.inductor_backend(memory_budget=b))``;
+- ``fxcut@b``: ``torch.compile(model, backend=fxcut.inductor_backend(memory_budget=b))`` (the plan on
+  the inductor memory model);
   ``fxcut`` alone: ``fxcut.inductor_backend()``, fxcut's exact copy of torch's decision;
 - ``stock-unfused@b`` / ``fxcut-unfused@b``: the same two with eager kernels:
   torch's ``aot_eager`` (AOT Autograd, the boxed no-op compilers, each saved
@@ -16,8 +17,9 @@ Backends (:class:`Backend`, written ``KIND[-REGIME][@BUDGET]``):
   ``fxcut.aot_backend(memory_budget=b)``, which runs the same: the forward and
   backward FX modules run op by op, the regime fxcut's unfused memory model
   describes;
-- ``fxcut-model@b``: ``fxcut.inductor_backend(memory_budget=b, check_time_limit=0)``,
-  the plan under inductor on its memory model alone (inductor is never asked).
+- ``fxcut-asked@b``: ``fxcut.inductor_backend(memory_budget=b, check_time_limit=20)``,
+  the plan under inductor that asks inductor about its candidates (``fxcut@b``
+  plans on the memory model alone, the default since 2026-12-07).
 
 What one measurement is (:func:`measure_in_process`):
 
@@ -88,7 +90,7 @@ for _p in (ROOT / "python", HERE.parent):
 from realmodels.models import RealModel, build  # noqa: E402
 
 KINDS = ("eager", "stock", "fxcut")
-REGIMES = ("inductor", "unfused", "model")
+REGIMES = ("inductor", "unfused", "asked")
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,8 @@ class Backend:
             raise ValueError(f"backend budget {self.budget!r} must be in [0, 1]")
         if self.kind == "eager" and (self.budget is not None or self.regime != "inductor"):
             raise ValueError("the eager backend takes no regime and no budget")
-        if self.regime == "model" and (self.kind != "fxcut" or self.budget is None):
-            raise ValueError("the model regime is fxcut's plan's (fxcut-model@b): stock has no model to plan on")
+        if self.regime == "asked" and (self.kind != "fxcut" or self.budget is None):
+            raise ValueError("the asked regime is fxcut's plan's (fxcut-asked@b): stock's has nothing to ask")
 
     @property
     def label(self) -> str:
@@ -265,9 +267,12 @@ def _compiled(backend: Backend, module: torch.nn.Module) -> tuple[Callable[..., 
         return compiled, lambda: functorch_config.patch(activation_memory_budget=budget)
     if backend.regime == "inductor":
         return torch.compile(module, backend=fxcut.inductor_backend(memory_budget=backend.budget)), contextlib.nullcontext
-    if backend.regime == "model":
+    if backend.regime == "asked":
+        from fxcut.planned import ASK_TIME_LIMIT
+
         return torch.compile(module, backend=fxcut.inductor_backend(memory_budget=backend.budget,
-                                                                    check_time_limit=0.0)), contextlib.nullcontext
+                                                                    check_time_limit=ASK_TIME_LIMIT)), \
+            contextlib.nullcontext
     return torch.compile(module, backend=fxcut.aot_backend(memory_budget=backend.budget)), contextlib.nullcontext
 
 

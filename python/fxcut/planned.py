@@ -20,8 +20,8 @@ import torch.fx as fx
 
 from .partition import min_cut_rematerialization_partition
 from .solve.cost import MachineModel
-from .solve.peakplan import (COSTS, DEFAULT_CHECK_TIME_LIMIT, DEFAULT_EXACT_TIME_LIMIT, DEFAULT_MAX_CHECKS,
-                             MAX_TIME_LIMIT, SETTLE_BUDGETS, SOLVERS, PeakPlanner, PlanChoice)
+from .solve.peakplan import (ASK_TIME_LIMIT, COSTS, DEFAULT_CHECK_TIME_LIMIT, DEFAULT_EXACT_TIME_LIMIT,
+                             DEFAULT_MAX_CHECKS, MAX_TIME_LIMIT, SETTLE_BUDGETS, SOLVERS, PeakPlanner, PlanChoice)
 from .solve.planner import DEFAULT_MAX_WORK, DEFAULT_SEED_BUDGETS, DEFAULT_TIME_LIMIT
 
 
@@ -78,5 +78,5 @@ def planned_partitioner(memory_budget: float = 1.0, *, exact_max_candidates: int
     fn.fxcut_takes_zero3 = True
     return fn
 
-__all__ = ["COSTS", "DEFAULT_CHECK_TIME_LIMIT", "DEFAULT_EXACT_TIME_LIMIT", "DEFAULT_MAX_CHECKS", "MAX_TIME_LIMIT",
-           "PeakPlanner", "PlanChoice", "PlannedPartition", "SETTLE_BUDGETS", "SOLVERS", "planned_partitioner"]
+__all__ = ["ASK_TIME_LIMIT", "COSTS", "DEFAULT_CHECK_TIME_LIMIT", "DEFAULT_EXACT_TIME_LIMIT", "DEFAULT_MAX_CHECKS",
+           "MAX_TIME_LIMIT", "PeakPlanner", "PlanChoice", "PlannedPartition", "SETTLE_BUDGETS", "SOLVERS", "planned_partitioner"]

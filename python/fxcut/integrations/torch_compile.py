@@ -283,12 +283,15 @@ def inductor_backend(zero3_params: Any = None, verify: Any = None, memory_budget
     ``memory_budget``: partition with :func:`fxcut.planned_partitioner`
     (the budget on the simulated peak) instead of torch's decision, on the
     inductor memory model (``memory_model``: what inductor runs; ``"unfused"``
-    plans as if the modules ran op by op).  ``check_time_limit``: the seconds
-    the plan may spend asking inductor about its candidates, per graph
-    (:class:`fxcut.planned.PeakPlanner`; None: its default, 20 s; where a
+    plans as if the modules ran op by op).  The plan rests on the inductor
+    memory model alone by default; ``check_time_limit`` (seconds per graph,
+    e.g. 20) opts in to asking inductor itself about its candidates
+    (:class:`fxcut.planned.PeakPlanner`: lowering and code generation on
+    fake tensors of its own, no guard added to the compile; where a
     budget's pick would rest on the model's figure, asking about the picks
-    may take twice that again); only with ``memory_budget`` on the inductor
-    memory model, where the plan asks inductor (else a ValueError naming it).
+    may take twice that again; None or 0: never asked); only with
+    ``memory_budget`` on the inductor memory model (else a ValueError
+    naming it).
     ``safe_budget``: keep saved what torch's decision would recompute
     although it draws random numbers or reads state the step mutates
     (:func:`fxcut.min_cut_rematerialization_partition`); None leaves it to

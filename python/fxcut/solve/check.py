@@ -52,7 +52,7 @@ ask's seconds from the graph's size (:data:`ASK_SECONDS_PER_NODE`,
 measured) and asks only as many candidates as fit (:func:`asks_within`),
 so a call asks the same candidates on every machine; a wall-clock stop at
 :data:`OVERRUN` times the budget is only a safety net.  Where no candidate
-besides torch's fits (a 24-layer GPT at the default 20 s), the check is
+besides torch's fits (a 24-layer GPT at 20 s; every graph at the default 0 s), the check is
 skipped: the same rule then picks among torch's decisions on the model's
 peaks at b > 0, and b=0 is the model's lowest (``CheckReport.skipped``
 says why).
