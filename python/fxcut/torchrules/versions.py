@@ -473,6 +473,11 @@ _LISTED: list[Private] = [
            "torch._inductor.virtualized.V.set_fake_mode", "torch._inductor.virtualized.V.set_graph_handler",
            when=_INDUCTOR_PLAN),
     Private("torch.utils._ordered_set.OrderedSet", TORCH, (_INDUCTOR, _ASK), when=_INDUCTOR_PLAN),
+    # the check's modules of a graph with dynamic shapes, static at the traced sizes on a fake mode and a
+    # tracing context of their own (fxcut.torchrules.ask.at_traced_sizes)
+    *_rows(TORCH, (_ASK,), "torch._guards.TracingContext", "torch._guards.tracing",
+           "torch._subclasses.fake_tensor.FakeTensorMode", "torch._subclasses.fake_tensor.unset_fake_temporarily",
+           "torch.fx.passes.shape_prop._extract_tensor_metadata", when=_INDUCTOR_PLAN),
     # the check's code generation without vectorized C++ kernels (its simdlen option, patched while it runs)
     *_rows(TORCH, (_INDUCTOR,), "torch._inductor.config", "torch._inductor.config.patch",
            "torch._inductor.config.cpp.simdlen", when=_INDUCTOR_PLAN),
