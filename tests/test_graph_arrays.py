@@ -419,13 +419,14 @@ SIGNATURES = {
     "aggressive_options": "(options, /)",
     "memory_simulate": "(graph, /, *, num_fwd_outputs, saved, storage_of=None, flops=None, marks=None, "
                        "timeline=False, fusion=None, fused_cost=None, iteration=None, realize=None, hold_saved=False, "
-                       "workspace=None)",
+                       "workspace=None, kernel_calls=False)",
     "plan_simulate": "(graph, /, *, num_fwd_outputs, role, saved, storage_of=None, flops=None, marks=None, "
-                     "fusion=None, fused_cost=None, iteration=None, realize=None, hold_saved=False, workspace=None)",
+                     "fusion=None, fused_cost=None, iteration=None, realize=None, hold_saved=False, workspace=None, "
+                     "kernel_calls=False)",
     "plan_frontier": "(graph, /, *, num_fwd_outputs, role, storage_of=None, flops=None, seeds=None, "
                      "exact_max_free=16, max_work=4000000000, time_limit=1.0, max_points=1024, marks=None, "
                      "fusion=None, fused_cost=None, iteration=None, realize=None, threads=0, hold_saved=False, "
-                     "workspace=None)",
+                     "workspace=None, kernel_calls=False)",
     "cse_key": "(args, kwargs, env, config)",
     "lower_read": "(nodes, replace, config, /)",
     "prepare_plan": "(nodes, node_facts, config, /, *, eliminate_dead, cse)",
