@@ -130,7 +130,6 @@ def at_traced_sizes(fw: fx.GraphModule, bw: fx.GraphModule) -> FakeTensorMode:
     ``dynamic=True`` one compile serves every size, and ``mark_dynamic``
     holds (a lowering on the compile's own ShapeEnv would specialize both).
     Returns that mode: the ask runs in a tracing context of its own too."""
-
     mode = FakeTensorMode()
     storages: dict[object, torch.Tensor] = {}
     for module in (fw, bw):
@@ -175,10 +174,9 @@ def _traced_arguments(module: fx.GraphModule) -> None:
         if isinstance(a, torch.SymInt):
             return _traced(a)
         if isinstance(a, torch.SymFloat | torch.SymBool):
-            hint = a.node.hint
-            if hint is None:
+            if a.node.hint is None:
                 raise ValueError(f"the value {a} has no traced value")
-            return type(hint)(hint) if isinstance(hint, bool | float | int) else hint
+            return a.node.hint
         return a
 
     for n in module.graph.nodes:
