@@ -48,7 +48,7 @@ def _child(side: str, cfg: dict[str, Any], mode: str = "inductor") -> dict[str, 
 
     torch.manual_seed(0)
     budget = cfg.pop("budget", None)
-    check = {k: cfg.pop(k) for k in ("check_time_limit",) if k in cfg}
+    check = {"check_time_limit": cfg.pop("check_time_limit")} if "check_time_limit" in cfg else {}
     built = build_model("gpt2", **cfg)
     model = built.model
     model.train()
@@ -254,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, help="the plan: stock at activation_memory_budget=b against fxcut's "
                     "backends at memory_budget=b (default: the default path on both sides)")
     ap.add_argument("--check-time-limit", type=float, metavar="S",
-                    help="with --budget: fxcut.inductor_backend's check_time_limit (default 0: the plan on its memory model "
-                         "alone, inductor never asked; default: the backend's)")
+                    help="with --budget: fxcut.inductor_backend's check_time_limit (a positive one asks inductor; "
+                         "default: the backend's, 0: the plan on its memory model alone)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per mode and interpreter")
     ap.add_argument("--aot-rounds", type=int, default=5, help="rounds of aot-noop (seconds each)")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))

@@ -88,6 +88,15 @@ def _assert_compiled_matches_eager(compile_kwargs, name: str = "mlp", rtol: floa
     return model
 
 
+def _assert_step_matches_eager(model: nn.Module, compiled, x: torch.Tensor) -> None:
+    """A step of ``compiled`` (``model`` compiled; its output is the loss)
+    on ``x``: its gradients equal eager's."""
+    _, got = _step(model, compiled, [x], lambda out, _: out)
+    _, want = _step(model, model, [x], lambda out, _: out)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5, msg=lambda m: f"{k}: {m}")
+
+
 # --------------------------------------------------------------------------- inductor
 
 
@@ -334,13 +343,7 @@ def test_a_plan_under_inductor_keeps_dynamic_shapes_dynamic(fresh_compile, plan_
     compiled = torch.compile(model, backend=counter, dynamic=True)
     for batch in (4, 8, 16):
         x = torch.randn(batch, 64)
-        model.zero_grad(set_to_none=True)
-        compiled(x).backward()
-        got = {k: p.grad.clone() for k, p in model.named_parameters()}
-        model.zero_grad(set_to_none=True)
-        model(x).backward()
-        for k, p in model.named_parameters():
-            torch.testing.assert_close(got[k], p.grad, rtol=1e-4, atol=1e-5)
+        _assert_step_matches_eager(model, compiled, x)
     assert counter.frame_count == 1
     assert plan_inputs_seen and all(i.ask is not None and i.no_ask == "" for i in plan_inputs_seen)
     report = fxcut.last_plans()[-1].choice.check
@@ -354,12 +357,7 @@ def test_a_plan_under_inductor_rests_on_the_model_unless_told(fresh_compile, pla
     torch.manual_seed(0)
     model = _Mlp()
     x = torch.randn(8, 64)
-    torch.compile(model, backend=fxcut.inductor_backend(memory_budget=0.0))(x).backward()
-    got = {k: p.grad.clone() for k, p in model.named_parameters()}
-    model.zero_grad(set_to_none=True)
-    model(x).backward()
-    for k, p in model.named_parameters():
-        torch.testing.assert_close(got[k], p.grad, rtol=1e-4, atol=1e-5)
+    _assert_step_matches_eager(model, torch.compile(model, backend=fxcut.inductor_backend(memory_budget=0.0)), x)
     report = fxcut.last_plans()[-1].choice.check
     assert report is not None and not report.asked and not report.torch_asked, report
     assert "not asked" in report.skipped and "check_time_limit" in report.skipped, report.skipped
@@ -398,13 +396,7 @@ def test_a_plan_under_inductor_asks_attention_with_dynamic_shapes(fresh_compile)
     compiled = torch.compile(model, backend=counter, dynamic=True)
     for batch in batches:
         x = torch.randn(batch, 16, 64)
-        model.zero_grad(set_to_none=True)
-        compiled(x).backward()
-        got = {k: p.grad.clone() for k, p in model.named_parameters()}
-        model.zero_grad(set_to_none=True)
-        model(x).backward()
-        for k, p in model.named_parameters():
-            torch.testing.assert_close(got[k], p.grad, rtol=1e-4, atol=1e-5)
+        _assert_step_matches_eager(model, compiled, x)
     assert counter.frame_count == stock.frame_count < len(batches)
     report = fxcut.last_plans()[-1].choice.check
     assert report is not None and report.torch_asked and not report.skipped and not report.failed, report

@@ -57,7 +57,7 @@ def inductor_peaks(joint_module: fx.GraphModule, saved_nodes: Sequence[fx.Node],
     fw, bw = torch_build_modules(joint_module, split_saved(list(saved_nodes)), num_fwd_outputs, OrderedSet(),
                                  False, False, rules)
     with contextlib.ExitStack() as own:
-        if dynamic_inputs(joint_module):
+        if symbolic_inputs(joint_module):
             # the compile's fake mode is active around the partitioner, and inductor's passes look for the
             # one of the tracing context before their inputs': neither may see the compile's
             own.enter_context(unset_fake_temporarily())
@@ -77,17 +77,20 @@ def decision_peaks(joint_module: fx.GraphModule, prep: prepare.Preparation | Non
     return inductor_peaks(copy, [by_name[lowered[i].name] for i in saved], num_fwd_outputs, rules)
 
 
-def dynamic_inputs(joint_module: fx.GraphModule) -> str:
-    """The first input of the graph that is symbolic (a symbolic integer,
-    or a tensor with a symbolic size or stride), named ("": none is)."""
-    for node in joint_module.graph.find_nodes(op="placeholder"):
-        val = node.meta.get("val")
-        if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
-            return f"input {node.name!r} is symbolic"
-        if isinstance(val, torch.Tensor) and not all(isinstance(d, int) for d in (*val.shape, *val.stride(),
-                                                                                  val.storage_offset())):
-            return f"input {node.name!r} has symbolic sizes"
-    return ""
+def _sizes(val: object) -> list[Any]:
+    """What of a placeholder's value may be symbolic: the value itself (a
+    number), or a tensor's sizes, strides and storage offset."""
+    if isinstance(val, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return [val]
+    if isinstance(val, torch.Tensor):
+        return [*val.shape, *val.stride(), val.storage_offset()]
+    return []
+
+
+def symbolic_inputs(joint_module: fx.GraphModule) -> bool:
+    """Whether an input of the graph is symbolic (traced with dynamic shapes)."""
+    return any(not isinstance(d, int) for node in joint_module.graph.find_nodes(op="placeholder")
+               for d in _sizes(node.meta.get("val")))
 
 
 def untraced_sizes(joint_module: fx.GraphModule) -> str:
@@ -95,10 +98,7 @@ def untraced_sizes(joint_module: fx.GraphModule) -> str:
     size has no value it was traced with (an unbacked symbol), so there is
     no size to ask at."""
     for node in joint_module.graph.find_nodes(op="placeholder"):
-        val = node.meta.get("val")
-        sizes = [val] if isinstance(val, torch.SymInt) else \
-            [*val.shape, *val.stride(), val.storage_offset()] if isinstance(val, torch.Tensor) else []
-        for d in sizes:
+        for d in _sizes(node.meta.get("val")):
             if isinstance(d, torch.SymInt) and _hint(d) is None:
                 return f"input {node.name!r} has a size with no traced value ({d}): nothing to ask inductor at"
     return ""
@@ -225,5 +225,5 @@ def holds_saved_tensors(joint_module: fx.GraphModule) -> bool:
     return False
 
 
-__all__ = ["at_traced_sizes", "decision_peaks", "dynamic_inputs", "holds_saved_tensors", "inductor_peaks",
-           "prepared_copy", "untraced_sizes"]
+__all__ = ["at_traced_sizes", "decision_peaks", "holds_saved_tensors", "inductor_peaks",
+           "prepared_copy", "symbolic_inputs", "untraced_sizes"]
