@@ -569,8 +569,8 @@ def print_peaks(peaks: dict[str, Any], out: Any = None) -> None:
                "only)", peaks["model"])]
     if "inductor_model" in peaks:
         blocks.append(("inductor memory model (memory_model=\"inductor\": kernels as inductor fuses and frees "
-                       "them, the plan on the model alone; fxcut.inductor_backend also asks inductor itself, "
-                       "docs/memory_model.md)", peaks["inductor_model"]))
+                       "them, the plan on the model alone as fxcut.inductor_backend plans it; check_time_limit=20 "
+                       "also asks inductor itself, docs/memory_model.md)", peaks["inductor_model"]))
     if "measured" in peaks:
         backend = peaks["measured_backend"]
         blocks.append((f"measured: one training step on CPU, real tensors, backend {backend}: "
