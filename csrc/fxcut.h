@@ -513,11 +513,17 @@ enum fxcut_fusion_kind {
                                   of its tensor inputs in another layout (CPU
                                   convolutions): each input's bytes are
                                   allocated before it and freed after it */
-    FXCUT_FUSE_ABSORBED = 1u << 5 /* an EXTERN matmul whose one reader, an
+    FXCUT_FUSE_ABSORBED = 1u << 5, /* an EXTERN matmul whose one reader, an
                                   add marked EXTERN, becomes one addmm with it
                                   (inductor's post-grad addmm pattern): run
                                   and allocated by that reader when both are
                                   in the module */
+    FXCUT_FUSE_LAYOUT = 1u << 6 /* a kernel whose presence in a module turns
+                                  inductor's layout optimisation on there (a
+                                  forward convolution on CPU): the module's
+                                  kernels hold their workspace (the bytes
+                                  of their kernels in that layout); in a
+                                  module without one, no workspace counts */
 };
 
 typedef struct {
@@ -556,7 +562,9 @@ typedef struct {
     /* n entries, or NULL (all 0): bytes node i's kernel allocates and frees
      * inside itself while it runs, beyond its outputs (oneDNN's reorders,
      * attention scratch: the per-op table of fxcut.torchrules.kernels),
-     * counted at its step on top of what is live; >= 0. */
+     * counted at its step on top of what is live; >= 0.  Under the
+     * inductor model: what it holds in inductor's optimised layout, counted
+     * only in a module that holds a FUSE_LAYOUT kernel. */
     const int64_t *workspace;
     /* nonzero (under the inductor model): a module's kernels between two
      * extern kernels run as one call, as inductor's C++ backend generates

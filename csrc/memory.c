@@ -836,14 +836,15 @@ int fxcut_check_fusion(const fxcut_graph *g, const uint8_t *fusion,
                           "%d, %d, %d", (int)reuse_reads, (int)acc_reads,
                           (int)opcount);
     const unsigned known = FXCUT_FUSE_KIND_MASK | FXCUT_FUSE_HEAVY |
-                           FXCUT_FUSE_COPIES_INPUTS | FXCUT_FUSE_ABSORBED;
+                           FXCUT_FUSE_COPIES_INPUTS | FXCUT_FUSE_ABSORBED |
+                           FXCUT_FUSE_LAYOUT;
     for (int32_t i = 0; i < g->n; i++) {
         unsigned f = fusion[i];
         if ((f & ~known) != 0 || (f & FXCUT_FUSE_KIND_MASK) > FXCUT_FUSE_CAT)
             return fxcut_fail(err, FXCUT_E_INVALID, i,
                               "fusion[%d] = %u is not a FUSE_* kind (0..3, "
                               "| FUSE_HEAVY | FUSE_COPIES_INPUTS | "
-                              "FUSE_ABSORBED)", (int)i, f);
+                              "FUSE_ABSORBED | FUSE_LAYOUT)", (int)i, f);
         if (fused_cost != NULL && fused_cost[i] < 0)
             return fxcut_fail(err, FXCUT_E_INVALID, i,
                               "fused_cost[%d] = %lld is negative", (int)i,

@@ -604,10 +604,20 @@ static void charge_inputs(fxcut_memsim *s, uint8_t held, step_ctx *c)
 }
 
 /* What kernel v holds only while it runs: the layout copies of its inputs
- * and its workspace. */
+ * and, in a module whose layout is optimised, its workspace. */
 static int64_t kernel_transient(const fxcut_memsim *s, int32_t v)
 {
-    return input_copies(s, v) + (s->workspace != NULL ? s->workspace[v] : 0);
+    int64_t ws = s->workspace != NULL && s->layout_on ? s->workspace[v] : 0;
+    return input_copies(s, v) + ws;
+}
+
+/* Whether one of the module's n_body nodes is a FUSE_LAYOUT kernel. */
+static int32_t module_layout_on(const fxcut_memsim *s, int32_t n_body)
+{
+    for (int32_t k = 0; k < n_body; k++)
+        if ((s->fusion[s->body[k]] & FXCUT_FUSE_LAYOUT) != 0)
+            return 1;
+    return 0;
 }
 
 /* Kernel v of group grp (kernels k0 .. k1) allocates its buffer: none for
@@ -747,6 +757,7 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
         if ((s->mark[i] & pinned) != 0)
             s->last[s->root[i]] = END;
     realize(s, n_body, kept);
+    s->layout_on = module_layout_on(s, n_body);
     int32_t nk = collect_kernels(s, n_body);
     record_reads(s, nk, kept);
     int32_t ng = group_kernels(s, nk, kept);

@@ -39,6 +39,8 @@ struct fxcut_memsim {
                                backend) */
     const int64_t *workspace; /* per node: bytes its kernel holds inside
                                itself while it runs (NULL: none) */
+    int32_t layout_on;      /* fused walk: the module holds a FUSE_LAYOUT
+                               kernel, its workspaces count */
     int32_t *root;          /* storage root of every node */
     int64_t *cost;          /* bytes a root's storage costs (0: not counted) */
     uint8_t *tangent_dep;   /* depends on a tangent / backward seed */

@@ -139,7 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t *iteration = xmalloc(((size_t)n + 1) * sizeof *iteration);
     for (int32_t i = 0; i < n; i++) {
         uint8_t f = fz_u8(&in);
-        fusion[i] = (mode & 128) ? f : (uint8_t)((f & 3) | (f & 0x38));
+        fusion[i] = (mode & 128) ? f : (uint8_t)((f & 3) | (f & 0x78));
         iteration[i] = fz_u8(&in) % 5;
     }
     if (mode & 32) {

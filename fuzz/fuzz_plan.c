@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t *iteration = xmalloc(((size_t)n + 1) * sizeof *iteration);
     for (int32_t i = 0; i < n; i++) {
         uint8_t b = fz_u8(&in);
-        fusion[i] = (uint8_t)((b & 3) | (b & 0x38));
+        fusion[i] = (uint8_t)((b & 3) | (b & 0x78));
         iteration[i] = fz_u8(&in) % 5;
     }
     int32_t max_points = 1 + (mode >> 5);

@@ -83,9 +83,28 @@ def test_heavy_and_copied_inputs_are_cpu_rules() -> None:
     cpu = fusion_kinds(nodes, rules_or_nearest(), "cpu")
     cuda = fusion_kinds(nodes, rules_or_nearest(), "cuda")
     assert cpu[2] == _C.FUSE_POINTWISE | _C.FUSE_HEAVY and cuda[2] == _C.FUSE_POINTWISE
-    assert cpu[3] == _C.FUSE_EXTERN | _C.FUSE_COPIES_INPUTS and cuda[3] == _C.FUSE_EXTERN
+    # a forward convolution on CPU: copies of its inputs, and inductor's layout optimisation on in its module
+    assert cpu[3] == _C.FUSE_EXTERN | _C.FUSE_COPIES_INPUTS | _C.FUSE_LAYOUT and cuda[3] == _C.FUSE_EXTERN
     assert cpu[4] == cuda[4] == _C.FUSE_POINTWISE
     assert cpu[0] == cpu[1] == cpu[5] == _C.FUSE_POINTWISE  # placeholders and the output: unused
+
+
+def test_the_layout_optimisation_follows_inductors_config_and_mkldnn(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor import config
+
+    from fxcut.torchrules.fusion import layout_optimisation
+
+    assert layout_optimisation("cuda") == "never"  # the GPU heuristics are not modelled
+    with config.patch(layout_optimization=False):
+        assert layout_optimisation("cpu") == "never"
+    with config.patch(force_layout_optimization=True):
+        assert layout_optimisation("cpu") == "always"
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        graph.output(graph.call_function(aten.exp.default, (x,)))
+        assert fusion_kinds(list(graph.nodes), rules_or_nearest(), "cpu")[1] & _C.FUSE_LAYOUT  # every kernel
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+    assert layout_optimisation("cpu") == "never"
 
 
 def test_heavy_ops_are_inductors_list_of_the_release() -> None:

@@ -120,6 +120,7 @@ FUSE_CAT: int
 FUSE_HEAVY: int
 FUSE_COPIES_INPUTS: int
 FUSE_ABSORBED: int
+FUSE_LAYOUT: int
 FUSE_KIND_MASK: int
 
 class Decision(tuple[Any, ...]):

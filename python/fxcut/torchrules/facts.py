@@ -31,7 +31,7 @@ import fxcut._C as _C
 from ..solve.memory import InductorModel, ModelInputs
 from .budget import RuntimeEstimates
 from .extract import placement_rules
-from .fusion import fusion_kinds, iteration_spaces, realize_thresholds
+from .fusion import fusion_kinds, iteration_spaces, layout_optimisation, realize_thresholds
 from .kernels import workspace as kernel_workspace
 from .lower import LoweredGraph
 from .ops import tensor_nbytes
@@ -156,13 +156,15 @@ def model_inputs(arrays: LoweredGraph, rules: Rules, model: str = "unfused") -> 
 
 def model_workspace(arrays: LoweredGraph, model: str) -> array[int] | None:
     """What each node's kernel holds inside itself under ``model``: the
-    kernel table's bytes for the eager kernels the unfused models run
-    (:mod:`fxcut.torchrules.kernels`); None under inductor, whose kernels
-    take other layouts (its convolutions' copies are the model's
-    COPIES_INPUTS)."""
+    kernel table's bytes (:mod:`fxcut.torchrules.kernels`) for the eager
+    kernels the unfused models run; under inductor, for the convolutions it
+    leaves to aten, in the channels-last layout its layout optimisation
+    gives them (counted in a module where that is on; where it is off the
+    model's COPIES_INPUTS copies stand for oneDNN's reorders)."""
+    device = graph_device(arrays)
     if model == "inductor":
-        return None
-    return kernel_workspace(arrays, graph_device(arrays))
+        return kernel_workspace(arrays, device, inductor=True) if layout_optimisation(device) != "never" else None
+    return kernel_workspace(arrays, device)
 
 
 __all__ = ["extraction_marks", "graph_device", "inductor_model", "model_inputs", "model_workspace", "node_flops", "storage_of",

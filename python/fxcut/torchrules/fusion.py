@@ -25,7 +25,10 @@ its kind, read here from inductor's own tables on the installed torch:
   of its input and weight.  ABSORBED marks an ``mm`` whose one user is an
   ``add`` of a tensor of its dtype and an expandable shape: inductor's
   post-grad pass rewrites the pair into one ``addmm``, so the add becomes
-  the EXTERN kernel (:func:`_absorbing_add`).
+  the EXTERN kernel (:func:`_absorbing_add`).  LAYOUT marks what turns
+  inductor's layout optimisation on in a module (:func:`layout_optimisation`:
+  a forward convolution on CPU): there the convolutions run channels-last
+  and hold that layout's workspace (the kernel table's).
 
 Which neighbouring kernels inductor fuses into one needs their iteration
 spaces (:func:`iteration_spaces`): kernels over the same number of elements
@@ -159,12 +162,36 @@ def _absorbing_add(mm: fx.Node) -> fx.Node | None:
         return None
 
 
+def layout_optimisation(device: str) -> str:
+    """When inductor lays a module's convolutions out channels-last
+    (``GraphLowering.decide_layout_opt`` of a training graph): ``"never"``
+    (off in inductor's config, or no CPU with mkldnn: the GPU heuristics
+    are not modelled), ``"always"`` (``force_layout_optimization``), else
+    ``"convolution"``: in a module that holds a forward convolution."""
+    from torch._inductor import config
+
+    if device != "cpu" or not getattr(config, "layout_optimization", True):
+        return "never"
+    if getattr(config, "force_layout_optimization", False):
+        return "always"
+    mkldnn = torch.backends.mkldnn
+    return "convolution" if mkldnn.enabled and mkldnn.is_available() else "never"  # type: ignore[no-untyped-call]
+
+
+def _layout_bit(node: fx.Node, mode: str) -> int:
+    if mode == "always" or (mode == "convolution" and node.target is aten.convolution.default):
+        return _C.FUSE_LAYOUT
+    return 0
+
+
 def fusion_kinds(nodes: Iterable[fx.Node], rules: Rules, device: str = "cpu") -> bytes:
     """Per node, its ``_C.FUSE_*`` kind with ``_C.FUSE_HEAVY`` (``device``
     "cpu": its lowering uses one of ``rules``' heavy ops), ``_C.FUSE_ABSORBED`` and (``device`` "cpu")
-    ``_C.FUSE_COPIES_INPUTS`` where they apply (placeholders, get_attr and
-    the output: POINTWISE, unused)."""
+    ``_C.FUSE_COPIES_INPUTS`` where they apply, and ``_C.FUSE_LAYOUT``
+    (:func:`layout_optimisation`; placeholders, get_attr and the output:
+    POINTWISE, unused)."""
     nodes = list(nodes)
+    layout_mode = layout_optimisation(device)
     heavy_ops = rules.cpu_heavy_ops if device == "cpu" else frozenset()
     cache: dict[Any, int] = {}
     out = bytearray()
@@ -193,7 +220,7 @@ def fusion_kinds(nodes: Iterable[fx.Node], rules: Rules, device: str = "cpu") ->
             kind |= _C.FUSE_ABSORBED
         elif node in absorbers:
             kind = _C.FUSE_EXTERN
-        out.append(kind)
+        out.append(kind | _layout_bit(node, layout_mode))
     return bytes(out)
 
 
@@ -251,4 +278,4 @@ def realize_thresholds(device: str = "cpu") -> tuple[int, int, int]:
     return reuse_reads, acc, ops
 
 
-__all__ = ["fusion_kinds", "iteration_spaces", "op_kind", "realize_thresholds"]
+__all__ = ["fusion_kinds", "iteration_spaces", "layout_optimisation", "op_kind", "realize_thresholds"]

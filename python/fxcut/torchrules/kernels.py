@@ -78,23 +78,24 @@ def channel_class(channels: int) -> str:
     return "c16" if channels % 16 == 0 else "c8" if channels % 8 == 0 else "c1"
 
 
-def pixel_class(out: Any) -> str:
-    """``"p4"``, ``"p16"`` or ``"p"``: a convolution output's pixels (per
+def pixel_class(x: Any) -> str:
+    """``"p4"``, ``"p16"`` or ``"p"``: a convolution input's pixels (per
     image and channel) at most 4, at most 16, or more -- oneDNN picks
-    another algorithm for tiny images (a 7x7 kernel on a 2x2 image holds
-    none of its weight-sized buffers)."""
+    another algorithm for tiny images (a channels-last 3x3 depthwise
+    backward holds 257 times its weight on a 2x2 input, 2x its weight on
+    a 4x4 one padded to the same 2x2 output: the input decides)."""
     pixels = 1
-    for x in _ints(out.shape[2:]) if isinstance(out, torch.Tensor) else ():
-        pixels *= x
+    for d in _ints(x.shape[2:]) if isinstance(x, torch.Tensor) else ():
+        pixels *= d
     return "p4" if pixels <= 4 else "p16" if pixels <= 16 else "p"
 
 
 def _conv_variant(x: torch.Tensor, weight: torch.Tensor, stride: Sequence[int], transposed: bool,
-                  groups: int, out: Any) -> str:
+                  groups: int) -> str:
     kernel = "x".join(str(k) for k in _ints(weight.shape[2:]))
     c_in = _ints(x.shape[1:2])[0]
     kind = _conv_kind(int(groups), c_in)
-    return (f"{layout(x)}/{kind}/{channel_class(c_in)}/k{kernel}/s{max(_ints(stride))}/{pixel_class(out)}"
+    return (f"{layout(x)}/{kind}/{channel_class(c_in)}/k{kernel}/s{max(_ints(stride))}/{pixel_class(x)}"
             + ("/transposed" if transposed else ""))
 
 
@@ -116,13 +117,13 @@ def blocked_nbytes(t: Any, dims: Sequence[int] = (0, 1)) -> int:
 
 def _conv_forward(args: Sequence[Any], out: Any) -> tuple[str, tuple[int, ...]]:
     x, weight = args[0], args[1]
-    variant = _conv_variant(x, weight, args[3], bool(args[6]), int(args[8]), out)
+    variant = _conv_variant(x, weight, args[3], bool(args[6]), int(args[8]))
     return variant, (blocked_nbytes(x, (1,)), blocked_nbytes(weight), blocked_nbytes(out, (1,)))
 
 
 def _conv_backward(args: Sequence[Any], out: Any) -> tuple[str, tuple[int, ...]]:
     grad, x, weight = args[0], args[1], args[2]
-    variant = _conv_variant(x, weight, args[4], bool(args[7]), int(args[9]), grad)
+    variant = _conv_variant(x, weight, args[4], bool(args[7]), int(args[9]))
     return variant, (blocked_nbytes(grad, (1,)), blocked_nbytes(x, (1,)), blocked_nbytes(weight))
 
 
@@ -193,29 +194,44 @@ def _value(a: Any) -> Any:
     return a
 
 
-def node_workspace(node: fx.Node, table: KernelTable) -> int:
+#: The ops inductor leaves to their aten kernels among :data:`FAMILIES` (it
+#: decomposes the norms into its own kernels, which allocate nothing inside).
+INDUCTOR_EXTERN: frozenset[Any] = frozenset({aten.convolution.default, aten.convolution_backward.default})
+
+
+def node_workspace(node: fx.Node, table: KernelTable, channels_last: bool = False) -> int:
     """Bytes ``node``'s kernel holds inside itself (0 for an op, variant or
-    value the table cannot price)."""
+    value the table cannot price); ``channels_last``: as a call on
+    channels-last copies of its inputs would (inductor's layout
+    optimisation; 0 for a call that is not 4-d, which it leaves as is)."""
     family = family_of(node.target)
     if family is None:
         return 0
     try:
         args = [_value(a) for a in node.args]
         variant, features = family.call(args, node.meta.get("val"))
+        if channels_last:
+            if not (isinstance(args[0], torch.Tensor) and args[0].dim() == 4):
+                return 0
+            variant = "channels_last" + variant[variant.index("/"):]
     except (AttributeError, IndexError, TypeError, ValueError):  # a value without meta, a symbolic size
         return 0
     return table.bytes(family.name, variant, features)
 
 
-def workspace(lowered: LoweredGraph, device: str) -> array[int] | None:
+def workspace(lowered: LoweredGraph, device: str, inductor: bool = False) -> array[int] | None:
     """Per node of ``lowered``, the bytes its kernel holds inside itself on
-    ``device`` (the shipped table of the installed torch); None where no
-    table of the device exists or no node is priced."""
+    ``device`` (the shipped table of the installed torch); ``inductor``: of
+    the aten kernels inductor runs (:data:`INDUCTOR_EXTERN`) in its
+    optimised layout (channels-last), which the inductor model counts only
+    in a module where that layout is on (``_C.FUSE_LAYOUT``).  None where
+    no table of the device exists or no node is priced."""
     table = shipped_table(torch.__version__, device)
     if table is None:
         return None
-    out = array("q", (node_workspace(node, table) for node in lowered.nodes))
+    out = array("q", (node_workspace(node, table, channels_last=inductor)
+                      if not inductor or node.target in INDUCTOR_EXTERN else 0 for node in lowered.nodes))
     return out if any(out) else None
 
 
-__all__ = ["FAMILIES", "Family", "blocked_nbytes", "channel_class", "family_of", "layout", "nbytes", "node_workspace", "workspace"]
+__all__ = ["FAMILIES", "INDUCTOR_EXTERN", "Family", "blocked_nbytes", "channel_class", "family_of", "layout", "nbytes", "node_workspace", "workspace"]
