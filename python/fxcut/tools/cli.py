@@ -41,9 +41,15 @@ from .._numbers import check_number
 DEFAULT_ARGS = ["partition", "--model", "llama", "--layers", "4", "--hidden", "1024", "--heads", "16",
                 "--seq", "512", "--dtype", "bfloat16", "--zero3", "--peaks"]
 
-#: --real-backend's choices (fxcut.tools.measure.MEASURE_BACKENDS; not
-#: imported here: the parser is built before torch's heavier modules load).
-MEASURE_BACKEND_CHOICES = ("aot", "inductor")
+#: --real-backend's choices (fxcut.tools.measure.MEASURE_BACKENDS, and
+#: "both"; not imported here: the parser is built before torch's heavier
+#: modules load).
+MEASURE_BACKEND_CHOICES = ("aot", "inductor", "both")
+
+
+def measured_backends(real_backend: str) -> tuple[str, ...]:
+    """The backends --real-backend measures, in the order they print."""
+    return ("aot", "inductor") if real_backend == "both" else (real_backend,)
 
 DTYPES = {
     "float32": torch.float32,
@@ -316,14 +322,11 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else "(no message)"
 
 
-def _builtin_to_measure(args: argparse.Namespace, real_backend: str) -> tuple[Any, Any, Any]:
+def _builtin_to_measure(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """--peaks --real: the built-in model built once, so that the measured
     step and the traced joint graph are the same model."""
     if args.module:
         raise UsageError("--peaks --real measures built-in models only (--module: drop --real)")
-    if real_backend == "inductor" and args.zero3:
-        raise UsageError("--real-backend inductor does not take --zero3: torch's inductor backend has no "
-                         "ZeRO-3 walk to measure against (use --real-backend aot)")
     return _build_builtin(args)
 
 
@@ -384,8 +387,8 @@ def _comparison_extra(args: argparse.Namespace, captured: Any, plan: dict[str, A
                           "inductor_model": model_peaks(captured, args.zero3, "inductor")}
         if built is not None:
             with _quiet_native_stderr():  # the profiler's own lines (kineto writes them to file descriptor 2)
-                extra["peaks"]["measured"] = measured_step_peaks(args, built, real_backend)
-            extra["peaks"]["measured_backend"] = real_backend
+                extra["peaks"]["measured"] = {backend: measured_step_peaks(args, built, backend)
+                                              for backend in measured_backends(real_backend)}
     return extra
 
 
@@ -477,8 +480,8 @@ def run_partition(args: argparse.Namespace, captured: Any = None) -> Any:
         routes[:] = [done.routed]
         return done.modules
 
-    real_backend = getattr(args, "real_backend", "aot")
-    built = _builtin_to_measure(args, real_backend) if getattr(args, "peaks", False) and args.real else None
+    real_backend = getattr(args, "real_backend", "both")
+    built = _builtin_to_measure(args) if getattr(args, "peaks", False) and args.real else None
     if captured is None:
         captured = _capture(args, built)
     budget = args.budget if args.budget is not None else functorch_config.activation_memory_budget
@@ -553,13 +556,22 @@ def measured_step_peaks(args: argparse.Namespace, built: tuple[Any, Any, Any], b
     return {side: {f"{b:g}": m.peak_bytes for b, m in by_budget.items()} for side, by_budget in found.items()}
 
 
-#: What each --real-backend runs, for the printed heading.
+#: What each measured backend runs, for the printed heading.
 MEASURED_BACKEND_TEXT = {
     "aot": "eager kernels: torch's aot_eager against fxcut.aot_backend (the FX modules run op by op, each saved "
-           "value freed after its last use: the program the unfused memory model describes)",
-    "inductor": "torch.compile's inductor backend (fused kernels: the inductor memory model's program, not the "
-                "unfused one shown above)",
+           "value freed after its last use: the program the memory model describes)",
+    "inductor": "torch.compile's inductor against fxcut.inductor_backend (fused kernels: the program the inductor "
+                "memory model describes)",
 }
+
+#: The model block each measured backend is set against.
+MODEL_OF_BACKEND = {"aot": "model", "inductor": "inductor_model"}
+
+
+def model_gap(model: dict[str, dict[str, int]], measured: dict[str, dict[str, int]]) -> float:
+    """The largest relative gap between a model's figures and the measured
+    step's (|model - measured| / measured) over both sides and budgets."""
+    return max(abs(model[side][b] - m) / m for side, by_b in measured.items() for b, m in by_b.items() if m)
 
 
 def print_peaks(peaks: dict[str, Any], out: Any = None) -> None:
@@ -571,11 +583,11 @@ def print_peaks(peaks: dict[str, Any], out: Any = None) -> None:
         blocks.append(("inductor memory model (memory_model=\"inductor\": kernels as inductor fuses and frees "
                        "them, the plan on the model alone as fxcut.inductor_backend plans it; check_time_limit=20 "
                        "also asks inductor itself, docs/memory_model.md)", peaks["inductor_model"]))
-    if "measured" in peaks:
-        backend = peaks["measured_backend"]
+    for backend, figures in peaks.get("measured", {}).items():
+        gap = model_gap(peaks[MODEL_OF_BACKEND[backend]], figures)
         blocks.append((f"measured: one training step on CPU, real tensors, backend {backend}: "
                        f"{MEASURED_BACKEND_TEXT[backend]}; torch profiler allocation events, bytes beyond the "
-                       "step's start (gradients included)", peaks["measured"]))
+                       f"step's start (gradients included); its model within {gap:.1%} of it", figures))
     budgets = [f"{b:g}" for b in PEAK_BUDGETS]
     w("\nthe memory plan against torch: peak bytes (torch: activation_memory_budget=b; fxcut plan: "
       "fxcut.planned_partitioner(memory_budget=b))\n")
@@ -966,9 +978,9 @@ def _add_partition_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peaks", action="store_true",
                    help="also set the memory plan's peak against torch's at budgets 0 and 1: the memory model's "
                         "figures, and (with --real) one measured training step of each")
-    p.add_argument("--real-backend", choices=MEASURE_BACKEND_CHOICES, default="aot",
-                   help="--peaks --real: measure under AOT Autograd's no-op compilers (aot, the program the "
-                        "memory model describes; default) or inductor")
+    p.add_argument("--real-backend", choices=MEASURE_BACKEND_CHOICES, default="both",
+                   help="--peaks --real: measure under eager kernels (aot: torch's aot_eager, the program the "
+                        "memory model describes), inductor (the inductor memory model's), or both (default)")
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.add_argument("--html", metavar="FILE", help="also write an HTML page drawing fxcut's decision")
     p.add_argument("--force", action="store_true", help="overwrite an existing --html file")

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 import torch.nn as nn
+from torch._inductor.custom_graph_pass import CustomPartitionerFn
 
 from .capture import CaptureOptions, _compile_options, torch_min_cut_partition
 from .models import LossFn
@@ -112,6 +113,39 @@ def profile_step(forward: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, Ste
 MEASURE_BACKENDS = ("aot", "inductor")
 
 
+class TorchAfterWalk(CustomPartitionerFn):
+    """DeepCompile's partitioner under inductor (its ``custom_partitioner_fn``):
+    torch's after the ZeRO-3 walk over the parameters at ``indices``."""
+
+    def __init__(self, indices: Sequence[Any]) -> None:
+        # plain data: inductor pickles its config, this object included, into its cache key
+        self.indices = [(int(e[0]), int(e[1]), e[2]) for e in indices]
+
+    def __call__(self, gm: fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any) -> Any:
+        from ..zero3 import get_wrapped_partitioner
+
+        return get_wrapped_partitioner(True, self.indices, torch_min_cut_partition)(gm, joint_inputs, **kwargs)
+
+    def uuid(self) -> Any:
+        return ("fxcut.tools.measure.TorchAfterWalk", repr(self.indices))
+
+
+def _torch_inductor(zero3: bool) -> Any:
+    """torch.compile's inductor; with ``zero3``, DeepCompile's program under
+    inductor (:class:`TorchAfterWalk` over every parameter)."""
+    if not zero3:
+        return "inductor"
+    from torch._inductor.compile_fx import compile_fx
+
+    from ..integrations.torch_compile import zero3_param_indices
+
+    def torch_inductor(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
+        indices = zero3_param_indices(gm, example_inputs, True)
+        return compile_fx(gm, example_inputs, config_patches={"custom_partitioner_fn": TorchAfterWalk(indices)})
+
+    return torch_inductor
+
+
 def _torch_backend(backend: str, zero3: bool) -> Any:
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.backends.debugging import boxed_nop
@@ -120,9 +154,7 @@ def _torch_backend(backend: str, zero3: bool) -> Any:
     from ..zero3 import get_wrapped_partitioner
 
     if backend == "inductor":
-        if zero3:
-            raise ValueError("torch's inductor backend has no ZeRO-3 walk: measure --zero3 with the aot backend")
-        return "inductor"
+        return _torch_inductor(zero3)
 
     def torch_aot(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Any:
         indices = zero3_param_indices(gm, example_inputs, True if zero3 else None)
@@ -195,5 +227,5 @@ def measured_peaks(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *, 
     return out
 
 
-__all__ = ["MEASURE_BACKENDS", "StepMemory", "measure_compiled_step", "measured_peaks", "profile_events", "profile_step",
+__all__ = ["MEASURE_BACKENDS", "StepMemory", "TorchAfterWalk", "measure_compiled_step", "measured_peaks", "profile_events", "profile_step",
            "step_memory"]
