@@ -227,5 +227,5 @@ def measured_peaks(model: nn.Module, inputs: Sequence[Any], loss_fn: LossFn, *, 
     return out
 
 
-__all__ = ["MEASURE_BACKENDS", "StepMemory", "TorchAfterWalk", "measure_compiled_step", "measured_peaks", "profile_events", "profile_step",
-           "step_memory"]
+__all__ = ["MEASURE_BACKENDS", "StepMemory", "TorchAfterWalk", "measure_compiled_step", "measured_peaks", "profile_events",
+           "profile_step", "step_memory"]
