@@ -342,6 +342,19 @@ def test_a_failing_compile_is_recorded_and_the_other_backends_measured(monkeypat
     assert len(got[1].round_step_s) == 1
 
 
+def test_stock_inductor_at_two_budgets_in_one_process_partitions_at_each() -> None:
+    """Both are torch.compile(backend="inductor"): without a fresh dynamo
+    the second reused the first's compiled frames and never partitioned
+    (seen on gpt2:deep: stock@1 after stock@0 'fell back to eager')."""
+    # no on-disk cache either (this process compiled the MLP before): the harness's children start without one
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False):
+        got = realmeasure.measure_in_process("plain_mlp", [realmeasure.Backend("stock", "inductor", 0.0),
+                                                           realmeasure.Backend("stock", "inductor", 1.0)],
+                                             warmup=0, steps=1, rounds=1)
+    assert [m.status for m in got] == ["ok", "ok"], [m.error for m in got]
+    assert [m.partition_calls for m in got] == [1, 1]
+
+
 def test_models_are_deterministic_and_torch_only_ones_need_no_extra() -> None:
     assert realmodels.available("plain_mlp") and realmodels.available("plain_convnet")
     assert len([n for n in realmodels.BUILDERS if not n.startswith("plain_")]) >= 12

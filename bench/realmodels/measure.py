@@ -390,6 +390,9 @@ def _measure_all(model: str, backends: Sequence[Backend], warmup: int, steps: in
                                          eager_loss=eager_loss)
         _TIMINGS[label] = _Timings()
         module = copy.deepcopy(initial)
+        # dynamo's frames compiled for an earlier backend are reused by a later one with the same backend
+        # (stock@0, then stock@1: both "inductor"), which then never partitions at its own budget
+        torch._dynamo.reset()
         _CURRENT.append(label)
         try:
             fn, context = _compiled(backend, module)
