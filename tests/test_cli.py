@@ -514,10 +514,19 @@ def test_peaks_real_prints_one_measured_step_of_each_side(capsys):
     out = capsys.readouterr().out
     _assert_peak_block(_peak_rows(out, "memory model"), peaks["model"])
     _assert_peak_block(_peak_rows(out, "measured"), measured)
-    gap = cli.model_gap(peaks["model"], measured)
-    assert gap <= 0.03  # eager kernels: the model is the measured program (docs/memory_model.md)
+    low, high = cli.model_gaps(peaks["model"], measured)
+    assert -0.03 <= low <= high <= 0.03  # eager kernels: the model is the measured program (docs/memory_model.md)
     assert (f"backend aot: eager kernels: torch's aot_eager against fxcut.aot_backend" in out
-            and f"its model within {gap:.1%} of it" in out)
+            and cli.gaps_text(low, high) in out)
+
+
+def test_the_gap_between_a_model_and_its_measurement_is_signed() -> None:
+    measured = {"torch": {"0": 100, "1": 200}, "plan": {"0": 50, "1": 200}}
+    model = {"torch": {"0": 110, "1": 200}, "plan": {"0": 45, "1": 200}}
+    assert cli.model_gaps(model, measured) == (-0.1, 0.1)
+    assert cli.gaps_text(-0.1, 0.1) == "its model -10.0% to +10.0% off it"
+    assert cli.gaps_text(0.05, 0.05) == "its model +5.0% off it"
+    assert cli.gaps_text(0.0, 0.0001) == "its model equal to it (within 0.05%)"
 
 
 def test_peaks_real_measures_both_backends_by_default_zero3_included(capsys):
@@ -538,8 +547,10 @@ def test_peaks_real_measures_both_backends_by_default_zero3_included(capsys):
     assert inductor != peaks["measured"]["aot"]  # another program: fused kernels
     # the plan at b=1 is never above torch's default decision on the backend it runs under
     assert inductor["plan"]["1"] <= inductor["torch"]["1"]
-    assert cli.model_gap(peaks["model"], peaks["measured"]["aot"]) <= 0.03
-    assert cli.model_gap(peaks["inductor_model"], inductor) <= 0.25
+    assert -0.03 <= min(cli.model_gaps(peaks["model"], peaks["measured"]["aot"]))
+    assert max(cli.model_gaps(peaks["model"], peaks["measured"]["aot"])) <= 0.03
+    low, high = cli.model_gaps(peaks["inductor_model"], inductor)
+    assert -0.25 <= low <= high <= 0.25
     assert cli.main(argv[:-1]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("measured: ")]
