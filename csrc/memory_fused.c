@@ -757,7 +757,7 @@ int64_t fxcut_memsim_walk_fused(fxcut_memsim *s, int32_t n_body, uint8_t kept,
         if ((s->mark[i] & pinned) != 0)
             s->last[s->root[i]] = END;
     realize(s, n_body, kept);
-    s->layout_on = module_layout_on(s, n_body);
+    s->layout_on = s->workspace != NULL && module_layout_on(s, n_body);
     int32_t nk = collect_kernels(s, n_body);
     record_reads(s, nk, kept);
     int32_t ng = group_kernels(s, nk, kept);
