@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import math
 import random
 import sys
 from pathlib import Path
@@ -199,6 +200,143 @@ def test_a_solve_cut_short_keeps_a_valid_bound() -> None:
     assert r.value <= value(seed)[0]
     assert r.bound <= r.value
     assert r.optimal == (r.bound == r.value)
+
+
+# --------------------------------------------------------------------------- the other memory models
+
+
+def _random_inductor(prob: PlanProblem, rng: random.Random) -> PlanProblem:
+    """``prob`` under an inductor model of random kinds, flags, iteration
+    spaces, thresholds, kernel calls and workspaces."""
+    from array import array
+    from dataclasses import replace
+
+    import fxcut._C as _C
+    from fxcut.solve.memory import InductorModel
+
+    n = len(prob.arrays)
+    fusion = bytearray(n)
+    for i in range(n):
+        f = rng.choices([_C.FUSE_POINTWISE, _C.FUSE_REDUCTION, _C.FUSE_EXTERN, _C.FUSE_CAT], [5, 2, 3, 1])[0]
+        for flag, p in ((_C.FUSE_HEAVY, 0.1), (_C.FUSE_COPIES_INPUTS, 0.15), (_C.FUSE_ABSORBED, 0.15),
+                        (_C.FUSE_LAYOUT, 0.1)):
+            if rng.random() < p:
+                f |= flag
+        fusion[i] = f
+    spaces = array("q", [rng.choice([0, 64, 128]) for _ in range(n)]) if rng.random() < 0.7 else None
+    model = InductorModel(bytes(fusion), None, (rng.randint(1, 4), rng.randint(1, 8), rng.randint(2, 16)), spaces,
+                          rng.random() < 0.5)
+    workspace = array("q", [rng.choice([0, 0, 100, 5000]) for _ in range(n)]) if rng.random() < 0.5 else None
+    return replace(prob, inductor=model, workspace=workspace)
+
+
+def test_inductor_description_never_exceeds_the_inductor_model_on_random_graphs() -> None:
+    """Under random inductor models, the relaxed description's peak is at
+    most the C inductor model's on every decision (and its instant bound at
+    most every decision's peak); it is tight on some, and it is not the
+    unfused description (which counts buffers inductor never makes)."""
+    from fxcut.solve.inductor_bound import RELAXED
+
+    rng = random.Random(7)
+    decisions = tight = unfused_above = 0
+    for seed, prob0, _ in RANDOM[::2]:
+        prob = _random_inductor(prob0, rng)
+        lv = describe(prob)
+        assert RELAXED in lv.inexact
+        unfused = describe(replace_inductor(prob, None))
+        value = _c_model(prob, lv)
+        least = math.inf
+        for saved in _every_decision(lv):
+            got, true = lv.peaks(saved)[0], value(saved)[0]
+            assert got <= true, (seed, sorted(saved), got, true)
+            decisions += 1
+            tight += got == true
+            unfused_above += unfused.peaks(saved)[0] > true
+            least = min(least, true)
+        assert lv.certain_bound() <= least, seed
+    assert decisions >= 5000
+    assert tight >= decisions // 10
+    assert unfused_above >= decisions // 10
+
+
+def replace_inductor(prob: PlanProblem, model: Any) -> PlanProblem:
+    from dataclasses import replace
+
+    return replace(prob, inductor=model)
+
+
+@pytest.mark.parametrize("chunk", range(2))
+def test_inductor_bound_is_at_most_the_brute_force_optimum(chunk: int) -> None:
+    """The MILP over the relaxed description, scored by the C inductor
+    model: its bound never exceeds the least peak over every decision, its
+    plan's value is that plan's C peak, and a plan it calls optimal is."""
+    rng = random.Random(11 + chunk)
+    proven = 0
+    for seed, prob0, _ in RANDOM[chunk::6]:
+        prob = _random_inductor(prob0, rng)
+        lv = describe(prob)
+        value = _c_model(prob, lv)
+        best = min(value(s)[0] for s in _every_decision(lv))
+        r = exact.solve(lv, value, objective="peak", time_limit=10, timeline=_c_timeline(prob, lv))
+        assert r.bound <= best <= r.value == value(r.saved)[0], (seed, r, best)
+        if r.optimal:
+            assert r.value == best
+            proven += 1
+    assert proven >= 10
+
+
+def test_held_description_equals_the_held_model_on_random_graphs() -> None:
+    """The held model (saved values live to the backward's end, memory model
+    ``unfused_held``): the description equals the C model where it is exact,
+    and the MILP finds the least peak."""
+    from dataclasses import replace
+
+    exact_cases = 0
+    for seed, prob0, _ in RANDOM[::3]:
+        prob = replace(prob0, hold_saved=True)
+        lv = describe(prob)
+        value = _c_model(prob, lv)
+        points = {frozenset(s): value(s) for s in _every_decision(lv)}
+        for saved in list(points)[:32]:
+            mask = bytearray(len(prob.arrays))
+            for k in saved:
+                mask[lv.node[k]] = 1
+            sim = prob.simulate(bytes(mask))
+            got = lv.peaks(set(saved))
+            if lv.inexact:
+                assert got[0] <= sim.peak_bytes, seed
+            else:
+                assert got == (sim.peak_bytes, sim.fw_peak_bytes, sim.bw_peak_bytes), seed
+        exact_cases += not lv.inexact
+        best = min(p for p, _ in points.values())
+        r = exact.solve(lv, value, objective="peak", time_limit=30, timeline=_c_timeline(prob, lv))
+        assert r.bound <= best == r.value, (seed, r, best)
+    assert exact_cases >= 60
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "vit", "resnet"])
+def test_inductor_bound_on_zoo_graphs(name: str) -> None:
+    """planned_partitioner(memory_model="inductor", solver="exact") on real
+    joint graphs: a bound at most the plan's peak and at most the inductor
+    model's peak of torch's decisions at every seed budget; the relaxed
+    description at most the model on random decisions."""
+    cap = zoo.capture(name)
+    fn = fxcut.planned_partitioner(0.0, memory_model="inductor", check=None, solver="exact", exact_time_limit=8)
+    fn(cap.fresh(), cap.joint_inputs, num_fwd_outputs=cap.num_fwd_outputs, **cap.partition_kwargs)
+    choice, prob = fn.planner.last, fn.planner.last_problem
+    assert choice is not None and prob is not None and prob.inductor is not None
+    bound = choice.lower_bound_bytes
+    assert bound is not None and 0 < bound <= choice.peak_bytes
+    assert choice.peak_bytes <= choice.search_point[0]
+    assert all(bound <= peak for peak, _ in choice.torch_points.values())
+    lv = describe(prob)
+    rng = random.Random(3)
+    for p in (0.0, 1.0, 0.5, 0.2, 0.8):
+        saved = {k for k in lv.free if rng.random() < p}
+        mask = bytearray(len(prob.arrays))
+        for k in saved:
+            mask[lv.node[k]] = 1
+        assert lv.peaks(saved)[0] <= prob.simulate(bytes(mask)).peak_bytes
 
 
 # --------------------------------------------------------------------------- planned_partitioner(solver=...)

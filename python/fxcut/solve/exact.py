@@ -311,16 +311,20 @@ class _Model:
 
     # ------------------------------------------------------------------ events
 
-    def _live(self, nbytes: int, born: list[Expr], alive: list[Expr] | None) -> Expr:
-        """bytes * [some born term and some alive term] (alive None: certainly alive)."""
+    def _live(self, nbytes: int, born: list[Expr], alive: list[Expr] | None, held: list[Expr] | None = None) -> Expr:
+        """bytes * [some born term and some alive term, or some ``held`` term]
+        (alive None: certainly alive once born; each held term implies a born one)."""
         born = [b for b in born if b[0] or b[1]]
         if not born:
             return self.const(0.0)
+        held = [h for h in held or [] if h[0] or h[1]]
         if alive is not None:
             alive = [a for a in alive if a[0] or a[1]]
             if not alive:
-                return self.const(0.0)
-            if any(not a[1] and a[0] >= 1 for a in alive):
+                if not held:
+                    return self.const(0.0)
+                born, alive = held, None
+            elif any(not a[1] and a[0] >= 1 for a in alive):
                 alive = None
         if alive is None and len(born) == 1:
             return self.lin((float(nbytes), born[0]))
@@ -339,21 +343,28 @@ class _Model:
                 self.geq(A, a)
         for b in born:
             self.geq(L, self.lin((1.0, b), (1.0, A), const=-1.0))
+        for h in held:
+            self.geq(L, h)
         return self.lin((float(nbytes), L))
 
     def _bw_storage(self, s: Storage, k: int, pos: int) -> Expr:
         lv = self.lv
         r = s.root
         if s.seq:
-            if pos != lv.key[r]:
+            if pos != lv.key[r] or not s.rc_counts:
                 return self.const(0.0)
             return self.lin((float(s.nbytes), self.emitted(r, k)), (-float(s.nbytes), self.emitted(r, k - 1)))
         if lv.certain_bw(s, k, pos):
             return self.const(float(s.nbytes))
         birth_key = lv.key[lv.producer[r]] + 1 if s.after_producer else lv.key[r]
-        # the root saved, or recomputed and emitted by then: exclusive, so one term, their sum
-        born = [self.lin((1.0, self.e(r)), (1.0, self.emitted(r, k if birth_key <= pos else k - 1)))]
-        born += [self.e(w) for w in s.values if w != r and lv.kind[w] != RECOMPUTE]
+        # the root saved, or recomputed and emitted by then: exclusive, so one term, their sum (a relaxed
+        # description counts a recomputed root only where it is a buffer whatever is decided)
+        if s.rc_counts:
+            born = [self.lin((1.0, self.e(r)), (1.0, self.emitted(r, k if birth_key <= pos else k - 1)))]
+            born += [self.e(w) for w in s.values if w != r and lv.kind[w] != RECOMPUTE]
+        else:  # a saved view counts unless its root is recomputed (then read inline: Liveness.bw_live)
+            born = [self.e(r)] + [self.lin((1.0, self.e(w)), (-1.0, self.rc(r)))
+                                  for w in s.values if w != r and lv.kind[w] != RECOMPUTE]
         if s.skel_last >= k:
             return self._live(s.nbytes, born, None)
         alive: list[Expr] = []
@@ -364,7 +375,9 @@ class _Model:
                 continue
             kc = k - 1 if pos != STEP and lv.key[c] >= pos else k
             alive.append(self.lin((1.0, self.rc(c)), (-1.0, self.emitted(c, kc))))
-        return self._live(s.nbytes, born, alive)
+        # the held model: a saved value lives to the backward's end
+        held = [self.e(w) for w in s.values if lv.kind[w] != RECOMPUTE] if lv.hold_saved else None
+        return self._live(s.nbytes, born, alive, held)
 
     def _fw_storage(self, s: Storage, t: int) -> Expr:
         lv = self.lv
@@ -372,9 +385,11 @@ class _Model:
             return self.const(0.0)
         fr = self.forward(s.root)
         if s.seq:
-            return self.lin((float(s.nbytes), fr)) if t == s.fw_born else self.const(0.0)
+            return self.lin((float(s.nbytes), fr)) if t == s.fw_born and s.fw_counts else self.const(0.0)
         if s.after_producer and t == s.fw_born:
             return self.const(0.0)
+        if not s.fw_counts:  # (a relaxed description) counted only as a saved value, an output of the forward
+            return self._live(s.nbytes, [self.e(w) for w in s.values if lv.kind[w] != RECOMPUTE], None)
         if t == s.fw_born or s.fw_pinned or s.fw_fixed_last >= t:
             return self.lin((float(s.nbytes), fr))
         alive = [self.e(w) for w in s.values if lv.kind[w] != RECOMPUTE]
@@ -384,7 +399,7 @@ class _Model:
     def add_event(self, phase: str, k: int, pos: int) -> bool:
         """The row of one event: ("bw", slot, position) or ("fw", event, 0)."""
         key = (phase, k, pos)
-        if key in self.events:
+        if key in self.events or not self.lv.is_event(phase, k, pos):
             return False
         self.events.add(key)
         lv = self.lv

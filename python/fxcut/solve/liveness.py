@@ -69,6 +69,9 @@ class Storage:
     fw_fixed_last: int  # last forward event a fixed forward node reads it (-1: none)
     fw_var_readers: list[int]  # candidates reading it that run in the forward only for a saved value
     fw_pinned: bool  # a forward output lives on it
+    # (a relaxed description, fxcut.solve.inductor_bound: False where only a saved value on it is certain to count)
+    rc_counts: bool = True  # counted in the backward when its root is recomputed
+    fw_counts: bool = True  # counted in the forward when its root runs there
 
 
 @dataclass
@@ -98,6 +101,11 @@ class Liveness:
     fw_event_node: list[int]  # the candidate whose step each forward event is (-1: a fixed node)
     fw_event_of: dict[int, int]  # graph node -> its forward event (a getitem: its producer's)
     inexact: list[str] = field(default_factory=list)
+    # a relaxed description (fxcut.solve.inductor_bound): the slots whose step, and the forward events, that
+    # bound the peak (None: all); an in-slot recomputation is then no event
+    step_ok: list[bool] | None = None
+    fw_step_ok: list[bool] | None = None
+    hold_saved: bool = False  # the backward holds every saved value to its end (memory model "unfused_held")
 
     def __len__(self) -> int:
         return len(self.node)
@@ -142,10 +150,14 @@ class Liveness:
         a key (an in-slot recomputation step) or STEP (the slot's own step)."""
         r = s.root
         if s.seq:
-            return d.rc[r] and d.slot[r] == k and self.key[r] == pos
-        if self.held(s, d):
+            return s.rc_counts and d.rc[r] and d.slot[r] == k and self.key[r] == pos
+        # (a relaxed description: a saved view of a root the backward recomputes inline is read through the
+        # recomputation, not from the saved storage, which the inductor model drops at once)
+        if self.held(s, d) and (s.rc_counts or not d.rc[r]):
+            if self.hold_saved:
+                return True
             born = True
-        elif d.rc[r]:
+        elif d.rc[r] and s.rc_counts:
             bk = self.key[self.producer[r]] + 1 if s.after_producer else self.key[r]
             born = d.slot[r] < k or (d.slot[r] == k and bk <= pos)
         else:
@@ -163,9 +175,11 @@ class Liveness:
         if s.fw_born < 0 or not d.fk[r]:
             return False
         if s.seq:
-            return t == s.fw_born
+            return s.fw_counts and t == s.fw_born
         if t < s.fw_born or (s.after_producer and t == s.fw_born):
             return False
+        if not s.fw_counts:
+            return self.held(s, d)  # a saved value: an output of the forward
         if t == s.fw_born:
             return True  # its own step
         if s.fw_pinned or s.fw_fixed_last >= t or self.held(s, d):
@@ -189,7 +203,15 @@ class Liveness:
     def certain_bw(self, s: Storage, k: int, pos: int) -> bool:
         """Is s live at backward event (k, pos) whatever the decision?  A
         backward step reads it at or before (so it was born) and at or after."""
-        return not s.seq and s.skel_last >= k and (s.skel_first < k or (s.skel_first == k and pos == STEP))
+        return (not s.seq and s.rc_counts and s.skel_last >= k
+                and (s.skel_first < k or (s.skel_first == k and pos == STEP)))
+
+    def is_event(self, phase: str, k: int, pos: int) -> bool:
+        """Does the description bound the peak at this event?  Every one,
+        but in a relaxed description (``step_ok``)."""
+        if phase == "fw":
+            return self.fw_step_ok is None or self.fw_step_ok[k]
+        return self.step_ok is None or (pos == STEP and self.step_ok[k])
 
     def certain_bound(self) -> int:
         """A lower bound on every decision's peak, from the bytes live at some
@@ -198,14 +220,16 @@ class Liveness:
         storages.  Instant; the MILP's bound is at least this."""
         best = 0
         for k in range(self.n_slots - 1):
+            if not self.is_event("bw", k, STEP):
+                continue
             best = max(best, self.fixed_at_step[k] + sum(s.nbytes for s in self.storages
                                                          if self.certain_bw(s, k, STEP)))
         for t, c in enumerate(self.fw_event_node):
-            if c >= 0:
+            if c >= 0 or not self.is_event("fw", t, 0):
                 continue  # a step only some decisions run
             live = self.fw_fixed_bytes[t]
             for s in self.storages:
-                if s.seq or s.fw_born < 0 or not self.fw_fixed[s.root] or t < s.fw_born:
+                if s.seq or not s.fw_counts or s.fw_born < 0 or not self.fw_fixed[s.root] or t < s.fw_born:
                     continue
                 if s.after_producer and t == s.fw_born:
                     continue
@@ -245,11 +269,13 @@ class Liveness:
         fw = 0
         for t in range(len(self.fw_fixed_bytes)):
             c = self.fw_event_node[t]
-            if c >= 0 and not d.fk[c]:
+            if (c >= 0 and not d.fk[c]) or not self.is_event("fw", t, 0):
                 continue
             fw = max(fw, self.fw_fixed_bytes[t] + sum(s.nbytes for s in self.storages if self.fw_live(s, d, t)))
         bw = 0
         for k, p in self.bw_events(d):
+            if not self.is_event("bw", k, p):
+                continue
             fixed = self.fixed_at_step[k] if p == STEP else self.fixed_in_group[k]
             bw = max(bw, fixed + sum(s.nbytes for s in self.storages if self.bw_live(s, d, k, p)))
         return max(fw, bw), fw, bw
@@ -644,7 +670,19 @@ def _storage_readers(g: _G, bw: _Backward, fw: _Forward, cands: list[int], local
 
 
 def describe(prob: PlanProblem) -> Liveness:
-    """The description of ``prob`` (a :class:`fxcut.solve.planner.PlanProblem`)."""
+    """The description of ``prob`` (a :class:`fxcut.solve.planner.PlanProblem`):
+    exact for the unfused model (but what ``inexact`` names), a relaxation for
+    the inductor model (:mod:`fxcut.solve.inductor_bound`)."""
+    lv, g, bw, fw = _describe(prob)
+    if prob.inductor is None:
+        return lv
+    from .inductor_bound import relax
+
+    return relax(lv, g, bw, fw, prob)
+
+
+def _describe(prob: PlanProblem) -> tuple[Liveness, _G, _Backward, _Forward]:
+    """The unfused description and the graph facts it was built from."""
     g = _G(prob)
     inexact: list[str] = []
     if prob.workspace is not None and any(prob.workspace):
@@ -661,16 +699,18 @@ def describe(prob: PlanProblem) -> Liveness:
         if kinds[k] == SAVE and not fw.valid[v]:
             raise NotModelled(f"node {v} is always saved but the forward cannot compute it")
     storages, storage = _storages(g, bw, fw, cands, local, ln.producer, inexact)
-    fixed_at_step, fixed_in_group = _skeleton_bytes(g, bw.order, bw.n_slots, bw.out)
+    own = {g.root[v] for v in bw.order}
+    fixed_at_step, fixed_in_group = _skeleton_bytes(g, bw.order, bw.n_slots, bw.out, own)
     fw_fixed_bytes = _forward_fixed_bytes(g, len(fw.event_node), fw.event_of, fw.fixed, fw.out, local)
-    return Liveness(
+    lv = Liveness(
         node=cands, kind=kinds, flops=[g.flops[v] for v in cands], consumers=ln.consumers, inputs=ln.inputs,
         skel_need=ln.skel_need, first_pull=ln.first_pull, producer=ln.producer,
         fw_ok=[bool(fw.valid[v]) for v in cands], fw_fixed=[bool(fw.fixed[v]) for v in cands],
         fw_event=[fw.event_of.get(v, -1) for v in cands], key=key, storage=storage, storages=storages,
         n_slots=bw.n_slots, slot_node=bw.order + [-1], fixed_at_step=fixed_at_step, fixed_in_group=fixed_in_group,
         messy_slots=messy, fw_fixed_bytes=fw_fixed_bytes, fw_event_node=fw.event_node, fw_event_of=fw.event_of,
-        inexact=sorted(set(inexact)))
+        inexact=sorted(set(inexact)), hold_saved=prob.hold_saved)
+    return lv, g, bw, fw
 
 
 def _ancestors(k: int, inputs: list[list[int]]) -> set[int]:
@@ -684,15 +724,18 @@ def _ancestors(k: int, inputs: list[list[int]]) -> set[int]:
     return seen
 
 
-def _walk(g: _G, order: list[int], kept: set[int], counted: set[int], held: set[int], pinned: set[int]
-          ) -> tuple[list[int], list[int]]:
+def _walk(g: _G, order: list[int], kept: set[int], counted: set[int], held: set[int], pinned: set[int],
+          readers: set[int] | None = None) -> tuple[list[int], list[int]]:
     """memory.c's walk_module over ``order``, counting only the storages
     (roots) in ``counted``: the live bytes while each step runs, and after
-    the frees that follow it."""
+    the frees that follow it.  ``readers``: the steps whose reads keep a
+    storage alive (None: all; a storage lives at least to its own step)."""
     last: dict[int, int] = {}
     for k, v in enumerate(order):
-        for r in [g.root[v]] + [g.root[u] for u in g.ins[v]]:
-            last[r] = max(last.get(r, -1), k)
+        read = readers is None or v in readers
+        for r in [g.root[v]] + ([g.root[u] for u in g.ins[v]] if read else []):
+            if read or r == v:
+                last[r] = max(last.get(r, -1), k)
     for r in pinned:
         last[r] = 1 << 30
     charge: dict[int, int] = {}
@@ -726,21 +769,28 @@ def _walk(g: _G, order: list[int], kept: set[int], counted: set[int], held: set[
     return out, after
 
 
-def _skeleton_bytes(g: _G, order: list[int], n_slots: int, bw_out: set[int]) -> tuple[list[int], list[int]]:
-    """Bytes of the backward's own storages live at each of its steps, and
-    while each slot's recomputation runs (before its step)."""
+def _skeleton_bytes(g: _G, order: list[int], n_slots: int, bw_out: set[int], counted: set[int],
+                    readers: set[int] | None = None) -> tuple[list[int], list[int]]:
+    """Bytes of the backward's own storages (the roots in ``counted``) live
+    at each of its steps, and while each slot's recomputation runs (before
+    its step); ``readers`` as :func:`_walk`'s."""
     kept = set(order)
-    own = {g.root[v] for v in order if g.root[v] in kept}
+    own = {r for r in counted if r in kept}
     pinned = {g.root[o] for o in bw_out if g.root[o] in own}
-    at, after = _walk(g, order, kept, own, set(), pinned)
+    at, after = _walk(g, order, kept, own, set(), pinned, readers)
     return at + [0], [0] + after
 
 
 def _forward_fixed_bytes(g: _G, n_fw: int, event: dict[int, int], fixed: bytearray, fw_out: set[int],
-                         local: dict[int, int]) -> list[int]:
-    """Bytes of the forward's storages that no candidate lives on, at each event."""
+                         local: dict[int, int], counted: set[int] | None = None, readers: set[int] | None = None
+                         ) -> list[int]:
+    """Bytes of the forward's storages that no candidate lives on (of those
+    whose roots are in ``counted``; None: all), at each event; ``readers``:
+    the nodes whose reads keep a storage alive (None: every fixed one)."""
     out = [0] * n_fw
     roots = {g.root[i] for i in range(g.n) if fixed[i] and i not in local and g.cost[g.root[i]] > 0}
+    if counted is not None:
+        roots &= counted
     for r in roots:
         if r in local or r not in event:
             continue
@@ -754,11 +804,13 @@ def _forward_fixed_bytes(g: _G, n_fw: int, event: dict[int, int], fixed: bytearr
         for i in range(g.n):
             if g.root[i] != r or not fixed[i]:
                 continue
-            last = max(last, event[i])
             if i in fw_out:
                 last = n_fw
+            if readers is not None and i != r and i not in readers:
+                continue  # a view no kernel reads through
+            last = max(last, event[i])
             for u in g.users[i]:
-                if fixed[u] and not (g.seq(i) and g.getitem(u)):
+                if fixed[u] and not (g.seq(i) and g.getitem(u)) and (readers is None or u in readers):
                     last = max(last, event[u])
         for t in range(start, min(last, n_fw - 1) + 1):
             out[t] += g.cost[r]

@@ -261,9 +261,6 @@ class PeakPlanner:
         if machine is not None and not isinstance(machine, MachineModel):
             raise ValueError(f"machine must be None or a fxcut.solve.cost.MachineModel, got {machine!r}")
         self.machine = machine
-        if solver != "search" and self.memory_model != "unfused":
-            raise ValueError(f"solver={solver!r} proves bounds on the unfused memory model only; "
-                             f"memory_model={self.memory_model!r} plans with solver='search'")
         if solver != "search":
             exact_solver.require()  # a missing HiGHS is an ImportError naming the extra, before any graph
         self.solver = solver

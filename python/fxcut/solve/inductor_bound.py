@@ -1,0 +1,247 @@
+"""The inductor model restated for the exact solver: a relaxation that is a bound.
+
+The inductor model (``csrc/memory_fused.c``; its rules above
+``fxcut_fusion_kind`` in ``csrc/fxcut.h``) runs the same two modules as the
+unfused one, in the same order, but kernel by kernel: a pointwise value is
+inlined into its readers unless inductor realizes it, fused neighbours keep
+their intermediates in registers, a pointwise kernel may write over a buffer
+it reads last.  Which values are buffers depends on the decision (a value's
+readers in the module, the expression inlining builds), so the exact MILP
+does not restate all of it.  It restates the part every decision shares:
+
+- **Buffers every decision makes.**  A storage counts only where the inductor
+  model must allocate it whatever else is decided: a saved value (an output
+  of the forward, an input of the backward); an extern or concatenation
+  kernel's output (never inlined, never a group's local); an item of a
+  multi-output extern, reduction or concatenation kernel (allocated with it);
+  a value an extern kernel of the module reads whatever is decided (inductor
+  realizes an extern kernel's inputs); a module output.  Any other value is
+  left out (it may be inlined, or a fused kernel's local).
+- **Events at kernels that write no buffer in place.**  A row bounds the
+  peak at an extern, reduction or concatenation kernel of the module (where
+  the unfused description's step is): such a kernel runs in the inductor
+  model (its call's live bytes are the peak's candidates) and takes over no
+  storage, so a buffer read last by a pointwise kernel and the buffer that
+  kernel writes in its place are never counted together.
+- **Lifetimes.**  A buffer lives from its kernel's call to the call of the
+  last kernel reading it; an inlined reader's read happens in a kernel at or
+  after it in module order.  So a buffer the unfused description holds live
+  at such an event (born at or before it, read at or after it) is live at the
+  event's call too: every row's count is at most the inductor model's live
+  bytes there.
+- **Transient bytes.**  At an event's kernel: the copies a ``COPIES_INPUTS``
+  kernel makes of its inputs, and its workspace where the module certainly
+  holds a ``FUSE_LAYOUT`` kernel (one whatever is decided).
+
+So :meth:`Liveness.peaks` of the relaxed description is at most the C
+inductor model's peak on every decision, and the MILP's bound over it is a
+proven lower bound on the inductor model's optimum (tests/test_exact.py
+checks both against every decision of random graphs with random fusion
+kinds).  The plans the MILP returns are scored by the C inductor model, as
+on the unfused one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import fxcut._C as _C
+
+from .liveness import NEVER, Storage
+
+if TYPE_CHECKING:
+    from .liveness import Liveness, _Backward, _Forward, _G
+    from .planner import PlanProblem
+
+#: the ``Liveness.inexact`` note of a relaxed description
+RELAXED = ("the inductor model: only buffers every decision makes, at extern, reduction and concatenation kernels "
+           "(a lower bound)")
+
+_KERNELS = (_C.FUSE_EXTERN, _C.FUSE_REDUCTION, _C.FUSE_CAT)
+
+
+class _Kinds:
+    """Per node: what the inductor model makes of it whatever is decided."""
+
+    def __init__(self, g: _G, fusion: bytes) -> None:
+        self.g = g
+        self.fusion = fusion
+
+    def kind(self, v: int) -> int:
+        return self.fusion[v] & _C.FUSE_KIND_MASK
+
+    def whole_kernel(self, v: int) -> bool:
+        """A node the model makes a kernel of its own, whatever is decided
+        (an extern kernel a reader may absorb is not)."""
+        return (self.g.root[v] == v and self.kind(v) in _KERNELS
+                and not self.fusion[v] & _C.FUSE_ABSORBED)
+
+    def always_buffer(self, v: int) -> bool:
+        """A storage root the model allocates whenever it runs and never
+        keeps as a fused kernel's local."""
+        g = self.g
+        if not self.whole_kernel(v):
+            return self._item_of_kernel(v)
+        return self.kind(v) != _C.FUSE_REDUCTION or g.seq(v)
+
+    def _item_of_kernel(self, v: int) -> bool:
+        g = self.g
+        if not g.getitem(v) or g.root[v] != v:
+            return False
+        p = g.ins[v][0]
+        return self.whole_kernel(p) and g.seq(p)
+
+    def extern_inputs(self, steps: set[int] | list[int]) -> set[int]:
+        """Roots an extern kernel among ``steps`` reads: buffers (inductor
+        realizes an extern kernel's inputs), unless a reader absorbs them."""
+        g = self.g
+        out: set[int] = set()
+        for u in steps:
+            if not self.whole_kernel(u) or self.kind(u) != _C.FUSE_EXTERN:
+                continue
+            for w in g.ins[u]:
+                r = g.root[w]
+                if not self.fusion[r] & _C.FUSE_ABSORBED:
+                    out.add(r)
+        return out
+
+    def transient(self, v: int, arrays_nbytes: list[int], workspace: list[int] | None, layout: bool) -> int:
+        """Bytes kernel v holds only while it runs (memory_fused.c's kernel_transient)."""
+        g = self.g
+        b = 0
+        if self.fusion[v] & _C.FUSE_COPIES_INPUTS:
+            for u in g.ins[v]:
+                f = g.flags[u]
+                if arrays_nbytes[u] > 0 and (not f & _C.F_NON_TENSOR or f & _C.F_VAL_IS_SEQ):
+                    b += arrays_nbytes[u]
+        if layout and workspace is not None:
+            b += workspace[v]
+        return b
+
+
+class _Reach:
+    """Whose reads keep a buffer alive: a node whose value reaches a kernel
+    or an output of its module, whatever is decided.  (A pointwise node no
+    kernel reads, an impure one left without readers, is computed by no
+    kernel: its reads free nothing later.)"""
+
+    def __init__(self, lv: Liveness, g: _G, bw: _Backward, fw: _Forward, ks: _Kinds) -> None:
+        self.bw: set[int] = set()  # backward steps
+        for u in sorted(bw.steps, reverse=True):
+            if ks.whole_kernel(u) or u in bw.out or any(w in self.bw for w in g.users[u] if w in bw.steps):
+                self.bw.add(u)
+        self.fw: set[int] = set()  # fixed forward nodes
+        for u in range(g.n - 1, -1, -1):
+            if fw.fixed[u] and (ks.whole_kernel(u) or u in fw.out
+                                or any(w in self.fw for w in g.users[u] if fw.fixed[w])):
+                self.fw.add(u)
+        # a recomputed candidate whose every reason to run reaches a kernel (local indices)
+        self.sure = [False] * len(lv)
+        local = {v: k for k, v in enumerate(lv.node)}
+        for k in range(len(lv) - 1, -1, -1):
+            v = lv.node[k]
+            skel = [u for u in g.users[v] if u in bw.steps]
+            self.sure[k] = (ks.whole_kernel(v) or v in bw.out or any(u in self.bw for u in skel)
+                            or (all(u in self.bw and u in bw.slot_of for u in skel)
+                                and all(self.sure[local[u]] for u in g.users[v] if u in local)))
+
+
+def _readers(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, reach: _Reach, s: Storage) -> Storage:
+    """``s`` with who reads it (liveness._storage_readers) counted only where
+    the read keeps it alive in the inductor model (:class:`_Reach`)."""
+    local = {v: k for k, v in enumerate(lv.node)}
+    readers: set[int] = set()
+    var: set[int] = set()
+    skel_last = bw.n_slots if any(lv.node[k] in bw.out for k in s.values) else -1
+    skel_first, fw_last = NEVER, -1
+    for k in s.values:
+        v = lv.node[k]
+        if k != s.root:
+            if reach.sure[k]:
+                readers.add(k)
+            if fw.fixed[v] and v in reach.fw:
+                fw_last = max(fw_last, fw.event_of[v])
+            elif not fw.fixed[v] and fw.valid[v]:
+                var.add(k)
+        elif fw.fixed[v]:
+            fw_last = max(fw_last, fw.event_of[v])
+        for u in g.users[v]:
+            if s.seq and g.getitem(u):
+                continue
+            if u in local:
+                if reach.sure[local[u]]:
+                    readers.add(local[u])
+                if fw.fixed[u] and u in reach.fw:
+                    fw_last = max(fw_last, fw.event_of[u])
+                elif not fw.fixed[u] and fw.valid[u]:
+                    var.add(local[u])
+            elif u in bw.slot_of:
+                if u in reach.bw:
+                    skel_last = max(skel_last, bw.slot_of[u])
+                    skel_first = min(skel_first, bw.slot_of[u])
+            elif fw.fixed[u] and u in reach.fw:
+                fw_last = max(fw_last, fw.event_of[u])
+    return replace(s, readers=sorted(readers), fw_var_readers=sorted(var), skel_last=skel_last,
+                   skel_first=skel_first, fw_fixed_last=fw_last)
+
+
+def relax(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, prob: PlanProblem) -> Liveness:
+    """The relaxed description of ``prob`` under its inductor model (module docstring)."""
+    from .liveness import _skeleton_bytes
+
+    assert prob.inductor is not None
+    ks = _Kinds(g, prob.inductor.fusion)
+    reach = _Reach(lv, g, bw, fw, ks)
+    nbytes = [int(x) for x in prob.arrays.nbytes]
+    workspace = [int(x) for x in prob.workspace] if prob.workspace is not None else None
+    fw_nodes = [i for i in range(g.n) if fw.fixed[i]]
+    bw_reads = ks.extern_inputs(bw.steps)
+    fw_reads = ks.extern_inputs(fw_nodes)
+    storages = []
+    for s in lv.storages:
+        r = lv.node[s.root]
+        ok = ks.always_buffer(r)
+        storages.append(replace(_readers(lv, g, bw, fw, reach, s), rc_counts=ok or r in bw_reads,
+                                fw_counts=ok or s.fw_pinned or r in fw_reads))
+    own = {g.root[v] for v in bw.order}
+    counted = {r for r in own if ks.always_buffer(r) or r in bw_reads}
+    counted |= {g.root[o] for o in bw.out if g.root[o] in own}
+    at, _ = _skeleton_bytes(g, bw.order, bw.n_slots, bw.out, counted, reach.bw)
+    bw_layout = any(prob.inductor.fusion[v] & _C.FUSE_LAYOUT for v in bw.steps)
+    step_ok = [False] * lv.n_slots
+    for k, v in enumerate(bw.order):
+        if ks.whole_kernel(v):
+            step_ok[k] = True
+            if ks.always_buffer(v):  # (a fused kernel's local holds nothing while it runs)
+                at[k] += ks.transient(v, nbytes, workspace, bw_layout)
+    fw_fixed_bytes, fw_step_ok = _forward(lv, g, fw, ks, fw_reads, reach.fw, nbytes, workspace, prob)
+    return replace(lv, storages=storages, fixed_at_step=at, fixed_in_group=[0] * len(at), step_ok=step_ok,
+                   fw_fixed_bytes=fw_fixed_bytes, fw_step_ok=fw_step_ok, inexact=sorted(set(lv.inexact) | {RELAXED}))
+
+
+def _forward(lv: Liveness, g: _G, fw: _Forward, ks: _Kinds, fw_reads: set[int], readers: set[int],
+             nbytes: list[int], workspace: list[int] | None, prob: PlanProblem) -> tuple[list[int], list[bool]]:
+    """The forward's fixed bytes (the buffers every decision makes of the
+    storages no candidate lives on) and the events that are kernels of
+    their own."""
+    from .liveness import _forward_fixed_bytes
+
+    assert prob.inductor is not None
+    local = {v: k for k, v in enumerate(lv.node)}
+    certain = {i for i in range(g.n) if fw.fixed[i] and (ks.always_buffer(i) or i in fw_reads)}
+    certain |= {g.root[o] for o in fw.out}
+    fixed_bytes = _forward_fixed_bytes(g, len(fw.event_node), fw.event_of, fw.fixed, fw.out, local, certain, readers)
+    layout = any(prob.inductor.fusion[i] & _C.FUSE_LAYOUT for i in range(g.n) if fw.fixed[i])
+    ok = [False] * len(fw.event_node)
+    for i, t in fw.event_of.items():
+        if g.getitem(i) and g.ins[i][0] in fw.event_of:
+            continue  # an item shares its producer's event
+        if ks.whole_kernel(i):
+            ok[t] = True
+            if fw.fixed[i] and ks.always_buffer(i):  # (a candidate's event may not run; a local holds nothing)
+                fixed_bytes[t] += ks.transient(i, nbytes, workspace, layout)
+    return fixed_bytes, ok
+
+
+__all__ = ["RELAXED", "relax"]
