@@ -359,8 +359,9 @@ class _Model:
         birth_key = lv.key[lv.producer[r]] + 1 if s.after_producer else lv.key[r]
         # the root saved, or recomputed and emitted by then: exclusive, so one term, their sum (a relaxed
         # description counts a recomputed root only where it is a buffer whatever is decided)
-        if s.rc_counts:
-            born = [self.lin((1.0, self.e(r)), (1.0, self.emitted(r, k if birth_key <= pos else k - 1)))]
+        if s.rc_counts:  # (a root not counted at its own step: born there only after it)
+            by = k if birth_key < pos or (birth_key == pos and s.own_counts) else k - 1
+            born = [self.lin((1.0, self.e(r)), (1.0, self.emitted(r, by)))]
             born += [self.e(w) for w in s.values if w != r and lv.kind[w] != RECOMPUTE]
         else:  # a saved view counts unless its root is recomputed (then read inline: Liveness.bw_live)
             born = [self.e(r)] + [self.lin((1.0, self.e(w)), (-1.0, self.rc(r)))
@@ -368,7 +369,7 @@ class _Model:
         if s.skel_last >= k:
             return self._live(s.nbytes, born, None)
         alive: list[Expr] = []
-        if not s.after_producer and pos == lv.key[r]:
+        if not s.after_producer and pos == lv.key[r] and s.own_counts:
             alive.append(self.lin((1.0, self.emitted(r, k)), (-1.0, self.emitted(r, k - 1))))
         for c in s.readers:
             if lv.kind[c] == SAVE:
@@ -386,7 +387,7 @@ class _Model:
         fr = self.forward(s.root)
         if s.seq:
             return self.lin((float(s.nbytes), fr)) if t == s.fw_born and s.fw_counts else self.const(0.0)
-        if s.after_producer and t == s.fw_born:
+        if (s.after_producer or not s.own_counts) and t == s.fw_born:
             return self.const(0.0)
         if not s.fw_counts:  # (a relaxed description) counted only as a saved value, an output of the forward
             return self._live(s.nbytes, [self.e(w) for w in s.values if lv.kind[w] != RECOMPUTE], None)
@@ -399,7 +400,7 @@ class _Model:
     def add_event(self, phase: str, k: int, pos: int) -> bool:
         """The row of one event: ("bw", slot, position) or ("fw", event, 0)."""
         key = (phase, k, pos)
-        if key in self.events or not self.lv.is_event(phase, k, pos):
+        if key in self.events:
             return False
         self.events.add(key)
         lv = self.lv

@@ -92,6 +92,12 @@ class _Kinds:
         p = g.ins[v][0]
         return self.whole_kernel(p) and g.seq(p)
 
+    def in_place(self, v: int) -> bool:
+        """A kernel that may write its buffer over one it reads last (a
+        pointwise one): not counted at its own step, where the buffer it
+        takes over is."""
+        return self.kind(v) == _C.FUSE_POINTWISE and not self.g.flags[v] & _C.F_VAL_IS_SEQ
+
     def extern_inputs(self, steps: set[int] | list[int]) -> set[int]:
         """Roots an extern kernel among ``steps`` reads: buffers (inductor
         realizes an extern kernel's inputs), unless a reader absorbs them."""
@@ -195,53 +201,48 @@ def relax(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, prob: PlanProblem) -
     reach = _Reach(lv, g, bw, fw, ks)
     nbytes = [int(x) for x in prob.arrays.nbytes]
     workspace = [int(x) for x in prob.workspace] if prob.workspace is not None else None
-    fw_nodes = [i for i in range(g.n) if fw.fixed[i]]
     bw_reads = ks.extern_inputs(bw.steps)
-    fw_reads = ks.extern_inputs(fw_nodes)
+    fw_reads = ks.extern_inputs([i for i in range(g.n) if fw.fixed[i]])
     storages = []
     for s in lv.storages:
         r = lv.node[s.root]
         ok = ks.always_buffer(r)
         storages.append(replace(_readers(lv, g, bw, fw, reach, s), rc_counts=ok or r in bw_reads,
-                                fw_counts=ok or s.fw_pinned or r in fw_reads))
+                                fw_counts=ok or s.fw_pinned or r in fw_reads, own_counts=not ks.in_place(r)))
     own = {g.root[v] for v in bw.order}
     counted = {r for r in own if ks.always_buffer(r) or r in bw_reads}
     counted |= {g.root[o] for o in bw.out if g.root[o] in own}
-    at, _ = _skeleton_bytes(g, bw.order, bw.n_slots, bw.out, counted, reach.bw)
+    at, in_group = _skeleton_bytes(g, bw.order, bw.n_slots, bw.out, counted, reach.bw)
     bw_layout = any(prob.inductor.fusion[v] & _C.FUSE_LAYOUT for v in bw.steps)
-    step_ok = [False] * lv.n_slots
     for k, v in enumerate(bw.order):
-        if ks.whole_kernel(v):
-            step_ok[k] = True
-            if ks.always_buffer(v):  # (a fused kernel's local holds nothing while it runs)
-                at[k] += ks.transient(v, nbytes, workspace, bw_layout)
-    fw_fixed_bytes, fw_step_ok = _forward(lv, g, fw, ks, fw_reads, reach.fw, nbytes, workspace, prob)
-    return replace(lv, storages=storages, fixed_at_step=at, fixed_in_group=[0] * len(at), step_ok=step_ok,
-                   fw_fixed_bytes=fw_fixed_bytes, fw_step_ok=fw_step_ok, inexact=sorted(set(lv.inexact) | {RELAXED}))
+        if v in counted and ks.in_place(v):
+            at[k] -= g.cost[v]  # its own buffer, which may be one it reads
+        if ks.always_buffer(v):  # (a fused kernel's local holds nothing while it runs)
+            at[k] += ks.transient(v, nbytes, workspace, bw_layout)
+    return replace(lv, storages=storages, fixed_at_step=at, fixed_in_group=in_group,
+                   fw_fixed_bytes=_forward(lv, g, fw, ks, fw_reads, reach.fw, nbytes, workspace, prob),
+                   inexact=sorted(set(lv.inexact) | {RELAXED}))
 
 
 def _forward(lv: Liveness, g: _G, fw: _Forward, ks: _Kinds, fw_reads: set[int], readers: set[int],
-             nbytes: list[int], workspace: list[int] | None, prob: PlanProblem) -> tuple[list[int], list[bool]]:
-    """The forward's fixed bytes (the buffers every decision makes of the
-    storages no candidate lives on) and the events that are kernels of
-    their own."""
+             nbytes: list[int], workspace: list[int] | None, prob: PlanProblem) -> list[int]:
+    """The forward's fixed bytes: the buffers every decision makes of the
+    storages no candidate lives on, and what its kernels hold while they run."""
     from .liveness import _forward_fixed_bytes
 
     assert prob.inductor is not None
     local = {v: k for k, v in enumerate(lv.node)}
     certain = {i for i in range(g.n) if fw.fixed[i] and (ks.always_buffer(i) or i in fw_reads)}
     certain |= {g.root[o] for o in fw.out}
-    fixed_bytes = _forward_fixed_bytes(g, len(fw.event_node), fw.event_of, fw.fixed, fw.out, local, certain, readers)
+    fixed_bytes = _forward_fixed_bytes(g, len(fw.event_node), fw.event_of, fw.fixed, fw.out, local, certain, readers,
+                                       {r for r in certain if ks.in_place(r)})
     layout = any(prob.inductor.fusion[i] & _C.FUSE_LAYOUT for i in range(g.n) if fw.fixed[i])
-    ok = [False] * len(fw.event_node)
     for i, t in fw.event_of.items():
         if g.getitem(i) and g.ins[i][0] in fw.event_of:
             continue  # an item shares its producer's event
-        if ks.whole_kernel(i):
-            ok[t] = True
-            if fw.fixed[i] and ks.always_buffer(i):  # (a candidate's event may not run; a local holds nothing)
-                fixed_bytes[t] += ks.transient(i, nbytes, workspace, layout)
-    return fixed_bytes, ok
+        if fw.fixed[i] and ks.always_buffer(i):  # (a candidate's event may not run; a local holds nothing)
+            fixed_bytes[t] += ks.transient(i, nbytes, workspace, layout)
+    return fixed_bytes
 
 
 __all__ = ["RELAXED", "relax"]

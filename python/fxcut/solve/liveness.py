@@ -72,6 +72,7 @@ class Storage:
     # (a relaxed description, fxcut.solve.inductor_bound: False where only a saved value on it is certain to count)
     rc_counts: bool = True  # counted in the backward when its root is recomputed
     fw_counts: bool = True  # counted in the forward when its root runs there
+    own_counts: bool = True  # counted at its root's own step (False: a kernel that may write over what it reads)
 
 
 @dataclass
@@ -101,10 +102,6 @@ class Liveness:
     fw_event_node: list[int]  # the candidate whose step each forward event is (-1: a fixed node)
     fw_event_of: dict[int, int]  # graph node -> its forward event (a getitem: its producer's)
     inexact: list[str] = field(default_factory=list)
-    # a relaxed description (fxcut.solve.inductor_bound): the slots whose step, and the forward events, that
-    # bound the peak (None: all); an in-slot recomputation is then no event
-    step_ok: list[bool] | None = None
-    fw_step_ok: list[bool] | None = None
     hold_saved: bool = False  # the backward holds every saved value to its end (memory model "unfused_held")
 
     def __len__(self) -> int:
@@ -159,14 +156,14 @@ class Liveness:
             born = True
         elif d.rc[r] and s.rc_counts:
             bk = self.key[self.producer[r]] + 1 if s.after_producer else self.key[r]
-            born = d.slot[r] < k or (d.slot[r] == k and bk <= pos)
+            born = d.slot[r] < k or (d.slot[r] == k and (bk <= pos if s.own_counts else bk < pos))
         else:
             born = False
         if not born:
             return False
         if s.skel_last >= k:
             return True
-        if d.rc[r] and d.slot[r] == k and not s.after_producer and self.key[r] == pos:
+        if d.rc[r] and d.slot[r] == k and not s.after_producer and self.key[r] == pos and s.own_counts:
             return True
         return any(d.rc[c] and (d.slot[c] > k or (d.slot[c] == k and self.key[c] >= pos)) for c in s.readers)
 
@@ -177,6 +174,8 @@ class Liveness:
         if s.seq:
             return s.fw_counts and t == s.fw_born
         if t < s.fw_born or (s.after_producer and t == s.fw_born):
+            return False
+        if t == s.fw_born and not s.own_counts:
             return False
         if not s.fw_counts:
             return self.held(s, d)  # a saved value: an output of the forward
@@ -206,12 +205,6 @@ class Liveness:
         return (not s.seq and s.rc_counts and s.skel_last >= k
                 and (s.skel_first < k or (s.skel_first == k and pos == STEP)))
 
-    def is_event(self, phase: str, k: int, pos: int) -> bool:
-        """Does the description bound the peak at this event?  Every one,
-        but in a relaxed description (``step_ok``)."""
-        if phase == "fw":
-            return self.fw_step_ok is None or self.fw_step_ok[k]
-        return self.step_ok is None or (pos == STEP and self.step_ok[k])
 
     def certain_bound(self) -> int:
         """A lower bound on every decision's peak, from the bytes live at some
@@ -220,16 +213,16 @@ class Liveness:
         storages.  Instant; the MILP's bound is at least this."""
         best = 0
         for k in range(self.n_slots - 1):
-            if not self.is_event("bw", k, STEP):
-                continue
             best = max(best, self.fixed_at_step[k] + sum(s.nbytes for s in self.storages
                                                          if self.certain_bw(s, k, STEP)))
         for t, c in enumerate(self.fw_event_node):
-            if c >= 0 or not self.is_event("fw", t, 0):
+            if c >= 0:
                 continue  # a step only some decisions run
             live = self.fw_fixed_bytes[t]
             for s in self.storages:
                 if s.seq or not s.fw_counts or s.fw_born < 0 or not self.fw_fixed[s.root] or t < s.fw_born:
+                    continue
+                if t == s.fw_born and not s.own_counts:
                     continue
                 if s.after_producer and t == s.fw_born:
                     continue
@@ -269,13 +262,11 @@ class Liveness:
         fw = 0
         for t in range(len(self.fw_fixed_bytes)):
             c = self.fw_event_node[t]
-            if (c >= 0 and not d.fk[c]) or not self.is_event("fw", t, 0):
+            if c >= 0 and not d.fk[c]:
                 continue
             fw = max(fw, self.fw_fixed_bytes[t] + sum(s.nbytes for s in self.storages if self.fw_live(s, d, t)))
         bw = 0
         for k, p in self.bw_events(d):
-            if not self.is_event("bw", k, p):
-                continue
             fixed = self.fixed_at_step[k] if p == STEP else self.fixed_in_group[k]
             bw = max(bw, fixed + sum(s.nbytes for s in self.storages if self.bw_live(s, d, k, p)))
         return max(fw, bw), fw, bw
@@ -782,11 +773,12 @@ def _skeleton_bytes(g: _G, order: list[int], n_slots: int, bw_out: set[int], cou
 
 
 def _forward_fixed_bytes(g: _G, n_fw: int, event: dict[int, int], fixed: bytearray, fw_out: set[int],
-                         local: dict[int, int], counted: set[int] | None = None, readers: set[int] | None = None
-                         ) -> list[int]:
+                         local: dict[int, int], counted: set[int] | None = None, readers: set[int] | None = None,
+                         skip_own: set[int] | None = None) -> list[int]:
     """Bytes of the forward's storages that no candidate lives on (of those
     whose roots are in ``counted``; None: all), at each event; ``readers``:
-    the nodes whose reads keep a storage alive (None: every fixed one)."""
+    the nodes whose reads keep a storage alive (None: every fixed one);
+    ``skip_own``: roots not counted at their own step."""
     out = [0] * n_fw
     roots = {g.root[i] for i in range(g.n) if fixed[i] and i not in local and g.cost[g.root[i]] > 0}
     if counted is not None:
@@ -799,7 +791,7 @@ def _forward_fixed_bytes(g: _G, n_fw: int, event: dict[int, int], fixed: bytearr
             owned = sum(g.cost[u] for u in g.users[r] if fixed[u] and g.getitem(u) and g.root[u] == u)
             out[born] += max(g.cost[r], owned)
             continue
-        start = born + 1 if g.getitem(r) and g.seq(g.ins[r][0]) else born
+        start = born + 1 if (g.getitem(r) and g.seq(g.ins[r][0])) or (skip_own and r in skip_own) else born
         last = born
         for i in range(g.n):
             if g.root[i] != r or not fixed[i]:
