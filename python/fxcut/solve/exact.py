@@ -400,8 +400,8 @@ class _Model:
     def add_event(self, phase: str, k: int, pos: int) -> bool:
         """The row of one event: ("bw", slot, position) or ("fw", event, 0)."""
         key = (phase, k, pos)
-        if key in self.events:
-            return False
+        if key in self.events or (phase == "bw" and pos != STEP and k in self.lv.messy_slots):
+            return False  # (a messy slot's recomputation order is not key order: no row there)
         self.events.add(key)
         lv = self.lv
         if phase == "fw":

@@ -44,6 +44,7 @@ on the unfused one.
 from __future__ import annotations
 
 from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import fxcut._C as _C
@@ -96,7 +97,8 @@ class _Kinds:
         """A kernel that may write its buffer over one it reads last (a
         pointwise one): not counted at its own step, where the buffer it
         takes over is."""
-        return self.kind(v) == _C.FUSE_POINTWISE and not self.g.flags[v] & _C.F_VAL_IS_SEQ
+        return (self.kind(v) == _C.FUSE_POINTWISE and not self.g.flags[v] & _C.F_VAL_IS_SEQ
+                and not self._item_of_kernel(v))
 
     def extern_inputs(self, steps: set[int] | list[int]) -> set[int]:
         """Roots an extern kernel among ``steps`` reads: buffers (inductor
@@ -153,6 +155,49 @@ class _Reach:
                                 and all(self.sure[local[u]] for u in g.users[v] if u in local)))
 
 
+class _Chains:
+    """Inlining's other side: a pointwise value inductor inlines is not
+    stored, but what it reads is then read where it is, so it lives on.
+    Through a chain of pointwise values no rule counts (none a candidate,
+    each at least as large as the storage it starts from), either a value
+    of the chain is a buffer or the storage is still read: a storage's
+    lifetime extends to the last reader of its chain.  Each value joins at
+    most one chain (its buffer then stands for one storage only), and a
+    chain value's own step adds nothing (a kernel writing over what it
+    reads)."""
+
+    def __init__(self, g: _G, reading: Callable[[int], bool], eligible: Callable[[int], bool],
+                 position: Callable[[int], int]) -> None:
+        self.g = g
+        self.reading = reading  # a node whose reads keep a storage alive
+        self.eligible = eligible  # a node that may join a chain
+        self.position = position
+        self.claimed: set[int] = set()
+        self.aliases: dict[int, list[int]] = {}
+        for v in range(g.n):
+            if g.root[v] != v:
+                self.aliases.setdefault(g.root[v], []).append(v)
+
+    def last(self, root: int) -> int:
+        """The last position a read of ``root``'s storage or of its chain
+        happens (-1: none)."""
+        g = self.g
+        cost = g.cost[root]
+        last = -1
+        stack = [root]
+        while stack:
+            a = stack.pop()
+            for v in [a] + self.aliases.get(a, []):
+                for u in g.users[v]:
+                    if not self.reading(u) or g.root[u] == a:
+                        continue
+                    last = max(last, self.position(u))
+                    if u not in self.claimed and g.root[u] == u and g.cost[u] >= cost > 0 and self.eligible(u):
+                        self.claimed.add(u)
+                        stack.append(u)
+        return last
+
+
 def _readers(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, reach: _Reach, s: Storage) -> Storage:
     """``s`` with who reads it (liveness._storage_readers) counted only where
     the read keeps it alive in the inductor model (:class:`_Reach`)."""
@@ -203,16 +248,30 @@ def relax(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, prob: PlanProblem) -
     workspace = [int(x) for x in prob.workspace] if prob.workspace is not None else None
     bw_reads = ks.extern_inputs(bw.steps)
     fw_reads = ks.extern_inputs([i for i in range(g.n) if fw.fixed[i]])
+    own = {g.root[v] for v in bw.order}
+    counted = {r for r in own if ks.always_buffer(r) or r in bw_reads}
+    counted |= {g.root[o] for o in bw.out if g.root[o] in own}
+    fw_certain = {i for i in range(g.n) if fw.fixed[i] and (ks.always_buffer(i) or i in fw_reads)}
+    fw_certain |= {g.root[o] for o in fw.out}
+    local = set(lv.node)
+    bw_chains = _Chains(g, lambda u: u in bw.slot_of and u in reach.bw,
+                        lambda y: y in bw.slot_of and y in reach.bw and y not in counted and ks.in_place(y),
+                        lambda u: bw.slot_of[u])
+    fw_chains = _Chains(g, lambda u: bool(fw.fixed[u]) and u in reach.fw,
+                        lambda y: (bool(fw.fixed[y]) and y in reach.fw and y not in local and y not in fw_certain
+                                   and ks.in_place(y)), lambda u: fw.event_of[u])
     storages = []
     for s in lv.storages:
         r = lv.node[s.root]
         ok = ks.always_buffer(r)
-        storages.append(replace(_readers(lv, g, bw, fw, reach, s), rc_counts=ok or r in bw_reads,
-                                fw_counts=ok or s.fw_pinned or r in fw_reads, own_counts=not ks.in_place(r)))
-    own = {g.root[v] for v in bw.order}
-    counted = {r for r in own if ks.always_buffer(r) or r in bw_reads}
-    counted |= {g.root[o] for o in bw.out if g.root[o] in own}
-    at, in_group = _skeleton_bytes(g, bw.order, bw.n_slots, bw.out, counted, reach.bw)
+        t = _readers(lv, g, bw, fw, reach, s)
+        fw_counts = ok or s.fw_pinned or r in fw_reads
+        storages.append(replace(t, rc_counts=ok or r in bw_reads, fw_counts=fw_counts, own_counts=not ks.in_place(r),
+                                skel_last=max(t.skel_last, bw_chains.last(r)),
+                                fw_fixed_last=max(t.fw_fixed_last, fw_chains.last(r)) if fw.fixed[r] and fw_counts
+                                else t.fw_fixed_last))
+    bw_extend = {r: bw_chains.last(r) for r in sorted(counted)}
+    at, in_group = _skeleton_bytes(g, bw.order, bw.n_slots, bw.out, counted, reach.bw, bw_extend)
     bw_layout = any(prob.inductor.fusion[v] & _C.FUSE_LAYOUT for v in bw.steps)
     for k, v in enumerate(bw.order):
         if v in counted and ks.in_place(v):
@@ -220,22 +279,22 @@ def relax(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, prob: PlanProblem) -
         if ks.always_buffer(v):  # (a fused kernel's local holds nothing while it runs)
             at[k] += ks.transient(v, nbytes, workspace, bw_layout)
     return replace(lv, storages=storages, fixed_at_step=at, fixed_in_group=in_group,
-                   fw_fixed_bytes=_forward(lv, g, fw, ks, fw_reads, reach.fw, nbytes, workspace, prob),
-                   inexact=sorted(set(lv.inexact) | {RELAXED}))
+                   fw_fixed_bytes=_forward(lv, g, fw, ks, fw_certain, reach.fw, fw_chains, nbytes, workspace, prob),
+                   inexact=sorted(set(lv.inexact) | {RELAXED}), relaxed=True)
 
 
-def _forward(lv: Liveness, g: _G, fw: _Forward, ks: _Kinds, fw_reads: set[int], readers: set[int],
+def _forward(lv: Liveness, g: _G, fw: _Forward, ks: _Kinds, certain: set[int], readers: set[int], chains: _Chains,
              nbytes: list[int], workspace: list[int] | None, prob: PlanProblem) -> list[int]:
     """The forward's fixed bytes: the buffers every decision makes of the
-    storages no candidate lives on, and what its kernels hold while they run."""
+    storages no candidate lives on (``certain``), and what its kernels hold
+    while they run."""
     from .liveness import _forward_fixed_bytes
 
     assert prob.inductor is not None
     local = {v: k for k, v in enumerate(lv.node)}
-    certain = {i for i in range(g.n) if fw.fixed[i] and (ks.always_buffer(i) or i in fw_reads)}
-    certain |= {g.root[o] for o in fw.out}
+    extend = {r: chains.last(r) for r in sorted(certain) if r not in local}
     fixed_bytes = _forward_fixed_bytes(g, len(fw.event_node), fw.event_of, fw.fixed, fw.out, local, certain, readers,
-                                       {r for r in certain if ks.in_place(r)})
+                                       {r for r in certain if ks.in_place(r)}, extend)
     layout = any(prob.inductor.fusion[i] & _C.FUSE_LAYOUT for i in range(g.n) if fw.fixed[i])
     for i, t in fw.event_of.items():
         if g.getitem(i) and g.ins[i][0] in fw.event_of:

@@ -103,6 +103,9 @@ class Liveness:
     fw_event_of: dict[int, int]  # graph node -> its forward event (a getitem: its producer's)
     inexact: list[str] = field(default_factory=list)
     hold_saved: bool = False  # the backward holds every saved value to its end (memory model "unfused_held")
+    # a relaxed description (fxcut.solve.inductor_bound): a bound on its model's peaks, not their equal; it
+    # leaves out the recomputation steps of messy slots, whose order it does not know
+    relaxed: bool = False
 
     def __len__(self) -> int:
         return len(self.node)
@@ -267,6 +270,8 @@ class Liveness:
             fw = max(fw, self.fw_fixed_bytes[t] + sum(s.nbytes for s in self.storages if self.fw_live(s, d, t)))
         bw = 0
         for k, p in self.bw_events(d):
+            if self.relaxed and p != STEP and k in self.messy_slots:
+                continue
             fixed = self.fixed_at_step[k] if p == STEP else self.fixed_in_group[k]
             bw = max(bw, fixed + sum(s.nbytes for s in self.storages if self.bw_live(s, d, k, p)))
         return max(fw, bw), fw, bw
@@ -716,19 +721,26 @@ def _ancestors(k: int, inputs: list[list[int]]) -> set[int]:
 
 
 def _walk(g: _G, order: list[int], kept: set[int], counted: set[int], held: set[int], pinned: set[int],
-          readers: set[int] | None = None) -> tuple[list[int], list[int]]:
+          readers: set[int] | None = None, extend: dict[int, int] | None = None) -> tuple[list[int], list[int]]:
     """memory.c's walk_module over ``order``, counting only the storages
     (roots) in ``counted``: the live bytes while each step runs, and after
     the frees that follow it.  ``readers``: the steps whose reads keep a
-    storage alive (None: all; a storage lives at least to its own step)."""
+    storage alive (None: all; a storage lives at least to its own step);
+    ``extend``: a step index some roots live to at least."""
     last: dict[int, int] = {}
     for k, v in enumerate(order):
         read = readers is None or v in readers
         for r in [g.root[v]] + ([g.root[u] for u in g.ins[v]] if read else []):
             if read or r == v:
                 last[r] = max(last.get(r, -1), k)
+    for r, k in (extend or {}).items():
+        if r in last:
+            last[r] = max(last[r], k)
     for r in pinned:
         last[r] = 1 << 30
+    dies: dict[int, list[int]] = {}
+    for r, k in last.items():
+        dies.setdefault(k, []).append(r)
     charge: dict[int, int] = {}
     live = 0
     for r in held:
@@ -752,33 +764,34 @@ def _walk(g: _G, order: list[int], kept: set[int], counted: set[int], held: set[
                 charge[r] = g.cost[r]
                 live += charge[r]
         out.append(live)
-        for r2 in dict.fromkeys([g.root[v]] + [g.root[u] for u in g.ins[v]]):
-            if last.get(r2) == k and r2 in charge:
+        for r2 in dies.get(k, ()):  # (a root ``extend``s may die after a step that does not read it)
+            if r2 in charge:
                 live -= charge[r2]
-                last[r2] = -2
         after.append(live)
     return out, after
 
 
 def _skeleton_bytes(g: _G, order: list[int], n_slots: int, bw_out: set[int], counted: set[int],
-                    readers: set[int] | None = None) -> tuple[list[int], list[int]]:
+                    readers: set[int] | None = None, extend: dict[int, int] | None = None
+                    ) -> tuple[list[int], list[int]]:
     """Bytes of the backward's own storages (the roots in ``counted``) live
     at each of its steps, and while each slot's recomputation runs (before
-    its step); ``readers`` as :func:`_walk`'s."""
+    its step); ``readers`` and ``extend`` as :func:`_walk`'s."""
     kept = set(order)
     own = {r for r in counted if r in kept}
     pinned = {g.root[o] for o in bw_out if g.root[o] in own}
-    at, after = _walk(g, order, kept, own, set(), pinned, readers)
+    at, after = _walk(g, order, kept, own, set(), pinned, readers, extend)
     return at + [0], [0] + after
 
 
 def _forward_fixed_bytes(g: _G, n_fw: int, event: dict[int, int], fixed: bytearray, fw_out: set[int],
                          local: dict[int, int], counted: set[int] | None = None, readers: set[int] | None = None,
-                         skip_own: set[int] | None = None) -> list[int]:
+                         skip_own: set[int] | None = None, extend: dict[int, int] | None = None) -> list[int]:
     """Bytes of the forward's storages that no candidate lives on (of those
     whose roots are in ``counted``; None: all), at each event; ``readers``:
     the nodes whose reads keep a storage alive (None: every fixed one);
-    ``skip_own``: roots not counted at their own step."""
+    ``skip_own``: roots not counted at their own step; ``extend``: an event
+    some roots live to at least."""
     out = [0] * n_fw
     roots = {g.root[i] for i in range(g.n) if fixed[i] and i not in local and g.cost[g.root[i]] > 0}
     if counted is not None:
@@ -792,7 +805,7 @@ def _forward_fixed_bytes(g: _G, n_fw: int, event: dict[int, int], fixed: bytearr
             out[born] += max(g.cost[r], owned)
             continue
         start = born + 1 if (g.getitem(r) and g.seq(g.ins[r][0])) or (skip_own and r in skip_own) else born
-        last = born
+        last = max(born, (extend or {}).get(r, born))
         for i in range(g.n):
             if g.root[i] != r or not fixed[i]:
                 continue
