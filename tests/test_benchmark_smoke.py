@@ -410,3 +410,34 @@ def test_a_step_of_several_graphs_peaks_as_they_run_not_as_their_sum() -> None:
     # a forward can be the peak: graph 2's forward over graph 1's saved bytes
     assert im.step_peak([(10, 12, 9), (20, 6, 1)], [1, 1]) == 29
     assert im.step_peak([(10, 20, 5), (8, 30, 4)], [3, 2]) < 20 + 30
+
+
+def test_exact_bound_benchmark_sets_the_step_bound_against_every_measured_peak() -> None:
+    """bench/exact_bound.py: a step's bound is its largest graph bound; it is
+    set against every measured peak of the model (this run's plan and the
+    earlier rows, cross pairs included), and the gaps are over the bound."""
+    import exact_bound as eb
+
+    def graph(bound: int, plan: int) -> dict[str, object]:
+        return {"nodes": 10, "search_peak": plan, "plan_peak": plan, "bound": bound, "gap": plan / bound - 1,
+                "proven": False, "from_exact": False, "exact_s": 1.0, "plan_s": 1.0, "torch": {"0": 160, "1": 200}}
+
+    measured = {"models": {"m": [_row("stock@0", 170, [1.0]), _row("stock@1", 210, [1.0]),
+                                 {"backend": "stock@0.5", "status": "crashed"}]},
+                "cross": {"m": {"stock@0|fxcut@1": [_row("fxcut@1", 140, [1.0])]}}}
+    earlier = eb.measured_peaks(measured, "m")
+    assert earlier == {"stock@0": 170, "stock@1": 210, "fxcut@1 (stock@0|fxcut@1)": 140}
+    row = {"model": "m", "graphs": [graph(100, 120), graph(150, 155)],
+           "measured": {"status": "ok", "peak_bytes": 180, "grad_max_rel_err": 0.0, "grads_compared": 3}}
+    s = eb.summarise(row, earlier)
+    assert s["bound"] == 150 and s["plan_model"] == 275  # two graphs: their plans' peaks summed
+    assert s["measured_gap"] == pytest.approx(180 / 150 - 1)
+    assert s["decisions_measured"] == 4 and s["lowest_measured"] == 140
+    assert s["bound_below_every_measured"] is False  # the cross pair's plan measured 140 < 150
+    assert s["bound_below_torch_model"] is True  # 150 <= 160 + 160 and 200 + 200
+    del earlier["fxcut@1 (stock@0|fxcut@1)"]
+    assert eb.summarise(row, earlier)["bound_below_every_measured"] is True
+    failed = eb.summarise({"model": "m", "graphs": [graph(100, 120)], "measured": {"status": "step_failed",
+                                                                                   "error": "boom"}}, earlier)
+    assert "bound" not in failed and failed["error"] == "boom"
+    assert "step_failed: boom" in eb.markdown([failed, s], "cmd", "2.13.0", "x.json")

@@ -200,7 +200,10 @@ class PeakPlanner:
     MILP (:func:`fxcut.solve.exact.certify`) runs after the search for up to
     ``exact_time_limit`` seconds and ``last`` carries its proven bound and
     gap (docs/exact.md); one budget per graph (with region budgets the
-    search's plan is kept, no bound).
+    search's plan is kept, no bound).  The MILP describes each memory
+    model: the unfused and held ones exactly, the inductor one by a
+    relaxation (:mod:`fxcut.solve.inductor_bound`), so there the bound is
+    proven but further from the plan.
     ``memory_model``: ``"unfused"`` (the modules run op by op),
     ``"unfused_held"`` (op by op, the backward holding its saved values) or
     ``"inductor"`` (inductor compiles them); the backend decides (module
