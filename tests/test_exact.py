@@ -30,7 +30,8 @@ from fxcut.route.decide import decide_plan, plan_inputs
 from fxcut.route.lower import lower_plan
 from fxcut.route.plan import make_plan
 from fxcut.planned import PeakPlanner
-from fxcut.solve.liveness import FREE, Liveness, describe
+from fxcut.solve.description import describe
+from fxcut.solve.liveness import FREE, Liveness
 from fxcut.solve.planner import PlanProblem
 from fxcut.tools.decisions import torch_now
 

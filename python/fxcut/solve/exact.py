@@ -718,7 +718,8 @@ def certify(prob: Any, search_mask: bytes, *, limit: int | None, time_limit: flo
     ``lowest_mask``: the search's lowest-peak plan (seeds the peak bound).
     ``take``: "best" (the better plan, proven or not) or "proven" (the exact
     plan only when proven optimal, else the search's)."""
-    from .liveness import NotModelled, describe
+    from .description import describe
+    from .liveness import NotModelled
 
     t0 = time.perf_counter()
     base = _peak_and_flops(prob, search_mask)

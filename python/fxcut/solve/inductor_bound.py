@@ -43,13 +43,13 @@ on the unfused one.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import fxcut._C as _C
 
-from .liveness import NEVER, Storage
+from .liveness import NEVER, Storage, _forward_fixed_bytes, _skeleton_bytes
 
 if TYPE_CHECKING:
     from .liveness import Liveness, _Backward, _Forward, _G
@@ -239,8 +239,6 @@ def _readers(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, reach: _Reach, s:
 
 def relax(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, prob: PlanProblem) -> Liveness:
     """The relaxed description of ``prob`` under its inductor model (module docstring)."""
-    from .liveness import _skeleton_bytes
-
     assert prob.inductor is not None
     ks = _Kinds(g, prob.inductor.fusion)
     reach = _Reach(lv, g, bw, fw, ks)
@@ -288,8 +286,6 @@ def _forward(lv: Liveness, g: _G, fw: _Forward, ks: _Kinds, certain: set[int], r
     """The forward's fixed bytes: the buffers every decision makes of the
     storages no candidate lives on (``certain``), and what its kernels hold
     while they run."""
-    from .liveness import _forward_fixed_bytes
-
     assert prob.inductor is not None
     local = {v: k for k, v in enumerate(lv.node)}
     extend = {r: chains.last(r) for r in sorted(certain) if r not in local}

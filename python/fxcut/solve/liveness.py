@@ -31,7 +31,7 @@ decision, plus rules that do:
 
 What the description does not model exactly it lists in ``inexact`` (each
 such feature can only make the true peak *higher* than the description's,
-so a bound from it stays a bound); :func:`describe` raises
+so a bound from it stays a bound); :func:`describe_parts` raises
 :class:`NotModelled` for graphs it cannot describe at all.
 """
 
@@ -665,20 +665,10 @@ def _storage_readers(g: _G, bw: _Backward, fw: _Forward, cands: list[int], local
     s.fw_var_readers = sorted(var)
 
 
-def describe(prob: PlanProblem) -> Liveness:
-    """The description of ``prob`` (a :class:`fxcut.solve.planner.PlanProblem`):
-    exact for the unfused model (but what ``inexact`` names), a relaxation for
-    the inductor model (:mod:`fxcut.solve.inductor_bound`)."""
-    lv, g, bw, fw = _describe(prob)
-    if prob.inductor is None:
-        return lv
-    from .inductor_bound import relax
-
-    return relax(lv, g, bw, fw, prob)
-
-
-def _describe(prob: PlanProblem) -> tuple[Liveness, _G, _Backward, _Forward]:
-    """The unfused description and the graph facts it was built from."""
+def describe_parts(prob: PlanProblem) -> tuple[Liveness, _G, _Backward, _Forward]:
+    """The description of ``prob`` under the unfused (or held) model, and the
+    graph facts it was built from (:func:`fxcut.solve.description.describe`
+    describes every memory model)."""
     g = _G(prob)
     inexact: list[str] = []
     if prob.workspace is not None and any(prob.workspace):
@@ -823,4 +813,4 @@ def _forward_fixed_bytes(g: _G, n_fw: int, event: dict[int, int], fixed: bytearr
 
 
 __all__ = ["Decision", "FREE", "Liveness", "NEVER", "NotModelled", "RECOMPUTE", "SAVE", "STEP", "Storage",
-           "describe"]
+           "describe_parts"]
