@@ -430,8 +430,8 @@ def test_exact_bound_benchmark_sets_the_step_bound_against_every_measured_peak()
     row = {"model": "m", "graphs": [graph(100, 120), graph(150, 155)],
            "measured": {"status": "ok", "peak_bytes": 180, "grad_max_rel_err": 0.0, "grads_compared": 3}}
     s = eb.summarise(row, earlier)
-    assert s["bound"] == 150 and s["plan_model"] == 275  # two graphs: their plans' peaks summed
-    assert s["measured_gap"] == pytest.approx(180 / 150 - 1)
+    assert s["bound"] == 150 and s["plan_model"] == 155  # two graphs: the largest bound, the largest peak
+    assert s["measured_gap"] == pytest.approx(180 / 150 - 1) and s["model_gap"] == pytest.approx(155 / 150 - 1)
     assert s["decisions_measured"] == 4 and s["lowest_measured"] == 140
     assert s["bound_below_every_measured"] is False  # the cross pair's plan measured 140 < 150
     assert s["bound_below_torch_model"] is True  # 150 <= 160 + 160 and 200 + 200
