@@ -7,38 +7,34 @@ inlined into its readers unless inductor realizes it, fused neighbours keep
 their intermediates in registers, a pointwise kernel may write over a buffer
 it reads last.  Which values are buffers depends on the decision (a value's
 readers in the module, the expression inlining builds), so the exact MILP
-does not restate all of it.  It restates the part every decision shares:
+does not restate all of it.  :func:`relax` turns the unfused description
+into one whose peak never exceeds the inductor model's (docs/exact.md):
 
-- **Buffers every decision makes.**  A storage counts only where the inductor
-  model must allocate it whatever else is decided: a saved value (an output
-  of the forward, an input of the backward); an extern or concatenation
-  kernel's output (never inlined, never a group's local); an item of a
-  multi-output extern, reduction or concatenation kernel (allocated with it);
-  a value an extern kernel of the module reads whatever is decided (inductor
-  realizes an extern kernel's inputs); a module output.  Any other value is
-  left out (it may be inlined, or a fused kernel's local).
-- **Events at kernels that write no buffer in place.**  A row bounds the
-  peak at an extern, reduction or concatenation kernel of the module (where
-  the unfused description's step is): such a kernel runs in the inductor
-  model (its call's live bytes are the peak's candidates) and takes over no
-  storage, so a buffer read last by a pointwise kernel and the buffer that
-  kernel writes in its place are never counted together.
-- **Lifetimes.**  A buffer lives from its kernel's call to the call of the
-  last kernel reading it; an inlined reader's read happens in a kernel at or
-  after it in module order.  So a buffer the unfused description holds live
-  at such an event (born at or before it, read at or after it) is live at the
-  event's call too: every row's count is at most the inductor model's live
-  bytes there.
-- **Transient bytes.**  At an event's kernel: the copies a ``COPIES_INPUTS``
-  kernel makes of its inputs, and its workspace where the module certainly
-  holds a ``FUSE_LAYOUT`` kernel (one whatever is decided).
+- **Buffers every decision makes** count: a saved value (an output of the
+  forward, an input of the backward), an extern or concatenation kernel's
+  output, an item of a multi-output kernel, a value an extern kernel of the
+  module reads (inductor realizes its inputs), a module output.  Any other
+  value counts only when saved (it may be inlined, or a fused kernel's
+  local); a saved view of a value the backward recomputes inline does not.
+- **Reads that keep a buffer alive** are those of nodes whose value reaches
+  a kernel or an output of the module whatever is decided (:class:`_Reach`).
+  An inlined reader's read happens in a kernel at or after it in module
+  order, so a buffer the description holds live at a step is live at the
+  next kernel too: every step bounds the peak (but a recomputation in a slot
+  whose order differs between decisions).
+- **In place**: a pointwise value does not count at its own step, where the
+  buffer it may write over does.
+- **Chains** (:class:`_Chains`): a storage read by inlinable pointwise
+  values no rule counts lives to their last reader.
+- **Transient bytes** of the kernels every decision runs as kernels of
+  their own (a CPU convolution's input copies; its workspace where the
+  module certainly holds a layout kernel).
 
-So :meth:`Liveness.peaks` of the relaxed description is at most the C
-inductor model's peak on every decision, and the MILP's bound over it is a
-proven lower bound on the inductor model's optimum (tests/test_exact.py
-checks both against every decision of random graphs with random fusion
-kinds).  The plans the MILP returns are scored by the C inductor model, as
-on the unfused one.
+The MILP's bound over it is then a proven lower bound on the inductor
+model's optimum; the plans it returns are scored by the C inductor model.
+tests/test_exact.py checks the relaxation against the C model on every
+decision of random graphs under random fusion kinds and on random decisions
+of zoo graphs.
 """
 
 from __future__ import annotations
