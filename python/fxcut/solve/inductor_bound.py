@@ -17,7 +17,7 @@ into one whose peak never exceeds the inductor model's (docs/exact.md):
   value counts only when saved (it may be inlined, or a fused kernel's
   local); a saved view of a value the backward recomputes inline does not.
 - **Reads that keep a buffer alive** are those of nodes whose value reaches
-  a kernel or an output of the module whatever is decided (:class:`_Reach`).
+  a kernel or an output of the module whatever is decided (:func:`_reach`).
   An inlined reader's read happens in a kernel at or after it in module
   order, so a buffer the description holds live at a step is live at the
   next kernel too: every step bounds the peak (but a recomputation in a slot
@@ -45,15 +45,14 @@ from typing import TYPE_CHECKING
 
 import fxcut._C as _C
 
-from .liveness import NEVER, Storage, _forward_fixed_bytes, _skeleton_bytes
+from .liveness import NEVER, Reads, _forward_fixed_bytes, _skeleton_bytes, _storage_readers
 
 if TYPE_CHECKING:
     from .liveness import Liveness, _Backward, _Forward, _G
     from .planner import PlanProblem
 
 #: the ``Liveness.inexact`` note of a relaxed description
-RELAXED = ("the inductor model: only buffers every decision makes, at extern, reduction and concatenation kernels "
-           "(a lower bound)")
+RELAXED = "the inductor model: only the buffers every decision makes, while reads that reach a kernel keep them (a lower bound)"
 
 _KERNELS = (_C.FUSE_EXTERN, _C.FUSE_REDUCTION, _C.FUSE_CAT)
 
@@ -124,31 +123,28 @@ class _Kinds:
         return b
 
 
-class _Reach:
+def _reach(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, ks: _Kinds, local: dict[int, int]) -> Reads:
     """Whose reads keep a buffer alive: a node whose value reaches a kernel
     or an output of its module, whatever is decided.  (A pointwise node no
     kernel reads, an impure one left without readers, is computed by no
     kernel: its reads free nothing later.)"""
-
-    def __init__(self, lv: Liveness, g: _G, bw: _Backward, fw: _Forward, ks: _Kinds) -> None:
-        self.bw: set[int] = set()  # backward steps
-        for u in sorted(bw.steps, reverse=True):
-            if ks.whole_kernel(u) or u in bw.out or any(w in self.bw for w in g.users[u] if w in bw.steps):
-                self.bw.add(u)
-        self.fw: set[int] = set()  # fixed forward nodes
-        for u in range(g.n - 1, -1, -1):
-            if fw.fixed[u] and (ks.whole_kernel(u) or u in fw.out
-                                or any(w in self.fw for w in g.users[u] if fw.fixed[w])):
-                self.fw.add(u)
-        # a recomputed candidate whose every reason to run reaches a kernel (local indices)
-        self.sure = [False] * len(lv)
-        local = {v: k for k, v in enumerate(lv.node)}
-        for k in range(len(lv) - 1, -1, -1):
-            v = lv.node[k]
-            skel = [u for u in g.users[v] if u in bw.steps]
-            self.sure[k] = (ks.whole_kernel(v) or v in bw.out or any(u in self.bw for u in skel)
-                            or (all(u in self.bw and u in bw.slot_of for u in skel)
-                                and all(self.sure[local[u]] for u in g.users[v] if u in local)))
+    in_bw: set[int] = set()  # backward steps
+    for u in sorted(bw.steps, reverse=True):
+        if ks.whole_kernel(u) or u in bw.out or any(w in in_bw for w in g.users[u] if w in bw.steps):
+            in_bw.add(u)
+    in_fw: set[int] = set()  # fixed forward nodes
+    for u in range(g.n - 1, -1, -1):
+        if fw.fixed[u] and (ks.whole_kernel(u) or u in fw.out or any(w in in_fw for w in g.users[u] if fw.fixed[w])):
+            in_fw.add(u)
+    # a recomputed candidate whose every reason to run reaches a kernel
+    sure = [False] * len(lv)
+    for k in range(len(lv) - 1, -1, -1):
+        v = lv.node[k]
+        skel = [u for u in g.users[v] if u in bw.steps]
+        sure[k] = (ks.whole_kernel(v) or v in bw.out or any(u in in_bw for u in skel)
+                   or (all(u in in_bw and u in bw.slot_of for u in skel)
+                       and all(sure[local[u]] for u in g.users[v] if u in local)))
+    return Reads(in_bw, in_fw, sure)
 
 
 class _Chains:
@@ -194,50 +190,12 @@ class _Chains:
         return last
 
 
-def _readers(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, reach: _Reach, s: Storage) -> Storage:
-    """``s`` with who reads it (liveness._storage_readers) counted only where
-    the read keeps it alive in the inductor model (:class:`_Reach`)."""
-    local = {v: k for k, v in enumerate(lv.node)}
-    readers: set[int] = set()
-    var: set[int] = set()
-    skel_last = bw.n_slots if any(lv.node[k] in bw.out for k in s.values) else -1
-    skel_first, fw_last = NEVER, -1
-    for k in s.values:
-        v = lv.node[k]
-        if k != s.root:
-            if reach.sure[k]:
-                readers.add(k)
-            if fw.fixed[v] and v in reach.fw:
-                fw_last = max(fw_last, fw.event_of[v])
-            elif not fw.fixed[v] and fw.valid[v]:
-                var.add(k)
-        elif fw.fixed[v]:
-            fw_last = max(fw_last, fw.event_of[v])
-        for u in g.users[v]:
-            if s.seq and g.getitem(u):
-                continue
-            if u in local:
-                if reach.sure[local[u]]:
-                    readers.add(local[u])
-                if fw.fixed[u] and u in reach.fw:
-                    fw_last = max(fw_last, fw.event_of[u])
-                elif not fw.fixed[u] and fw.valid[u]:
-                    var.add(local[u])
-            elif u in bw.slot_of:
-                if u in reach.bw:
-                    skel_last = max(skel_last, bw.slot_of[u])
-                    skel_first = min(skel_first, bw.slot_of[u])
-            elif fw.fixed[u] and u in reach.fw:
-                fw_last = max(fw_last, fw.event_of[u])
-    return replace(s, readers=sorted(readers), fw_var_readers=sorted(var), skel_last=skel_last,
-                   skel_first=skel_first, fw_fixed_last=fw_last)
-
-
 def relax(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, prob: PlanProblem) -> Liveness:
     """The relaxed description of ``prob`` under its inductor model (module docstring)."""
     assert prob.inductor is not None
     ks = _Kinds(g, prob.inductor.fusion)
-    reach = _Reach(lv, g, bw, fw, ks)
+    local = {v: k for k, v in enumerate(lv.node)}
+    reach = _reach(lv, g, bw, fw, ks, local)
     nbytes = [int(x) for x in prob.arrays.nbytes]
     workspace = [int(x) for x in prob.workspace] if prob.workspace is not None else None
     bw_reads = ks.extern_inputs(bw.steps)
@@ -247,7 +205,6 @@ def relax(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, prob: PlanProblem) -
     counted |= {g.root[o] for o in bw.out if g.root[o] in own}
     fw_certain = {i for i in range(g.n) if fw.fixed[i] and (ks.always_buffer(i) or i in fw_reads)}
     fw_certain |= {g.root[o] for o in fw.out}
-    local = set(lv.node)
     bw_chains = _Chains(g, lambda u: u in bw.slot_of and u in reach.bw,
                         lambda y: y in bw.slot_of and y in reach.bw and y not in counted and ks.in_place(y),
                         lambda u: bw.slot_of[u])
@@ -258,7 +215,8 @@ def relax(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, prob: PlanProblem) -
     for s in lv.storages:
         r = lv.node[s.root]
         ok = ks.always_buffer(r)
-        t = _readers(lv, g, bw, fw, reach, s)
+        t = replace(s, skel_last=-1, skel_first=NEVER, fw_fixed_last=-1)  # who reads it, the reads that count
+        _storage_readers(g, bw, fw, lv.node, local, t, reach)
         fw_counts = ok or s.fw_pinned or r in fw_reads
         storages.append(replace(t, rc_counts=ok or r in bw_reads, fw_counts=fw_counts, own_counts=not ks.in_place(r),
                                 skel_last=max(t.skel_last, bw_chains.last(r)),
@@ -273,17 +231,16 @@ def relax(lv: Liveness, g: _G, bw: _Backward, fw: _Forward, prob: PlanProblem) -
         if ks.always_buffer(v):  # (a fused kernel's local holds nothing while it runs)
             at[k] += ks.transient(v, nbytes, workspace, bw_layout)
     return replace(lv, storages=storages, fixed_at_step=at, fixed_in_group=in_group,
-                   fw_fixed_bytes=_forward(lv, g, fw, ks, fw_certain, reach.fw, fw_chains, nbytes, workspace, prob),
+                   fw_fixed_bytes=_forward(g, fw, ks, local, fw_certain, reach.fw, fw_chains, nbytes, workspace, prob),
                    inexact=sorted(set(lv.inexact) | {RELAXED}), relaxed=True)
 
 
-def _forward(lv: Liveness, g: _G, fw: _Forward, ks: _Kinds, certain: set[int], readers: set[int], chains: _Chains,
-             nbytes: list[int], workspace: list[int] | None, prob: PlanProblem) -> list[int]:
+def _forward(g: _G, fw: _Forward, ks: _Kinds, local: dict[int, int], certain: set[int], readers: set[int],
+             chains: _Chains, nbytes: list[int], workspace: list[int] | None, prob: PlanProblem) -> list[int]:
     """The forward's fixed bytes: the buffers every decision makes of the
     storages no candidate lives on (``certain``), and what its kernels hold
     while they run."""
     assert prob.inductor is not None
-    local = {v: k for k, v in enumerate(lv.node)}
     extend = {r: chains.last(r) for r in sorted(certain) if r not in local}
     fixed_bytes = _forward_fixed_bytes(g, len(fw.event_node), fw.event_of, fw.fixed, fw.out, local, certain, readers,
                                        {r for r in certain if ks.in_place(r)}, extend)

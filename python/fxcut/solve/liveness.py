@@ -208,7 +208,6 @@ class Liveness:
         return (not s.seq and s.rc_counts and s.skel_last >= k
                 and (s.skel_first < k or (s.skel_first == k and pos == STEP)))
 
-
     def certain_bound(self) -> int:
         """A lower bound on every decision's peak, from the bytes live at some
         step whatever is decided: the backward's own storages, the forward
@@ -625,20 +624,38 @@ def _storages(g: _G, bw: _Backward, fw: _Forward, cands: list[int], local: dict[
     return storages, storage
 
 
+@dataclass
+class Reads:
+    """Whose reads keep a storage alive, where not every read does (a relaxed
+    description's, :mod:`fxcut.solve.inductor_bound`): backward steps, fixed
+    forward nodes, and candidates (local indices) whose reads count."""
+
+    bw: set[int]
+    fw: set[int]
+    sure: list[bool]
+
+
 def _storage_readers(g: _G, bw: _Backward, fw: _Forward, cands: list[int], local: dict[int, int],
-                     s: Storage) -> None:
+                     s: Storage, reads: Reads | None = None) -> None:
     """Fills in who reads ``s`` and so how long it lives: the backward steps
     (skel_first/skel_last), the fixed forward (fw_fixed_last), and the
-    candidates, whose reads depend on the decision (readers, fw_var_readers).
-    A multi-output node's getitems are its own storages, not readers."""
+    candidates, whose reads depend on the decision (readers, fw_var_readers);
+    with ``reads``, only the reads it counts.  A multi-output node's getitems
+    are its own storages, not readers."""
     readers: set[int] = set()
     var: set[int] = set()
+
+    def fixed_read(u: int) -> None:
+        if reads is None or u in reads.fw:
+            s.fw_fixed_last = max(s.fw_fixed_last, fw.event_of[u])
+
     for k in s.values:
         v = cands[k]
         if k != s.root:
-            readers.add(k)
+            if reads is None or reads.sure[k]:
+                readers.add(k)
             if fw.fixed[v]:
-                s.fw_fixed_last = max(s.fw_fixed_last, fw.event_of[v])
+                fixed_read(v)
             elif fw.valid[v]:
                 var.add(k)
         elif fw.fixed[v]:
@@ -651,16 +668,18 @@ def _storage_readers(g: _G, bw: _Backward, fw: _Forward, cands: list[int], local
             if s.seq and g.getitem(u):
                 continue
             if u in local:
-                readers.add(local[u])
+                if reads is None or reads.sure[local[u]]:
+                    readers.add(local[u])
                 if fw.fixed[u]:
-                    s.fw_fixed_last = max(s.fw_fixed_last, fw.event_of[u])
+                    fixed_read(u)
                 elif fw.valid[u]:
                     var.add(local[u])
             elif u in bw.slot_of:
-                s.skel_last = max(s.skel_last, bw.slot_of[u])
-                s.skel_first = min(s.skel_first, bw.slot_of[u])
+                if reads is None or u in reads.bw:
+                    s.skel_last = max(s.skel_last, bw.slot_of[u])
+                    s.skel_first = min(s.skel_first, bw.slot_of[u])
             elif fw.fixed[u]:
-                s.fw_fixed_last = max(s.fw_fixed_last, fw.event_of[u])
+                fixed_read(u)
     s.readers = sorted(readers)
     s.fw_var_readers = sorted(var)
 
@@ -812,5 +831,5 @@ def _forward_fixed_bytes(g: _G, n_fw: int, event: dict[int, int], fixed: bytearr
     return out
 
 
-__all__ = ["Decision", "FREE", "Liveness", "NEVER", "NotModelled", "RECOMPUTE", "SAVE", "STEP", "Storage",
+__all__ = ["Decision", "FREE", "Liveness", "NEVER", "NotModelled", "RECOMPUTE", "Reads", "SAVE", "STEP", "Storage",
            "describe_parts"]
